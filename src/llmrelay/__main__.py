@@ -1,0 +1,3 @@
+from llmrelay.cli import main
+
+main()

@@ -1,0 +1,126 @@
+"""Assembling the ASGI application: routes, ingress, and the start-up/shutdown sequence."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+from starlette.types import Receive, Scope, Send
+
+from llmrelay.gateway.endpoints import DataPlane, Runtime
+from llmrelay.gateway.errors import GatewayError, NotFound
+from llmrelay.gateway.ingress import IngressMiddleware, RequestContext
+from llmrelay.gateway.recorder import Recorder
+from llmrelay.observability.health import Health
+from llmrelay.observability.logging import configure_logging
+from llmrelay.observability.metrics import Metrics
+from llmrelay.protocols.openai import error_body
+from llmrelay.providers.http import HttpTransport
+from llmrelay.providers.registry import ProviderRegistry
+from llmrelay.settings import Settings, resolve_secret_key
+from llmrelay.snapshot.holder import SnapshotHolder
+from llmrelay.store import migrate
+from llmrelay.store.crypto import Sealer
+from llmrelay.store.db import create_engine, session_factory
+
+Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class SchemaOutOfDate(RuntimeError):
+    """The database schema is not at the version this program needs."""
+
+
+class _Endpoint:
+    """Makes a bound handler a plain ASGI app, so Starlette builds no Request for it."""
+
+    __slots__ = ("_handler",)
+
+    def __init__(self, handler: Handler) -> None:
+        self._handler = handler
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._handler(scope, receive, send)
+
+
+def create_app(settings: Settings) -> Starlette:
+    metrics = Metrics()
+    dataplane = DataPlane()
+    health = Health(metrics, settings.metrics_token)
+    routes: list[BaseRoute] = [
+        Route("/v1/chat/completions", _Endpoint(dataplane.chat_completions), methods=["POST"]),
+        Route("/v1/embeddings", _Endpoint(dataplane.embeddings), methods=["POST"]),
+        Route("/v1/models", _Endpoint(dataplane.list_models), methods=["GET"]),
+        Route("/livez", _Endpoint(health.livez), methods=["GET"]),
+        Route("/readyz", _Endpoint(health.readyz), methods=["GET"]),
+        Route("/healthz", _Endpoint(health.readyz), methods=["GET"]),
+        Route("/metrics", _Endpoint(health.metrics), methods=["GET"]),
+    ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        configure_logging(settings.log_level)
+        engine = create_engine(settings.database_url)
+        try:
+            if not await migrate.is_up_to_date(engine):
+                raise SchemaOutOfDate(
+                    "the database schema is not up to date: run `llmrelay migrate`"
+                )
+            snapshots = SnapshotHolder(
+                session_factory(engine), Sealer(resolve_secret_key(settings))
+            )
+            await snapshots.load()
+            registry = ProviderRegistry(HttpTransport())
+            recorder = Recorder(engine, max_queue=settings.record_queue_size)
+            recorder.start()
+            metrics.watch(metrics.record_queue_depth, lambda: recorder.depth)
+            metrics.watch(metrics.snapshot_generation, lambda: snapshots.current.generation)
+            metrics.watch(metrics.snapshot_build_failures, lambda: snapshots.failed_builds)
+            dataplane.runtime = Runtime(snapshots, registry, recorder, metrics)
+            health.engine, health.snapshots = engine, snapshots
+            poller = asyncio.create_task(snapshots.poll(settings.snapshot_poll_s))
+            try:
+                yield
+            finally:
+                poller.cancel()
+                await recorder.stop(timeout_s=max(settings.drain_timeout_s, 5.0))
+                await registry.close()
+        finally:
+            await engine.dispose()
+
+    return Starlette(
+        routes=routes,
+        middleware=[
+            Middleware(
+                IngressMiddleware,
+                max_body_bytes=settings.max_body_bytes,
+                trusted_proxies=settings.trusted_proxies,
+            )
+        ],
+        exception_handlers={HTTPException: _http_error},
+        lifespan=lifespan,
+    )
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Unknown paths and wrong methods, in the OpenAI error shape."""
+    assert isinstance(exc, HTTPException)
+    context: RequestContext | None = request.scope.get("llmrelay")
+    request_id = context.request_id if context else ""
+    error: GatewayError = NotFound(f"no route for {request.method} {request.url.path}")
+    error.status = exc.status_code
+    if exc.status_code == 405:
+        error.code = "method_not_allowed"
+        error.message = f"{request.method} is not allowed on {request.url.path}"
+    return Response(error_body(error, request_id), exc.status_code, media_type="application/json")
+
+
+def app_from_env() -> Starlette:
+    """Factory for `uvicorn --factory` and worker processes: settings from the environment."""
+    return create_app(Settings())

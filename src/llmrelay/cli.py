@@ -1,0 +1,138 @@
+"""The `llmrelay` command: serve, apply, migrate, worker."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from llmrelay.settings import Settings, SettingsError, resolve_secret_key
+
+app = typer.Typer(
+    help="llmrelay: one OpenAI- and Anthropic-compatible endpoint in front of many LLM providers.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+def _settings() -> Settings:
+    try:
+        settings = Settings()
+        settings.check_production()
+    except (SettingsError, ValueError) as exc:
+        _fail(str(exc))
+    return settings
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    typer.echo(f"llmrelay: {message}", err=True)
+    raise typer.Exit(code)
+
+
+@app.command()
+def migrate() -> None:
+    """Bring the database schema up to date, then exit."""
+    from llmrelay.database_setup import migrate_database
+
+    settings = _settings()
+    revision = asyncio.run(migrate_database(settings.database_url))
+    typer.echo(f"database schema at revision {revision}")
+
+
+@app.command()
+def apply(
+    file: Annotated[Path, typer.Argument(help="The declarative config (YAML).")],
+) -> None:
+    """Apply a declarative config file (idempotent upsert), then exit."""
+    settings = _settings()
+    _apply_file(settings, file)
+
+
+@app.command()
+def serve(
+    config: Annotated[
+        Path | None, typer.Option("--config", help="Apply this config file before serving.")
+    ] = None,
+    demo: Annotated[
+        bool,
+        typer.Option("--demo", help="Seed the built-in mock provider, model 'demo' and a key."),
+    ] = False,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
+    workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 1,
+) -> None:
+    """Run the gateway (data plane, admin API, health and metrics)."""
+    from llmrelay.database_setup import prepare_for_serving
+    from llmrelay.server import run_server
+
+    settings = _settings()
+    try:
+        resolve_secret_key(settings)  # create the development key once, before any worker
+        asyncio.run(prepare_for_serving(settings.database_url))
+    except Exception as exc:  # noqa: BLE001 - start-up failure: say why and stop
+        _fail(f"cannot prepare the database: {exc}", code=1)
+    if config is not None:
+        _apply_file(settings, config)
+    if demo:
+        _seed_demo(settings, host, port)
+    run_server(settings, host=host, port=port, workers=workers)
+
+
+@app.command()
+def worker() -> None:
+    """Run background jobs only (none exist yet in this version)."""
+    _fail("no background jobs exist in this version; `serve` runs everything", code=1)
+
+
+def _apply_file(settings: Settings, file: Path) -> None:
+    from llmrelay.config.loader import ConfigError, load_config
+    from llmrelay.database_setup import apply_to_database
+
+    try:
+        parsed = load_config(file, os.environ)
+        result = asyncio.run(apply_to_database(settings, parsed, source=str(file)))
+    except ConfigError as exc:
+        _fail(f"invalid config\n{exc}")
+    for change in result.changes:
+        typer.echo(f"  {change}")
+    if not result.changed:
+        typer.echo(f"{file}: no changes (config generation {result.generation})")
+    else:
+        count = len(result.changes)
+        typer.echo(f"{file}: applied {count} change(s), config generation {result.generation}")
+    for generated in result.generated_keys:
+        typer.echo(
+            f"new API key for project {generated.project!r}, key {generated.name!r} "
+            f"(shown once, store it now): {generated.key}"
+        )
+
+
+def _seed_demo(settings: Settings, host: str, port: int) -> None:
+    from llmrelay.config.demo import DEMO_MODEL, demo_config, demo_key
+    from llmrelay.database_setup import apply_to_database
+
+    db_path = settings.sqlite_path
+    key_file = (
+        db_path.with_name(db_path.name + ".demo-key") if db_path else Path(".llmrelay-demo-key")
+    )
+    key = demo_key(key_file)
+    asyncio.run(apply_to_database(settings, demo_config(key), source="--demo"))
+    shown_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    body = f'{{"model": "{DEMO_MODEL}", "messages": [{{"role": "user", "content": "Hello!"}}]}}'
+    typer.echo(
+        f"\nDemo ready. Model: {DEMO_MODEL!r}. API key: {key}\n"
+        f"  curl http://{shown_host}:{port}/v1/chat/completions \\\n"
+        f"    -H 'Authorization: Bearer {key}' -H 'Content-Type: application/json' \\\n"
+        f"    -d '{body}'\n"
+    )
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)

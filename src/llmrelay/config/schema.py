@@ -1,0 +1,235 @@
+"""The YAML file's shape (see docs/configuration.md). Validation only; no database access."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from datetime import UTC, datetime
+from decimal import Decimal
+from enum import StrEnum
+from typing import Annotated, Self
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from llmrelay.apikeys import MIN_KEY_LENGTH
+
+_SLUG = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+# Model names may not contain ":" because "MODEL:PROVIDER" pins a provider.
+_MODEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9._/@+-]{0,199}$"
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,199}$"
+_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+#: Headers the gateway sets itself or that belong to one hop; a provider may not override them.
+RESERVED_UPSTREAM_HEADERS = frozenset(
+    {
+        "host",
+        "content-length",
+        "content-type",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "upgrade",
+        "proxy-authorization",
+        "proxy-connection",
+    }
+)
+
+Slug = Annotated[str, Field(pattern=_SLUG)]
+ModelName = Annotated[str, Field(pattern=_MODEL_NAME)]
+Name = Annotated[str, Field(pattern=_NAME)]
+PositiveSeconds = Annotated[float, Field(gt=0, le=86_400)]
+
+
+class ProviderType(StrEnum):
+    OPENAI = "openai"
+    OPENAI_COMPATIBLE = "openai_compatible"
+    AZURE_OPENAI = "azure_openai"
+    ANTHROPIC = "anthropic"
+    GEMINI = "gemini"
+    MOCK = "mock"
+
+
+class Strategy(StrEnum):
+    PRIORITY = "priority"
+    FIXED = "fixed"
+    WEIGHTED = "weighted"
+    LEAST_TIME = "least_time"
+    COST_FIRST = "cost_first"
+    LOAD_BALANCE = "load_balance"
+    TAG = "tag"
+
+
+DEFAULT_BASE_URLS = {
+    ProviderType.OPENAI: "https://api.openai.com/v1",
+    ProviderType.ANTHROPIC: "https://api.anthropic.com",
+    ProviderType.GEMINI: "https://generativelanguage.googleapis.com",
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ProviderConfig(_Strict):
+    slug: Slug
+    type: ProviderType
+    base_url: str | None = None
+    api_key: str | None = None
+    timeout_s: PositiveSeconds | None = None
+    connect_timeout_s: PositiveSeconds | None = None
+    first_token_timeout_s: PositiveSeconds | None = None
+    stream_idle_timeout_s: PositiveSeconds | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    api_version: str | None = None
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
+        return value.rstrip("/")
+
+    @field_validator("headers")
+    @classmethod
+    def _header_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, header_value in value.items():
+            if not _HEADER_NAME.match(name):
+                raise ValueError(f"{name!r} is not a valid header name")
+            if name.lower() in RESERVED_UPSTREAM_HEADERS:
+                raise ValueError(f"header {name!r} is set by the gateway and cannot be overridden")
+            if "\n" in header_value or "\r" in header_value:
+                raise ValueError(f"header {name!r} has a line break in its value")
+        return value
+
+    @model_validator(mode="after")
+    def _type_rules(self) -> Self:
+        needs_url = (ProviderType.OPENAI_COMPATIBLE, ProviderType.AZURE_OPENAI)
+        if self.type in needs_url and self.base_url is None:
+            raise ValueError(f"base_url is required for type {self.type.value}")
+        if self.api_version is not None and self.type is not ProviderType.AZURE_OPENAI:
+            raise ValueError("api_version is only for type azure_openai")
+        return self
+
+    @property
+    def effective_base_url(self) -> str | None:
+        return self.base_url or DEFAULT_BASE_URLS.get(self.type)
+
+
+class RouteConfig(_Strict):
+    provider: Slug
+    upstream_model: Annotated[str, Field(min_length=1, max_length=200)]
+    priority: int = 0
+    weight: Annotated[float, Field(ge=0)] = 1.0
+    tag: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+    disabled: bool = False
+
+
+class RetryConfig(_Strict):
+    attempts: Annotated[int, Field(ge=1, le=10)] = 1
+    backoff_ms: Annotated[int, Field(ge=0, le=60_000)] = 200
+
+
+class PricingConfig(_Strict):
+    """USD per million tokens, by bucket."""
+
+    input_per_mtok: Annotated[Decimal, Field(ge=0)] | None = None
+    output_per_mtok: Annotated[Decimal, Field(ge=0)] | None = None
+    cached_input_per_mtok: Annotated[Decimal, Field(ge=0)] | None = None
+    cache_write_per_mtok: Annotated[Decimal, Field(ge=0)] | None = None
+
+
+class ModelConfig(_Strict):
+    name: ModelName
+    strategy: Strategy = Strategy.PRIORITY
+    routes: Annotated[list[RouteConfig], Field(min_length=1)]
+    retry: RetryConfig = Field(default_factory=RetryConfig)
+    deadline_s: PositiveSeconds = 300.0
+    fallbacks: list[ModelName] = Field(default_factory=list)
+    context_fallbacks: list[ModelName] = Field(default_factory=list)
+    pricing: PricingConfig | None = None
+    embedding: bool = False
+
+    @model_validator(mode="after")
+    def _no_self_fallback(self) -> Self:
+        if self.name in self.fallbacks or self.name in self.context_fallbacks:
+            raise ValueError(f"model {self.name!r} cannot fall back to itself")
+        return self
+
+
+class LimitsConfig(_Strict):
+    rpm: Annotated[int, Field(ge=1)] | None = None
+    tpm: Annotated[int, Field(ge=1)] | None = None
+    concurrency: Annotated[int, Field(ge=1)] | None = None
+
+
+def _check_cidr(value: str) -> str:
+    try:
+        return str(ipaddress.ip_network(value.strip(), strict=False))
+    except ValueError:
+        raise ValueError(f"{value!r} is not an IP address or CIDR block") from None
+
+
+def _utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class KeyConfig(_Strict):
+    name: Name
+    key: Annotated[str, Field(min_length=MIN_KEY_LENGTH, max_length=200)] | None = None
+    models: list[ModelName] | None = None
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    monthly_budget_usd: Annotated[Decimal, Field(ge=0)] | None = None
+    ip_allowlist: list[str] = Field(default_factory=list)
+    expires_at: datetime | None = None
+    disabled: bool = False
+
+    @field_validator("key")
+    @classmethod
+    def _no_whitespace(cls, value: str | None) -> str | None:
+        if value is not None and (value != value.strip() or any(c.isspace() for c in value)):
+            raise ValueError("a key may not contain whitespace")
+        return value
+
+    @field_validator("ip_allowlist")
+    @classmethod
+    def _cidrs(cls, value: list[str]) -> list[str]:
+        return [_check_cidr(v) for v in value]
+
+    @field_validator("expires_at")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        return None if value is None else _utc(value)
+
+
+class ProjectConfig(_Strict):
+    name: Name
+    models: list[ModelName] | None = None
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    monthly_budget_usd: Annotated[Decimal, Field(ge=0)] | None = None
+    keys: list[KeyConfig] = Field(default_factory=list)
+
+
+class BreakerConfig(_Strict):
+    failures: Annotated[int, Field(ge=1, le=1000)] = 3
+    cooldown_s: PositiveSeconds = 10.0
+    max_cooldown_s: PositiveSeconds = 60.0
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.max_cooldown_s < self.cooldown_s:
+            raise ValueError("max_cooldown_s must be at least cooldown_s")
+        return self
+
+
+class RoutingConfig(_Strict):
+    breaker: BreakerConfig = Field(default_factory=BreakerConfig)
+
+
+class GatewayConfig(_Strict):
+    providers: list[ProviderConfig] = Field(default_factory=list)
+    models: list[ModelConfig] = Field(default_factory=list)
+    projects: list[ProjectConfig] = Field(default_factory=list)
+    routing: RoutingConfig | None = None

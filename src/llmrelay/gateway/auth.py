@@ -1,0 +1,60 @@
+"""Who is calling: the API key from `Authorization: Bearer` or `x-api-key`, looked up by
+digest in the snapshot (no database call), then the key's IP allowlist."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+from datetime import datetime
+
+from llmrelay import apikeys
+from llmrelay.gateway.errors import AuthenticationFailed, PermissionDenied
+from llmrelay.snapshot.model import KeySnap, Snapshot
+
+_BEARER = b"bearer "
+
+
+def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+    bearer = None
+    api_key = None
+    for name, value in headers:
+        if name == b"authorization":
+            if value[:7].lower() == _BEARER:
+                bearer = value[7:].strip().decode("latin-1")
+        elif name == b"x-api-key":
+            api_key = value.strip().decode("latin-1")
+    return bearer or api_key or None
+
+
+def authenticate(
+    headers: Iterable[tuple[bytes, bytes]], snapshot: Snapshot, client_ip: str | None, now: datetime
+) -> KeySnap:
+    key = presented_key(headers)
+    if key is None:
+        raise AuthenticationFailed(
+            "no API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'"
+        )
+    principal = snapshot.keys_by_digest.get(apikeys.digest(key))
+    if principal is None:
+        raise AuthenticationFailed("invalid API key")
+    if principal.status != "active":
+        raise AuthenticationFailed(f"API key is {principal.status}")
+    if principal.expires_at is not None and principal.expires_at <= now:
+        raise AuthenticationFailed("API key has expired", code="expired_api_key")
+    if principal.ip_allowlist and not _ip_allowed(client_ip, principal):
+        raise PermissionDenied(
+            f"client address {client_ip} is not in this key's IP allowlist", code="ip_not_allowed"
+        )
+    return principal
+
+
+def _ip_allowed(client_ip: str | None, principal: KeySnap) -> bool:
+    if client_ip is None:
+        return False
+    try:
+        address = ipaddress.ip_address(client_ip)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return any(address in network for network in principal.ip_allowlist)

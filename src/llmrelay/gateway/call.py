@@ -1,0 +1,88 @@
+"""What one data-plane request did, collected while it runs and recorded when it ends."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from llmrelay.store.types import utcnow
+
+CLIENT_CLOSED_REQUEST = 499
+
+
+class CallRecord:
+    """Mutable on purpose: filled in step by step, then turned into one row."""
+
+    __slots__ = (
+        "completion_tokens",
+        "created_at",
+        "endpoint",
+        "error_code",
+        "key_id",
+        "project_id",
+        "prompt_tokens",
+        "provider",
+        "request_id",
+        "started",
+        "status_code",
+        "stream",
+        "tenant_id",
+        "ttfb_ms",
+        "upstream_model",
+        "virtual_model",
+    )
+
+    def __init__(self, request_id: str, endpoint: str, started: float) -> None:
+        self.request_id = request_id
+        self.endpoint = endpoint
+        self.started = started
+        self.created_at = utcnow()
+        self.tenant_id: str | None = None
+        self.project_id: str | None = None
+        self.key_id: str | None = None
+        self.virtual_model: str | None = None
+        self.provider: str | None = None
+        self.upstream_model: str | None = None
+        self.stream = False
+        self.status_code = 200
+        self.error_code: str | None = None
+        self.ttfb_ms: float | None = None
+        self.prompt_tokens: int | None = None
+        self.completion_tokens: int | None = None
+
+    def mark_first_byte(self) -> None:
+        if self.ttfb_ms is None:
+            self.ttfb_ms = (time.perf_counter() - self.started) * 1000.0
+
+    def take_usage(self, usage: Any) -> None:
+        if isinstance(usage, dict):
+            prompt = usage.get("prompt_tokens")
+            completion = usage.get("completion_tokens")
+            if isinstance(prompt, int):
+                self.prompt_tokens = prompt
+            if isinstance(completion, int):
+                self.completion_tokens = completion
+
+    def fail(self, status: int, code: str) -> None:
+        self.status_code = status
+        self.error_code = code
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "request_id": self.request_id,
+            "created_at": self.created_at,
+            "tenant_id": self.tenant_id,
+            "project_id": self.project_id,
+            "key_id": self.key_id,
+            "endpoint": self.endpoint,
+            "virtual_model": self.virtual_model,
+            "provider": self.provider,
+            "upstream_model": self.upstream_model,
+            "stream": self.stream,
+            "status_code": self.status_code,
+            "error_code": self.error_code,
+            "latency_ms": (time.perf_counter() - self.started) * 1000.0,
+            "ttfb_ms": self.ttfb_ms,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+        }

@@ -1,0 +1,228 @@
+"""The `/v1/*` handlers: plain ASGI callables over the snapshot and the shared runtime.
+
+Each request: authenticate from the snapshot, parse the body once, resolve the model,
+send to the first route that answers, pass the answer through with `model` renamed to the
+virtual model, and queue one record. Errors are rendered in one place (`_fail`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from starlette.types import Receive, Scope, Send
+
+from llmrelay.gateway import requests as checks
+from llmrelay.gateway.asgi import DisconnectWatch, read_body, send_json, send_sse
+from llmrelay.gateway.auth import authenticate
+from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
+from llmrelay.gateway.errors import ClientDisconnected, GatewayError
+from llmrelay.gateway.executor import UpstreamRejected, candidates, execute
+from llmrelay.gateway.ingress import RequestContext
+from llmrelay.gateway.recorder import Recorder
+from llmrelay.gateway.relay import ChatStreamRelay
+from llmrelay.observability.metrics import Metrics
+from llmrelay.protocols import openai as wire
+from llmrelay.providers.base import Operation, UpstreamResponse
+from llmrelay.providers.errors import UpstreamProtocolError
+from llmrelay.providers.headers import forwardable
+from llmrelay.providers.registry import ProviderRegistry
+from llmrelay.snapshot.holder import SnapshotHolder
+from llmrelay.snapshot.model import KeySnap, ModelSnap, RouteSnap
+from llmrelay.store.types import utcnow
+
+ASGIHandler = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class Runtime:
+    """What handlers share, built once at start-up (see app.py)."""
+
+    snapshots: SnapshotHolder
+    registry: ProviderRegistry
+    recorder: Recorder
+    metrics: Metrics
+
+
+class DataPlane:
+    def __init__(self) -> None:
+        self.runtime: Runtime | None = None
+
+    # -- endpoints ---------------------------------------------------------------------
+
+    async def chat_completions(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._model_call(scope, receive, send, Operation.CHAT)
+
+    async def embeddings(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._model_call(scope, receive, send, Operation.EMBEDDINGS)
+
+    async def list_models(self, scope: Scope, receive: Receive, send: Send) -> None:
+        runtime = self._runtime()
+        context: RequestContext = scope["llmrelay"]
+        try:
+            snapshot = runtime.snapshots.current
+            principal = authenticate(scope["headers"], snapshot, context.client_ip, utcnow())
+        except GatewayError as error:
+            await send_json(send, error.status, wire.error_body(error, context.request_id))
+            return
+        models = [
+            {"id": m.name, "object": "model", "created": m.created, "owned_by": "llmrelay"}
+            for m in sorted(snapshot.tenant_models(principal.tenant_id).values(), key=_name)
+            if principal.allows_model(m.name)
+        ]
+        await send_json(send, 200, orjson.dumps({"object": "list", "data": models}))
+
+    # -- the model call ------------------------------------------------------------------
+
+    async def _model_call(
+        self, scope: Scope, receive: Receive, send: Send, operation: Operation
+    ) -> None:
+        runtime = self._runtime()
+        context: RequestContext = scope["llmrelay"]
+        record = CallRecord(context.request_id, _ENDPOINTS[operation], context.started)
+        headers: list[tuple[bytes, bytes]] = []
+        streaming = False
+        try:
+            snapshot = runtime.snapshots.current
+            principal = authenticate(scope["headers"], snapshot, context.client_ip, utcnow())
+            _bind(record, principal)
+            payload = checks.parse_object(await read_body(receive))
+            if operation is Operation.CHAT:
+                checks.check_chat(payload)
+            else:
+                checks.check_embeddings(payload)
+            model, pinned = checks.resolve_model(
+                snapshot, principal, payload["model"], embedding=operation is Operation.EMBEDDINGS
+            )
+            record.virtual_model = model.name
+            headers.append((b"x-llmrelay-model", model.name.encode()))
+            routes = candidates(model, pinned)
+            forwarded = forwardable(scope["headers"])
+            if operation is Operation.CHAT and payload.get("stream") is True:
+                record.stream = streaming = True
+                relay = await self._open_stream(
+                    runtime, receive, model, routes, payload, forwarded, record
+                )
+                headers.append((b"x-llmrelay-provider", (record.provider or "").encode()))
+                await send_sse(receive, send, relay.events(), headers)
+                return
+            async with DisconnectWatch(receive):
+                answer = await execute(
+                    runtime.registry, operation, routes, payload, forwarded, record, _read_json
+                )
+            answer.body["model"] = model.name
+            record.take_usage(answer.body.get("usage"))
+            headers.append((b"x-llmrelay-provider", answer.route.provider.slug.encode()))
+            await send_json(send, 200, orjson.dumps(answer.body), headers)
+        except UpstreamRejected as error:
+            streaming = False
+            record.fail(error.status, error.code)
+            await send_json(send, error.status, _rejection_body(error, context.request_id), headers)
+        except GatewayError as error:
+            streaming = False
+            record.fail(error.status, error.code)
+            await send_json(send, error.status, wire.error_body(error, context.request_id), headers)
+        except ClientDisconnected:
+            streaming = False
+            record.fail(CLIENT_CLOSED_REQUEST, "client_disconnected")
+        finally:
+            if not streaming:
+                self._finish(record)
+
+    async def _open_stream(
+        self,
+        runtime: Runtime,
+        receive: Receive,
+        model: ModelSnap,
+        routes: list[RouteSnap],
+        payload: dict[str, Any],
+        forwarded: dict[str, str],
+        record: CallRecord,
+    ) -> ChatStreamRelay:
+        options = payload.get("stream_options")
+        usage_requested = isinstance(options, dict) and options.get("include_usage") is True
+        n = payload.get("n") or 1
+        request_id = record.request_id
+
+        async def prime(route: RouteSnap, response: UpstreamResponse) -> ChatStreamRelay:
+            relay = ChatStreamRelay(
+                route,
+                response,
+                virtual_model=model.name,
+                request_id=request_id,
+                choices=n,
+                usage_requested=usage_requested,
+                record=record,
+                on_malformed=runtime.metrics.malformed_events.labels(route.provider.slug).inc,
+                on_end=self._finish,
+            )
+            await relay.prime()
+            return relay
+
+        async with DisconnectWatch(receive):
+            return await execute(
+                runtime.registry, Operation.CHAT, routes, payload, forwarded, record, prime
+            )
+
+    def _finish(self, record: CallRecord) -> None:
+        runtime = self._runtime()
+        row = record.row()
+        runtime.recorder.record(row)
+        runtime.metrics.requests.labels(
+            record.endpoint,
+            record.virtual_model or "",
+            record.provider or "",
+            str(record.status_code),
+        ).inc()
+        runtime.metrics.latency.labels(record.endpoint).observe(row["latency_ms"] / 1000.0)
+
+    def _runtime(self) -> Runtime:
+        runtime = self.runtime
+        if runtime is None:
+            raise RuntimeError("the data plane is not started")
+        return runtime
+
+
+_ENDPOINTS = {Operation.CHAT: "chat.completions", Operation.EMBEDDINGS: "embeddings"}
+
+
+def _name(model: ModelSnap) -> str:
+    return model.name
+
+
+def _bind(record: CallRecord, principal: KeySnap) -> None:
+    record.tenant_id = principal.tenant_id
+    record.project_id = principal.project.id
+    record.key_id = principal.id
+
+
+@dataclass(slots=True)
+class _Answer:
+    route: RouteSnap
+    body: dict[str, Any]
+
+
+async def _read_json(route: RouteSnap, response: UpstreamResponse) -> _Answer:
+    raw = await response.read(route.provider.stream_idle_timeout_s)
+    response.release()
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise UpstreamProtocolError("the answer is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise UpstreamProtocolError("the answer is not a JSON object")
+    return _Answer(route, body)
+
+
+def _rejection_body(error: UpstreamRejected, request_id: str) -> bytes:
+    """The provider's own error body when it is OpenAI-shaped, with our request id added."""
+    try:
+        body = orjson.loads(error.body)
+    except orjson.JSONDecodeError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        body["request_id"] = request_id
+        return orjson.dumps(body)
+    return wire.error_body(error, request_id)

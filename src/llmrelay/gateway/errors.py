@@ -1,0 +1,86 @@
+"""The gateway's one exception tree. Each error knows its HTTP status and a stable code;
+protocols/ turns it into the client protocol's error body in one place."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+_NO_HEADERS: Mapping[str, str] = MappingProxyType({})
+
+
+class GatewayError(Exception):
+    status = 500
+    type = "api_error"
+    code = "internal_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        param: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.param = param
+        self.headers = headers or _NO_HEADERS
+
+
+class InvalidRequest(GatewayError):
+    status = 400
+    type = "invalid_request_error"
+    code = "invalid_request"
+
+
+class AuthenticationFailed(GatewayError):
+    status = 401
+    type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class PermissionDenied(GatewayError):
+    status = 403
+    type = "permission_error"
+    code = "permission_denied"
+
+
+class NotFound(GatewayError):
+    status = 404
+    type = "not_found_error"
+    code = "not_found"
+
+
+class PayloadTooLarge(GatewayError):
+    status = 413
+    type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class UpstreamFailed(GatewayError):
+    """Every candidate failed; the message summarises the last failure (no URLs, no secrets)."""
+
+    status = 502
+    type = "upstream_error"
+    code = "upstream_failed"
+
+
+class NoCandidate(GatewayError):
+    """No route could be tried at all (all disabled or cooling down)."""
+
+    status = 503
+    type = "service_unavailable"
+    code = "no_available_route"
+
+
+class UpstreamTimeout(GatewayError):
+    status = 504
+    type = "timeout_error"
+    code = "upstream_timeout"
+
+
+class ClientDisconnected(Exception):
+    """The client went away before the answer; recorded with status 499."""

@@ -1,0 +1,174 @@
+"""Relaying an OpenAI chat stream from a provider to the client, event by event.
+
+`prime` reads ahead until the first event that carries content, so a route that fails
+before that can still be swapped for the next one without the client seeing anything.
+After that the stream is committed: a break or stall ends it with an error event, never
+with `[DONE]`. The stream is complete once every choice has its finish reason (and the
+usage chunk has come, when the client asked for one); `[DONE]` then goes out at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import orjson
+import structlog
+
+from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
+from llmrelay.gateway.errors import GatewayError, UpstreamFailed, UpstreamTimeout
+from llmrelay.protocols.openai import DONE, error_event
+from llmrelay.protocols.sse import SSEEvent, SSEParser
+from llmrelay.providers.base import UpstreamResponse
+from llmrelay.providers.errors import UpstreamError, UpstreamProtocolError, UpstreamTimeoutError
+from llmrelay.snapshot.model import RouteSnap
+
+log = structlog.get_logger(__name__)
+
+_CONTENT_FIELDS = ("content", "tool_calls", "function_call", "refusal", "reasoning_content")
+
+
+class ChatStreamRelay:
+    def __init__(
+        self,
+        route: RouteSnap,
+        response: UpstreamResponse,
+        *,
+        virtual_model: str,
+        request_id: str,
+        choices: int,
+        usage_requested: bool,
+        record: CallRecord,
+        on_malformed: Callable[[], None],
+        on_end: Callable[[CallRecord], None],
+    ) -> None:
+        self._route = route
+        self._response = response
+        self._chunks = response.chunks().__aiter__()
+        self._parser = SSEParser()
+        self._virtual_model = virtual_model
+        self._request_id = request_id
+        self._choices = choices
+        self._usage_requested = usage_requested
+        self._record = record
+        self._on_malformed = on_malformed
+        self._on_end = on_end
+        self._finished: set[int] = set()
+        self._usage_seen = False
+        self._done = False
+        self._primed: list[bytes] = []
+
+    @property
+    def _complete(self) -> bool:
+        return self._done or (
+            len(self._finished) >= self._choices and (self._usage_seen or not self._usage_requested)
+        )
+
+    async def prime(self) -> None:
+        """Read until the first content event, within the provider's first-token limit."""
+        provider = self._route.provider
+        try:
+            async with asyncio.timeout(provider.first_token_timeout_s):
+                while True:
+                    chunk = await anext(self._chunks, None)
+                    if chunk is None:
+                        if self._primed and self._complete:
+                            return
+                        raise UpstreamProtocolError("stream ended before any content")
+                    for event in self._parser.feed(chunk):
+                        out, content = self._translate(event)
+                        if out is not None:
+                            self._primed.append(out)
+                        if content or self._complete:
+                            return
+        except TimeoutError:
+            raise UpstreamTimeoutError("first_token", provider.first_token_timeout_s) from None
+
+    async def events(self) -> AsyncIterator[bytes]:
+        """The client's stream; always ends the call record, however the stream ends."""
+        record = self._record
+        idle_s = self._route.provider.stream_idle_timeout_s
+        try:
+            if self._primed:
+                yield b"".join(self._primed)
+                self._primed = []
+            while not self._complete:
+                try:
+                    async with asyncio.timeout(idle_s):
+                        chunk = await anext(self._chunks, None)
+                except TimeoutError:
+                    raise UpstreamTimeoutError("stream_event", idle_s) from None
+                if chunk is None:
+                    if self._finished and len(self._finished) >= self._choices:
+                        break  # finished, only the usage chunk never came
+                    raise UpstreamProtocolError("stream ended before its finish reason")
+                out = []
+                for event in self._parser.feed(chunk):
+                    data, _ = self._translate(event)
+                    if data is not None:
+                        out.append(data)
+                    if self._complete:
+                        break
+                if out:
+                    yield b"".join(out)
+            yield DONE
+        except UpstreamError as exc:
+            error: GatewayError = (
+                UpstreamTimeout(f"stream stalled: {exc}")
+                if isinstance(exc, UpstreamTimeoutError)
+                else UpstreamFailed(f"stream broke off: {exc}", code="stream_interrupted")
+            )
+            record.fail(error.status, error.code)
+            log.warning("stream_failed", request_id=self._request_id, error=str(exc))
+            yield error_event(error, self._request_id)
+        except (asyncio.CancelledError, GeneratorExit):
+            record.fail(CLIENT_CLOSED_REQUEST, "client_disconnected")
+            raise
+        finally:
+            self._response.release()
+            self._on_end(record)
+
+    def _translate(self, event: SSEEvent) -> tuple[bytes | None, bool]:
+        """One upstream event -> (bytes for the client or None, whether it carries content)."""
+        data = event.data
+        if data == b"[DONE]":
+            self._done = True
+            return None, True
+        try:
+            chunk = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            chunk = None
+        if not isinstance(chunk, dict):
+            self._on_malformed()
+            log.warning("upstream_malformed_event", request_id=self._request_id)
+            return None, False
+        if "error" in chunk:
+            raise UpstreamProtocolError(f"provider sent an error event: {_error_text(chunk)}")
+        content = False
+        choices = chunk.get("choices")
+        if isinstance(choices, list):
+            for choice in choices:
+                if not isinstance(choice, dict):
+                    continue
+                if choice.get("finish_reason") is not None:
+                    self._finished.add(int(choice.get("index") or 0))
+                    content = True
+                delta = choice.get("delta")
+                if isinstance(delta, dict) and any(delta.get(f) for f in _CONTENT_FIELDS):
+                    content = True
+        usage = chunk.get("usage")
+        if usage:
+            self._usage_seen = True
+            self._record.take_usage(usage)
+            content = True
+        if "model" in chunk:
+            chunk["model"] = self._virtual_model
+        return b"data: " + orjson.dumps(chunk) + b"\n\n", content
+
+
+def _error_text(chunk: dict[str, Any]) -> str:
+    error = chunk.get("error")
+    if isinstance(error, dict):
+        return str(error.get("message", ""))[:200]
+    return str(error)[:200]

@@ -1,0 +1,100 @@
+"""Checking a client's request body and resolving the model it names.
+
+Only what the gateway itself needs is checked; everything else is the provider's business
+and passes through untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from llmrelay.gateway.errors import InvalidRequest, NotFound, PermissionDenied
+from llmrelay.snapshot.model import KeySnap, ModelSnap, Snapshot
+
+
+def parse_object(body: bytes) -> dict[str, Any]:
+    if not body:
+        raise InvalidRequest("the request body is empty; send a JSON object")
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(payload, dict):
+        raise InvalidRequest("the request body must be a JSON object")
+    return payload
+
+
+def check_chat(payload: dict[str, Any]) -> None:
+    _require_model(payload)
+    messages = payload.get("messages")
+    if messages is None:
+        raise InvalidRequest(
+            "'messages' is required", param="messages", code="missing_required_parameter"
+        )
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest("'messages' must be a non-empty array", param="messages")
+    if not all(isinstance(m, dict) for m in messages):
+        raise InvalidRequest("each item of 'messages' must be an object", param="messages")
+    stream = payload.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise InvalidRequest("'stream' must be a boolean", param="stream")
+    n = payload.get("n")
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+        raise InvalidRequest("'n' must be a positive integer", param="n")
+    options = payload.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise InvalidRequest("'stream_options' must be an object", param="stream_options")
+
+
+def check_embeddings(payload: dict[str, Any]) -> None:
+    _require_model(payload)
+    value = payload.get("input")
+    if value is None:
+        raise InvalidRequest(
+            "'input' is required", param="input", code="missing_required_parameter"
+        )
+    if not isinstance(value, str | list) or (isinstance(value, list) and not value):
+        raise InvalidRequest("'input' must be a string or a non-empty array", param="input")
+
+
+def _require_model(payload: dict[str, Any]) -> None:
+    model = payload.get("model")
+    if model is None:
+        raise InvalidRequest(
+            "'model' is required", param="model", code="missing_required_parameter"
+        )
+    if not isinstance(model, str) or not model:
+        raise InvalidRequest("'model' must be a non-empty string", param="model")
+
+
+def resolve_model(
+    snapshot: Snapshot, principal: KeySnap, name: str, *, embedding: bool
+) -> tuple[ModelSnap, str | None]:
+    """The virtual model (and pinned provider slug, for `MODEL:PROVIDER`) the key may use."""
+    pinned = None
+    model = snapshot.model(principal.tenant_id, name)
+    if model is None and ":" in name:
+        base, pinned = name.rsplit(":", 1)
+        model = snapshot.model(principal.tenant_id, base)
+    if model is None:
+        raise NotFound(f"model {name!r} does not exist", code="model_not_found", param="model")
+    if not principal.allows_model(model.name):
+        raise PermissionDenied(
+            f"this API key may not use model {model.name!r}",
+            code="model_not_allowed",
+            param="model",
+        )
+    if pinned is not None and not any(r.provider.slug == pinned for r in model.routes):
+        raise NotFound(
+            f"model {model.name!r} has no route to provider {pinned!r}",
+            code="model_not_found",
+            param="model",
+        )
+    if model.embedding != embedding:
+        kind = "an embedding model" if model.embedding else "not an embedding model"
+        raise InvalidRequest(
+            f"model {model.name!r} is {kind}", code="wrong_model_kind", param="model"
+        )
+    return model, pinned

@@ -1,0 +1,48 @@
+"""OpenAI wire format: error bodies and the chat stream's events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from llmrelay.gateway.errors import GatewayError
+
+DONE = b"data: [DONE]\n\n"
+
+
+def error_payload(error: GatewayError) -> dict[str, Any]:
+    return {
+        "message": error.message,
+        "type": error.type,
+        "code": error.code,
+        "param": error.param,
+    }
+
+
+def error_body(error: GatewayError, request_id: str) -> bytes:
+    return orjson.dumps({"error": error_payload(error), "request_id": request_id})
+
+
+def error_event(error: GatewayError, request_id: str) -> bytes:
+    """An in-stream error: the openai SDK raises APIError when a chunk carries `error`."""
+    return b"data: " + error_body(error, request_id) + b"\n\n"
+
+
+def data_event(payload: dict[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+def upstream_error_message(body: bytes) -> str | None:
+    """The `error.message` of an OpenAI-shaped error body, if it has one."""
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if isinstance(parsed, dict):
+        error = parsed.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return str(error["message"])
+        if isinstance(error, str):
+            return error
+    return None

@@ -1,0 +1,65 @@
+"""Incremental Server-Sent Events parsing (https://html.spec.whatwg.org/#server-sent-events).
+
+Feed bytes as they arrive; complete events come out. Comments and `id`/`retry` fields are
+ignored; multi-line `data` is joined with newlines as the spec says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class SSEEvent:
+    event: str | None
+    data: bytes
+
+
+class SSEParser:
+    __slots__ = ("_buffer",)
+
+    def __init__(self) -> None:
+        self._buffer = b""
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        buffer = self._buffer + chunk
+        if b"\r" in buffer:
+            # Normalise CRLF and lone CR; a trailing CR may be half of a CRLF still to come.
+            keep_cr = buffer.endswith(b"\r")
+            buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            if keep_cr:
+                buffer = buffer[:-1] + b"\r"
+        events = []
+        while True:
+            end = buffer.find(b"\n\n")
+            if end < 0:
+                break
+            block, buffer = buffer[:end], buffer[end + 2 :]
+            event = _parse_block(block)
+            if event is not None:
+                events.append(event)
+        self._buffer = buffer
+        return events
+
+    @property
+    def pending(self) -> bytes:
+        """Bytes of an event that has not been terminated yet."""
+        return self._buffer
+
+
+def _parse_block(block: bytes) -> SSEEvent | None:
+    name: str | None = None
+    data: list[bytes] = []
+    for line in block.split(b"\n"):
+        if not line or line.startswith(b":"):
+            continue
+        field, _, value = line.partition(b":")
+        if value.startswith(b" "):
+            value = value[1:]
+        if field == b"data":
+            data.append(value)
+        elif field == b"event":
+            name = value.decode("utf-8", "replace")
+    if not data and name is None:
+        return None
+    return SSEEvent(event=name, data=b"\n".join(data))

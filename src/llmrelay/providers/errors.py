@@ -1,0 +1,25 @@
+"""What can go wrong talking to a provider, independent of the HTTP library underneath."""
+
+from __future__ import annotations
+
+
+class UpstreamError(Exception):
+    """Base: the provider could not be reached or did not answer in time."""
+
+
+class UpstreamConnectError(UpstreamError):
+    """Connection refused, reset, DNS failure, TLS failure, or the connection dropped."""
+
+
+class UpstreamTimeoutError(UpstreamError):
+    """No answer within a time limit; `phase` says which (connect, first_byte, idle)."""
+
+    def __init__(self, phase: str, seconds: float) -> None:
+        super().__init__(f"no {phase.replace('_', ' ')} within {seconds:g}s")
+        self.phase = phase
+        self.seconds = seconds
+
+
+class UpstreamProtocolError(UpstreamError):
+    """The provider answered something that is not its protocol (bad JSON, an error event
+    before any content, a stream that ended with nothing in it)."""

@@ -1,0 +1,38 @@
+"""Provider type -> adapter and transport. Adding a provider is a module and a line here."""
+
+from __future__ import annotations
+
+from llmrelay.providers.base import Adapter, Transport
+from llmrelay.providers.http import HttpTransport
+from llmrelay.providers.mock import MockAdapter, MockTransport
+from llmrelay.providers.openai import OpenAIAdapter
+
+
+class UnsupportedProvider(LookupError):
+    """The provider's type has no adapter in this version."""
+
+
+class ProviderRegistry:
+    def __init__(self, http: HttpTransport) -> None:
+        self.http = http
+        openai = OpenAIAdapter()
+        self._adapters: dict[str, Adapter] = {
+            "openai": openai,
+            "openai_compatible": openai,
+            "mock": MockAdapter(),
+        }
+        self._transports: dict[str, Transport] = {"mock": MockTransport()}
+
+    def adapter(self, provider_type: str) -> Adapter:
+        try:
+            return self._adapters[provider_type]
+        except KeyError:
+            raise UnsupportedProvider(
+                f"provider type {provider_type!r} is not supported yet"
+            ) from None
+
+    def transport(self, provider_type: str) -> Transport:
+        return self._transports.get(provider_type, self.http)
+
+    async def close(self) -> None:
+        await self.http.close()

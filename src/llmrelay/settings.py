@@ -1,0 +1,128 @@
+"""Process settings from the environment: the only place that reads it.
+
+Everything else receives a `Settings` built once at start-up, so a value cannot change
+under a running process and tests can build their own without touching `os.environ`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+MIB = 1024 * 1024
+SECRET_KEY_MIN_BYTES = 32
+
+
+class Environment(StrEnum):
+    DEVELOPMENT = "development"
+    PRODUCTION = "production"
+
+
+class RedisFailurePolicy(StrEnum):
+    FAIL_OPEN = "fail_open"
+    FAIL_CLOSED = "fail_closed"
+
+
+class SettingsError(ValueError):
+    """A setting is missing or unsafe; the message names it."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LLMRELAY_", frozen=True, extra="ignore")
+
+    database_url: str = "sqlite:///./llmrelay.db"
+    redis_url: str | None = None
+    secret_key: str | None = None
+    admin_token: str | None = None
+    bootstrap_admin_email: str | None = None
+    bootstrap_admin_password: str | None = None
+    env: Environment = Environment.DEVELOPMENT
+    max_body_bytes: int = Field(default=16 * MIB, gt=0)
+    trusted_proxies: Annotated[
+        tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...], NoDecode
+    ] = ()
+    limits_on_redis_failure: RedisFailurePolicy = RedisFailurePolicy.FAIL_OPEN
+    metrics_token: str | None = None
+    # Extensions beyond the contract.
+    drain_timeout_s: float = Field(default=30.0, ge=0)
+    snapshot_poll_s: float = Field(default=2.0, gt=0)
+    log_level: str = "info"
+    record_queue_size: int = Field(default=50_000, gt=0)
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _parse_cidrs(
+        cls, value: object
+    ) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+        if value is None or value == "":
+            return ()
+        items = value.split(",") if isinstance(value, str) else list(value)  # type: ignore[call-overload]
+        try:
+            return tuple(ipaddress.ip_network(str(i).strip(), strict=False) for i in items if i)
+        except ValueError as exc:
+            raise ValueError(f"LLMRELAY_TRUSTED_PROXIES: {exc}") from exc
+
+    @property
+    def sqlite_path(self) -> Path | None:
+        """The SQLite file, or None when the database is not a SQLite file."""
+        if not self.database_url.startswith("sqlite"):
+            return None
+        path = self.database_url.split(":///", 1)[1] if ":///" in self.database_url else ""
+        if not path or path == ":memory:":
+            return None
+        return Path(path)
+
+    def check_production(self) -> None:
+        """Refuse to run production with placeholder or short secrets; name the setting."""
+        if self.env is not Environment.PRODUCTION:
+            return
+        if not self.secret_key:
+            raise SettingsError("LLMRELAY_SECRET_KEY is required when LLMRELAY_ENV=production")
+        if _is_weak(self.secret_key):
+            raise SettingsError(
+                f"LLMRELAY_SECRET_KEY must be at least {SECRET_KEY_MIN_BYTES} bytes and not a "
+                "placeholder when LLMRELAY_ENV=production"
+            )
+        if self.admin_token is not None and _is_weak(self.admin_token):
+            raise SettingsError(
+                f"LLMRELAY_ADMIN_TOKEN must be at least {SECRET_KEY_MIN_BYTES} bytes and not a "
+                "placeholder when LLMRELAY_ENV=production"
+            )
+
+
+_PLACEHOLDERS = ("change", "secret", "example", "placeholder", "xxxx", "todo", "default")
+
+
+def _is_weak(value: str) -> bool:
+    lowered = value.lower()
+    return len(value.encode()) < SECRET_KEY_MIN_BYTES or any(p in lowered for p in _PLACEHOLDERS)
+
+
+def resolve_secret_key(settings: Settings) -> str:
+    """The secret key to encrypt credentials with.
+
+    Development without LLMRELAY_SECRET_KEY generates one once and keeps it next to the
+    SQLite file (or in the working folder for other databases), so a restart can still
+    decrypt what the last run stored.
+    """
+    if settings.secret_key:
+        return settings.secret_key
+    if settings.env is Environment.PRODUCTION:
+        raise SettingsError("LLMRELAY_SECRET_KEY is required when LLMRELAY_ENV=production")
+    db_path = settings.sqlite_path
+    key_file = (
+        db_path.with_name(db_path.name + ".secret-key") if db_path else Path(".llmrelay-secret-key")
+    )
+    if key_file.exists():
+        return key_file.read_text().strip()
+    key_file.parent.mkdir(parents=True, exist_ok=True)
+    value = secrets.token_urlsafe(48)
+    key_file.touch(mode=0o600)
+    key_file.write_text(value + "\n")
+    return value

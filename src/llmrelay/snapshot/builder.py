@@ -1,0 +1,186 @@
+"""Building a snapshot from the database: read everything once, validate, freeze."""
+
+from __future__ import annotations
+
+import ipaddress
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import datetime
+from types import MappingProxyType
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from llmrelay.config.apply import open_credentials
+from llmrelay.snapshot.model import (
+    BreakerSettings,
+    KeySnap,
+    Limits,
+    ModelSnap,
+    PriceSnap,
+    ProjectSnap,
+    ProviderSnap,
+    RouteSnap,
+    Snapshot,
+)
+from llmrelay.store.bootstrap import current_generation
+from llmrelay.store.crypto import Sealer
+from llmrelay.store.models import (
+    ApiKey,
+    GatewaySetting,
+    PriceVersion,
+    Project,
+    Provider,
+    Route,
+    VirtualModel,
+)
+from llmrelay.store.types import utcnow
+
+DEFAULT_TIMEOUT_S = 300.0
+DEFAULT_CONNECT_TIMEOUT_S = 5.0
+DEFAULT_FIRST_TOKEN_TIMEOUT_S = 120.0
+DEFAULT_STREAM_IDLE_TIMEOUT_S = 120.0
+
+
+class SnapshotError(RuntimeError):
+    """The stored configuration cannot be turned into a usable snapshot."""
+
+
+async def build_snapshot(session: AsyncSession, sealer: Sealer) -> Snapshot:
+    generation = await current_generation(session)
+    providers = {p.id: _provider(p, sealer) for p in await session.scalars(select(Provider))}
+    routes_by_model: dict[str, list[RouteSnap]] = defaultdict(list)
+    for route in await session.scalars(select(Route)):
+        routes_by_model[route.model_id].append(_route(route, providers))
+    prices = _prices_in_force(await session.scalars(select(PriceVersion)), utcnow())
+
+    models: dict[str, dict[str, ModelSnap]] = defaultdict(dict)
+    for model in await session.scalars(select(VirtualModel)):
+        routes = sorted(routes_by_model.get(model.id, ()), key=lambda r: (r.priority, r.position))
+        models[model.tenant_id][model.name] = ModelSnap(
+            id=model.id,
+            tenant_id=model.tenant_id,
+            name=model.name,
+            strategy=model.strategy,
+            routes=tuple(routes),
+            retry_attempts=model.retry_attempts,
+            retry_backoff_ms=model.retry_backoff_ms,
+            deadline_s=model.deadline_s,
+            fallbacks=tuple(model.fallbacks),
+            context_fallbacks=tuple(model.context_fallbacks),
+            embedding=model.embedding,
+            price=prices.get(model.id),
+            created=int(model.created_at.timestamp()),
+        )
+
+    projects = {p.id: _project(p) for p in await session.scalars(select(Project))}
+    keys = {}
+    for key in await session.scalars(select(ApiKey)):
+        project = projects.get(key.project_id)
+        if project is None:
+            raise SnapshotError(f"key {key.id} belongs to a missing project {key.project_id}")
+        keys[key.digest] = _key(key, project)
+
+    routing = await session.get(GatewaySetting, "routing")
+    breaker = BreakerSettings(**routing.value.get("breaker", {})) if routing else BreakerSettings()
+    return Snapshot(
+        generation=generation,
+        built_at=time.time(),
+        keys_by_digest=MappingProxyType(keys),
+        models=MappingProxyType({t: MappingProxyType(m) for t, m in models.items()}),
+        breaker=breaker,
+    )
+
+
+def _provider(row: Provider, sealer: Sealer) -> ProviderSnap:
+    credentials = open_credentials(row, sealer) or {}
+    return ProviderSnap(
+        id=row.id,
+        slug=row.slug,
+        type=row.type,
+        base_url=row.base_url,
+        api_key=credentials.get("api_key"),
+        headers=MappingProxyType(dict(credentials.get("headers") or {})),
+        timeout_s=row.timeout_s or DEFAULT_TIMEOUT_S,
+        connect_timeout_s=row.connect_timeout_s or DEFAULT_CONNECT_TIMEOUT_S,
+        first_token_timeout_s=row.first_token_timeout_s or DEFAULT_FIRST_TOKEN_TIMEOUT_S,
+        stream_idle_timeout_s=row.stream_idle_timeout_s or DEFAULT_STREAM_IDLE_TIMEOUT_S,
+        api_version=row.api_version,
+    )
+
+
+def _route(row: Route, providers: dict[str, ProviderSnap]) -> RouteSnap:
+    provider = providers.get(row.provider_id)
+    if provider is None:
+        raise SnapshotError(f"route {row.id} names a missing provider {row.provider_id}")
+    return RouteSnap(
+        id=row.id,
+        provider=provider,
+        upstream_model=row.upstream_model,
+        priority=row.priority,
+        weight=row.weight,
+        tag=row.tag,
+        disabled=row.disabled,
+        position=row.position,
+    )
+
+
+def _prices_in_force(rows: Iterable[PriceVersion], now: datetime) -> dict[str, PriceSnap]:
+    latest: dict[str, PriceVersion] = {}
+    for row in rows:
+        if row.effective_from > now:
+            continue
+        held = latest.get(row.model_id)
+        if held is None or row.effective_from > held.effective_from:
+            latest[row.model_id] = row
+    return {
+        model_id: PriceSnap(
+            version_id=row.id,
+            input=row.input_micros_per_mtok,
+            output=row.output_micros_per_mtok,
+            cached_input=row.cached_input_micros_per_mtok,
+            cache_write=row.cache_write_micros_per_mtok,
+        )
+        for model_id, row in latest.items()
+    }
+
+
+def _limits(row: Project | ApiKey) -> Limits:
+    return Limits(
+        rpm=row.rpm,
+        tpm=row.tpm,
+        concurrency=row.concurrency,
+        monthly_budget_micros=row.monthly_budget_micros,
+    )
+
+
+def _project(row: Project) -> ProjectSnap:
+    return ProjectSnap(
+        id=row.id,
+        tenant_id=row.tenant_id,
+        name=row.name,
+        allowed_models=None if row.allowed_models is None else frozenset(row.allowed_models),
+        limits=_limits(row),
+    )
+
+
+def _key(row: ApiKey, project: ProjectSnap) -> KeySnap:
+    own = None if row.allowed_models is None else frozenset(row.allowed_models)
+    if own is None:
+        allowed = project.allowed_models
+    elif project.allowed_models is None:
+        allowed = own
+    else:
+        allowed = own & project.allowed_models
+    return KeySnap(
+        id=row.id,
+        name=row.name,
+        tenant_id=row.tenant_id,
+        project=project,
+        status=row.status,
+        expires_at=row.expires_at,
+        allowed_models=allowed,
+        ip_allowlist=tuple(ipaddress.ip_network(c, strict=False) for c in row.ip_allowlist),
+        limits=_limits(row),
+    )

@@ -1,0 +1,130 @@
+"""Frozen records of one configuration generation. Built once, shared by every request."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import MappingProxyType
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderSnap:
+    id: str
+    slug: str
+    type: str
+    base_url: str | None
+    api_key: str | None
+    headers: Mapping[str, str]
+    timeout_s: float
+    connect_timeout_s: float
+    first_token_timeout_s: float
+    stream_idle_timeout_s: float
+    api_version: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RouteSnap:
+    id: str
+    provider: ProviderSnap
+    upstream_model: str
+    priority: int
+    weight: float
+    tag: str | None
+    disabled: bool
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class PriceSnap:
+    """Micro-USD per million tokens by bucket, from one price version."""
+
+    version_id: str
+    input: int | None
+    output: int | None
+    cached_input: int | None
+    cache_write: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSnap:
+    id: str
+    tenant_id: str
+    name: str
+    strategy: str
+    #: Every route, ordered by (priority, position); disabled ones included and flagged.
+    routes: tuple[RouteSnap, ...]
+    retry_attempts: int
+    retry_backoff_ms: int
+    deadline_s: float
+    fallbacks: tuple[str, ...]
+    context_fallbacks: tuple[str, ...]
+    embedding: bool
+    price: PriceSnap | None
+    created: int
+
+    @property
+    def enabled_routes(self) -> tuple[RouteSnap, ...]:
+        return tuple(r for r in self.routes if not r.disabled)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    rpm: int | None = None
+    tpm: int | None = None
+    concurrency: int | None = None
+    monthly_budget_micros: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectSnap:
+    id: str
+    tenant_id: str
+    name: str
+    allowed_models: frozenset[str] | None
+    limits: Limits
+
+
+@dataclass(frozen=True, slots=True)
+class KeySnap:
+    id: str
+    name: str
+    tenant_id: str
+    project: ProjectSnap
+    status: str
+    expires_at: datetime | None
+    #: Key list ∩ project list; None means every model of the tenant.
+    allowed_models: frozenset[str] | None
+    ip_allowlist: tuple[IPNetwork, ...]
+    limits: Limits
+
+    def allows_model(self, name: str) -> bool:
+        return self.allowed_models is None or name in self.allowed_models
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerSettings:
+    failures: int = 3
+    cooldown_s: float = 10.0
+    max_cooldown_s: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    generation: int
+    built_at: float
+    keys_by_digest: Mapping[str, KeySnap] = field(default_factory=lambda: MappingProxyType({}))
+    #: tenant id -> model name -> model
+    models: Mapping[str, Mapping[str, ModelSnap]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    breaker: BreakerSettings = field(default_factory=BreakerSettings)
+
+    def model(self, tenant_id: str, name: str) -> ModelSnap | None:
+        return self.models.get(tenant_id, MappingProxyType({})).get(name)
+
+    def tenant_models(self, tenant_id: str) -> Mapping[str, ModelSnap]:
+        return self.models.get(tenant_id, MappingProxyType({}))

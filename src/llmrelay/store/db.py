@@ -1,0 +1,68 @@
+"""Engines and sessions for SQLite (aiosqlite) and PostgreSQL (asyncpg) from one URL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncSession as AsyncSession
+
+_ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg"}
+
+
+class DatabaseURLError(ValueError):
+    """LLMRELAY_DATABASE_URL names a database this program cannot use."""
+
+
+def async_url(url: str) -> str:
+    """Pick the async driver for a `sqlite:///…` or `postgresql://…` URL.
+
+    An explicit driver suffix is kept; `postgres://` (Heroku style) is accepted.
+    """
+    if url.startswith("postgres://"):
+        url = "postgresql://" + url[len("postgres://") :]
+    try:
+        parsed = make_url(url)
+    except Exception as exc:
+        raise DatabaseURLError(f"LLMRELAY_DATABASE_URL is not a database URL: {exc}") from exc
+    backend = parsed.get_backend_name()
+    if backend not in _ASYNC_DRIVERS:
+        raise DatabaseURLError(
+            f"LLMRELAY_DATABASE_URL: unsupported database {backend!r} "
+            "(use sqlite:///path.db or postgresql://user@host:port/db)"
+        )
+    if "+" not in parsed.drivername:
+        parsed = parsed.set(drivername=_ASYNC_DRIVERS[backend])
+    return parsed.render_as_string(hide_password=False)
+
+
+def is_sqlite(url: str) -> bool:
+    return async_url(url).startswith("sqlite")
+
+
+def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
+    """An engine with the pragmas SQLite needs to serve concurrent readers and one writer."""
+    full = async_url(url)
+    if full.startswith("sqlite"):
+        engine = create_async_engine(full, connect_args={"timeout": 30}, **kwargs)
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        return engine
+    kwargs.setdefault("pool_size", 10)
+    kwargs.setdefault("max_overflow", 10)
+    kwargs.setdefault("pool_pre_ping", True)
+    return create_async_engine(full, **kwargs)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
+
+
+def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    return async_sessionmaker(engine, expire_on_commit=False)

@@ -1,0 +1,216 @@
+"""The database schema. Every change here needs an Alembic revision in migrations/versions."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from llmrelay.store.types import BigIntPK, JSONDoc, UTCDateTime, utcnow
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+DEFAULT_TENANT_SLUG = "default"
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {datetime: UTCDateTime, dict[str, Any]: JSONDoc}
+
+
+class Timestamped:
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class Tenant(Timestamped, Base):
+    __tablename__ = "tenants"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    slug: Mapped[str] = mapped_column(String(64), unique=True)
+    name: Mapped[str] = mapped_column(String(200))
+
+
+class Project(Timestamped, Base):
+    __tablename__ = "projects"
+    __table_args__ = (UniqueConstraint("tenant_id", "name"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(200))
+    #: Virtual model names the project may use; None = every model.
+    allowed_models: Mapped[list[str] | None] = mapped_column(JSONDoc, nullable=True)
+    rpm: Mapped[int | None]
+    tpm: Mapped[int | None]
+    concurrency: Mapped[int | None]
+    monthly_budget_micros: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class ApiKey(Timestamped, Base):
+    __tablename__ = "api_keys"
+    __table_args__ = (UniqueConstraint("project_id", "name"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    project_id: Mapped[str] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), index=True
+    )
+    name: Mapped[str] = mapped_column(String(200))
+    #: SHA-256 hex digest of the whole key; the key itself is never stored.
+    digest: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    last_four: Mapped[str] = mapped_column(String(4))
+    status: Mapped[str] = mapped_column(String(16), default="active")
+    expires_at: Mapped[datetime | None]
+    allowed_models: Mapped[list[str] | None] = mapped_column(JSONDoc, nullable=True)
+    ip_allowlist: Mapped[list[str]] = mapped_column(JSONDoc, default=list)
+    rpm: Mapped[int | None]
+    tpm: Mapped[int | None]
+    concurrency: Mapped[int | None]
+    monthly_budget_micros: Mapped[int | None] = mapped_column(BigInteger)
+    #: Who owns the row: "config" (declarative file), "generated", "demo" or "api".
+    source: Mapped[str] = mapped_column(String(16), default="config")
+    last_used_at: Mapped[datetime | None]
+
+
+class Provider(Timestamped, Base):
+    __tablename__ = "providers"
+    __table_args__ = (UniqueConstraint("tenant_id", "slug"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    slug: Mapped[str] = mapped_column(String(64))
+    type: Mapped[str] = mapped_column(String(32))
+    base_url: Mapped[str | None] = mapped_column(String(500))
+    #: AES-GCM sealed JSON {"api_key": ..., "headers": {...}}; see store/crypto.py.
+    credentials_sealed: Mapped[str | None] = mapped_column(Text)
+    credentials_key_id: Mapped[str | None] = mapped_column(String(16))
+    api_key_last_four: Mapped[str | None] = mapped_column(String(4))
+    timeout_s: Mapped[float | None] = mapped_column(Float)
+    connect_timeout_s: Mapped[float | None] = mapped_column(Float)
+    first_token_timeout_s: Mapped[float | None] = mapped_column(Float)
+    stream_idle_timeout_s: Mapped[float | None] = mapped_column(Float)
+    api_version: Mapped[str | None] = mapped_column(String(32))
+
+
+class VirtualModel(Timestamped, Base):
+    __tablename__ = "virtual_models"
+    __table_args__ = (UniqueConstraint("tenant_id", "name"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(200))
+    strategy: Mapped[str] = mapped_column(String(32), default="priority")
+    retry_attempts: Mapped[int] = mapped_column(Integer, default=1)
+    retry_backoff_ms: Mapped[int] = mapped_column(Integer, default=200)
+    deadline_s: Mapped[float] = mapped_column(Float, default=300.0)
+    fallbacks: Mapped[list[str]] = mapped_column(JSONDoc, default=list)
+    context_fallbacks: Mapped[list[str]] = mapped_column(JSONDoc, default=list)
+    embedding: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class Route(Timestamped, Base):
+    __tablename__ = "routes"
+    __table_args__ = (UniqueConstraint("model_id", "provider_id", "upstream_model"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    model_id: Mapped[str] = mapped_column(
+        ForeignKey("virtual_models.id", ondelete="CASCADE"), index=True
+    )
+    provider_id: Mapped[str] = mapped_column(
+        ForeignKey("providers.id", ondelete="CASCADE"), index=True
+    )
+    upstream_model: Mapped[str] = mapped_column(String(200))
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    weight: Mapped[float] = mapped_column(Float, default=1.0)
+    tag: Mapped[str | None] = mapped_column(String(64))
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: Order in the declaring list; strategy "fixed" follows it.
+    position: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class PriceVersion(Base):
+    """A model's prices from a moment on; never updated, superseded by a newer row."""
+
+    __tablename__ = "price_versions"
+    __table_args__ = (Index(None, "model_id", "effective_from"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    model_id: Mapped[str] = mapped_column(ForeignKey("virtual_models.id", ondelete="CASCADE"))
+    effective_from: Mapped[datetime]
+    #: Integer micro-USD per million tokens, by bucket; None = not priced.
+    input_micros_per_mtok: Mapped[int | None] = mapped_column(BigInteger)
+    output_micros_per_mtok: Mapped[int | None] = mapped_column(BigInteger)
+    cached_input_micros_per_mtok: Mapped[int | None] = mapped_column(BigInteger)
+    cache_write_micros_per_mtok: Mapped[int | None] = mapped_column(BigInteger)
+    source: Mapped[str] = mapped_column(String(16), default="config")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class GatewaySetting(Base):
+    """Gateway-wide settings from the declarative config (for example `routing`)."""
+
+    __tablename__ = "gateway_settings"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[dict[str, Any]]
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class ConfigGeneration(Base):
+    """One row whose counter moves whenever configuration changes; replicas poll it."""
+
+    __tablename__ = "config_generation"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    generation: Mapped[int] = mapped_column(BigInteger, default=0)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class RequestRecord(Base):
+    """One row per data-plane request, written in batches off the request path."""
+
+    __tablename__ = "request_records"
+    __table_args__ = (Index(None, "project_id", "created_at"),)
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    request_id: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(index=True)
+    tenant_id: Mapped[str | None] = mapped_column(String(32))
+    project_id: Mapped[str | None] = mapped_column(String(32))
+    key_id: Mapped[str | None] = mapped_column(String(32))
+    endpoint: Mapped[str] = mapped_column(String(64))
+    virtual_model: Mapped[str | None] = mapped_column(String(200))
+    provider: Mapped[str | None] = mapped_column(String(64))
+    upstream_model: Mapped[str | None] = mapped_column(String(200))
+    stream: Mapped[bool] = mapped_column(Boolean, default=False)
+    status_code: Mapped[int] = mapped_column(Integer)
+    error_code: Mapped[str | None] = mapped_column(String(64))
+    latency_ms: Mapped[float] = mapped_column(Float)
+    ttfb_ms: Mapped[float | None] = mapped_column(Float)
+    prompt_tokens: Mapped[int | None]
+    completion_tokens: Mapped[int | None]
