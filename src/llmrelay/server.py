@@ -4,12 +4,23 @@ requests and streams finish up to LLMRELAY_DRAIN_TIMEOUT_S, flush records, exit 
 
 from __future__ import annotations
 
+import signal
+from types import FrameType
+
 import uvicorn
 
 from llmrelay.settings import Settings
 
 
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    """Uvicorn already shut down gracefully; nothing left to do for the signal."""
+
+
 def run_server(settings: Settings, *, host: str, port: int, workers: int) -> None:
+    # uvicorn handles SIGTERM/SIGINT while serving, then re-raises the signal under the
+    # handler that was installed before it started. A no-op handler there turns the
+    # finished graceful shutdown into a normal exit with status 0.
+    signal.signal(signal.SIGTERM, _ignore)
     uvicorn.run(
         "llmrelay.app:app_from_env",
         factory=True,

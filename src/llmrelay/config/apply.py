@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from llmrelay import apikeys
-from llmrelay.config.loader import ConfigError, cross_check
+from llmrelay.config.loader import ConfigError, check_references
 from llmrelay.config.schema import (
     GatewayConfig,
     KeyConfig,
@@ -92,7 +92,7 @@ async def apply_config(
             select(VirtualModel).where(VirtualModel.tenant_id == tenant.id)
         )
     }
-    problems = list(cross_check(config, frozenset(providers), frozenset(models)))
+    problems = list(check_references(config, frozenset(providers), frozenset(models)))
     if problems:
         raise ConfigError(source, problems)
 

@@ -103,7 +103,7 @@ def parse_config(text: str, source: str, env: Mapping[str, str]) -> GatewayConfi
         config = GatewayConfig.model_validate(expanded)
     except ValidationError as exc:
         raise ConfigError(source, _pydantic_problems(exc)) from None
-    problems = list(cross_check(config))
+    problems = list(check_uniqueness(config))
     if problems:
         raise ConfigError(source, problems)
     return config
@@ -138,19 +138,35 @@ def _duplicates(names: Iterable[str]) -> dict[str, list[int]]:
     return {name: idx for name, idx in seen.items() if len(idx) > 1}
 
 
-def cross_check(
-    config: GatewayConfig,
-    known_providers: frozenset[str] = frozenset(),
-    known_models: frozenset[str] = frozenset(),
-) -> Iterable[Problem]:
-    """References and uniqueness inside the file; `known_*` are names already stored."""
+def check_uniqueness(config: GatewayConfig) -> Iterable[Problem]:
+    """Names that must be unique inside the file (and keys given twice)."""
     for name, idx in _duplicates(p.slug for p in config.providers).items():
         yield Problem(f"providers[{idx[1]}].slug", f"duplicate provider slug {name!r}")
     for name, idx in _duplicates(m.name for m in config.models).items():
         yield Problem(f"models[{idx[1]}].name", f"duplicate model name {name!r}")
     for name, idx in _duplicates(p.name for p in config.projects).items():
         yield Problem(f"projects[{idx[1]}].name", f"duplicate project name {name!r}")
+    key_values: dict[str, str] = {}
+    for pi, project in enumerate(config.projects):
+        for name, idx in _duplicates(k.name for k in project.keys).items():
+            yield Problem(f"projects[{pi}].keys[{idx[1]}].name", f"duplicate key name {name!r}")
+        for ki, key in enumerate(project.keys):
+            where = f"projects[{pi}].keys[{ki}]"
+            if key.key is None:
+                continue
+            if key.key in key_values:
+                yield Problem(
+                    f"{where}.key", f"the same key is also given at {key_values[key.key]}"
+                )
+            key_values[key.key] = where
 
+
+def check_references(
+    config: GatewayConfig,
+    known_providers: frozenset[str] = frozenset(),
+    known_models: frozenset[str] = frozenset(),
+) -> Iterable[Problem]:
+    """Every provider and model the file names exists in the file or is already stored."""
     providers = known_providers | {p.slug for p in config.providers}
     models = known_models | {m.name for m in config.models}
     for mi, model in enumerate(config.models):
@@ -163,21 +179,10 @@ def cross_check(
             for fi, target in enumerate(getattr(model, field)):
                 if target not in models:
                     yield Problem(f"models[{mi}].{field}[{fi}]", f"unknown model {target!r}")
-
-    key_values: dict[str, str] = {}
     for pi, project in enumerate(config.projects):
         yield from _unknown_models(f"projects[{pi}].models", project.models, models)
-        for name, idx in _duplicates(k.name for k in project.keys).items():
-            yield Problem(f"projects[{pi}].keys[{idx[1]}].name", f"duplicate key name {name!r}")
         for ki, key in enumerate(project.keys):
-            where = f"projects[{pi}].keys[{ki}]"
-            yield from _unknown_models(f"{where}.models", key.models, models)
-            if key.key is not None:
-                if key.key in key_values:
-                    yield Problem(
-                        f"{where}.key", f"the same key is also given at {key_values[key.key]}"
-                    )
-                key_values[key.key] = where
+            yield from _unknown_models(f"projects[{pi}].keys[{ki}].models", key.models, models)
 
 
 def _unknown_models(

@@ -100,6 +100,7 @@ class DataPlane:
             headers.append((b"x-llmrelay-model", model.name.encode()))
             routes = candidates(model, pinned)
             forwarded = forwardable(scope["headers"])
+            forwarded["x-request-id"] = context.request_id  # correlates provider-side logs
             if operation is Operation.CHAT and payload.get("stream") is True:
                 record.stream = streaming = True
                 relay = await self._open_stream(

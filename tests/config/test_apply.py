@@ -1,0 +1,136 @@
+"""Applying a config is an idempotent upsert that stores keys only as digests."""
+
+from typing import Any
+
+import pytest
+from sqlalchemy import select, text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from llmrelay import apikeys
+from llmrelay.config.apply import ApplyResult, apply_config
+from llmrelay.config.loader import ConfigError, parse_config
+from llmrelay.store.crypto import Sealer
+from llmrelay.store.db import session_factory
+from llmrelay.store.models import ApiKey, Base, PriceVersion, Provider, Route
+from tests.config.test_loader import ENV, GOOD
+
+SEALER = Sealer("test-secret-key-for-apply-tests-0123456789")
+
+
+async def _apply(engine: AsyncEngine, yaml_text: str, env: dict[str, str] = ENV) -> ApplyResult:
+    config = parse_config(yaml_text, "gw.yaml", env)
+    async with session_factory(engine).begin() as session:
+        return await apply_config(session, config, SEALER, source="gw.yaml")
+
+
+async def _dump(engine: AsyncEngine) -> dict[str, list[tuple[Any, ...]]]:
+    out = {}
+    async with engine.connect() as conn:
+        for table in Base.metadata.sorted_tables:
+            rows = await conn.execute(text(f"SELECT * FROM {table.name}"))
+            out[table.name] = sorted((tuple(r) for r in rows), key=repr)
+    return out
+
+
+async def test_first_apply_creates_everything(engine: AsyncEngine) -> None:
+    result = await _apply(engine, GOOD)
+    assert result.changed
+    assert "created provider openai-main" in result.changes
+    assert "created key acme/ci" in result.changes
+    assert result.generated_keys == []
+    assert result.generation == 1
+    async with session_factory(engine)() as session:
+        key = await session.scalar(select(ApiKey).where(ApiKey.name == "ci"))
+        assert key is not None
+        assert key.digest == apikeys.digest(ENV["ACME_CI_KEY"])
+        assert (key.prefix, key.last_four) == ("acme-ci-ke", "cdef")
+        assert key.ip_allowlist == ["127.0.0.0/8", "::1/128"]
+        routes = (await session.scalars(select(Route).order_by(Route.position))).all()
+        assert [(r.upstream_model, r.priority, r.weight) for r in routes][:1] == [
+            ("gpt-4o-mini", 0, 2.0)
+        ]
+        price = await session.scalar(select(PriceVersion))
+        assert price is not None
+        assert (price.input_micros_per_mtok, price.output_micros_per_mtok) == (150_000, 600_000)
+        assert price.cached_input_micros_per_mtok == 75_000
+
+
+async def test_secrets_are_never_stored_in_plain_text(engine: AsyncEngine) -> None:
+    await _apply(engine, GOOD)
+    everything = repr(await _dump(engine))
+    assert ENV["ACME_CI_KEY"] not in everything
+    assert ENV["OPENAI_API_KEY"] not in everything
+    async with session_factory(engine)() as session:
+        provider = await session.scalar(select(Provider).where(Provider.slug == "openai-main"))
+        assert provider is not None and provider.credentials_sealed is not None
+        assert SEALER.open(provider.credentials_sealed, context=provider.id) == (
+            b'{"api_key":"sk-test-provider","headers":{}}'
+        )
+        assert provider.api_key_last_four == "ider"
+
+
+async def test_applying_twice_changes_nothing(engine: AsyncEngine) -> None:
+    await _apply(engine, GOOD)
+    before = await _dump(engine)
+    again = await _apply(engine, GOOD)
+    assert again.changes == []
+    assert again.generation == 1
+    assert await _dump(engine) == before
+
+
+async def test_a_change_is_applied_reported_and_moves_the_generation(engine: AsyncEngine) -> None:
+    await _apply(engine, GOOD)
+    changed = (
+        GOOD.replace("attempts: 2", "attempts: 3")
+        .replace("{provider: local, upstream_model: llama, priority: 1}", "")
+        .replace("      - \n", "")
+    )
+    result = await _apply(engine, changed.replace("input_per_mtok: 0.15", "input_per_mtok: 0.2"))
+    assert "updated model chat-fast (pricing, retry_attempts, routes)" in result.changes
+    assert result.generation == 2
+    async with session_factory(engine)() as session:
+        assert len((await session.scalars(select(PriceVersion))).all()) == 2
+        routes = (await session.scalars(select(Route))).all()
+        assert sorted(r.upstream_model for r in routes) == [
+            "gpt-4o-mini",
+            "llama",
+        ]  # backup keeps its
+
+
+async def test_credentials_change_is_detected(engine: AsyncEngine) -> None:
+    await _apply(engine, GOOD)
+    result = await _apply(engine, GOOD, {**ENV, "OPENAI_API_KEY": "sk-rotated-value"})
+    assert result.changes == ["updated provider openai-main (credentials)"]
+
+
+async def test_a_key_without_value_is_generated_once_and_printed_once(engine: AsyncEngine) -> None:
+    yaml_text = GOOD.replace("        key: ${ACME_CI_KEY}\n", "")
+    first = await _apply(engine, yaml_text)
+    assert len(first.generated_keys) == 1
+    generated = first.generated_keys[0]
+    assert (generated.project, generated.name) == ("acme", "ci")
+    second = await _apply(engine, yaml_text)
+    assert second.generated_keys == [] and second.changes == []
+    async with session_factory(engine)() as session:
+        key = await session.scalar(select(ApiKey))
+        assert key is not None and key.digest == apikeys.digest(generated.key)
+        assert key.source == "generated"
+
+
+async def test_routes_to_a_provider_stored_earlier_are_accepted(engine: AsyncEngine) -> None:
+    await _apply(engine, GOOD)
+    later = """
+models:
+  - name: extra
+    routes: [{provider: local, upstream_model: other}]
+"""
+    result = await _apply(engine, later)
+    assert result.changes == ["created model extra"]
+
+
+async def test_unknown_provider_against_the_database_is_an_error(engine: AsyncEngine) -> None:
+    bad = "models:\n  - name: m\n    routes: [{provider: ghost, upstream_model: x}]\n"
+    with pytest.raises(ConfigError) as caught:
+        await _apply(engine, bad)
+    assert str(caught.value) == "gw.yaml: models[0].routes[0].provider: unknown provider 'ghost'"
+    assert (await _dump(engine))["virtual_models"] == []

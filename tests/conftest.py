@@ -1,0 +1,76 @@
+"""Shared fixtures: databases on both SQLite and PostgreSQL, and the services notice."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from llmrelay.store import migrate
+from llmrelay.store.db import create_engine
+from tests.support.databases import postgres_database, sqlite_url
+from tests.support.services import (
+    REQUIRE_SERVICES,
+    postgres_available,
+    redis_available,
+    skipped_services,
+)
+
+
+def need_postgres() -> None:
+    if postgres_available():
+        return
+    if REQUIRE_SERVICES:
+        pytest.fail(
+            "PostgreSQL at 127.0.0.1:5432 is unreachable (LLMRELAY_TEST_REQUIRE_SERVICES=1)"
+        )
+    skipped_services.add("PostgreSQL (127.0.0.1:5432)")
+    pytest.skip("PostgreSQL at 127.0.0.1:5432 is unreachable")
+
+
+def need_redis() -> None:
+    if redis_available():
+        return
+    if REQUIRE_SERVICES:
+        pytest.fail("Redis at 127.0.0.1:6379 is unreachable (LLMRELAY_TEST_REQUIRE_SERVICES=1)")
+    skipped_services.add("Redis (127.0.0.1:6379)")
+    pytest.skip("Redis at 127.0.0.1:6379 is unreachable")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """An empty database on each backend (PostgreSQL: a new database per test)."""
+    if request.param == "sqlite":
+        yield sqlite_url(tmp_path)
+        return
+    need_postgres()
+    async with postgres_database() as url:
+        yield url
+
+
+@pytest.fixture
+async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
+    """A migrated database on each backend."""
+    engine = create_engine(database_url)
+    await migrate.upgrade(engine)
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not skipped_services:
+        return
+    names = ", ".join(sorted(skipped_services))
+    bar = "!" * 78
+    terminalreporter.write_line(bar, red=True, bold=True)
+    terminalreporter.write_line(f"SKIPPED tests that need: {names}", red=True, bold=True)
+    terminalreporter.write_line(
+        "Start them (see README, 'Running the tests') or run .ci/run, which starts them and "
+        "sets LLMRELAY_TEST_REQUIRE_SERVICES=1 so such tests fail instead of skipping.",
+        red=True,
+    )
+    terminalreporter.write_line(bar, red=True, bold=True)

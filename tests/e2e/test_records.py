@@ -1,0 +1,115 @@
+"""Every request leaves one record, written off the request path."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from typing import Any
+
+import httpx
+
+from tests.e2e.conftest import KEY
+from tests.support.gateway_process import GatewayProcess
+
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
+def _records(
+    gateway: GatewayProcess, ids: list[str], timeout_s: float = 5
+) -> dict[str, dict[str, Any]]:
+    path = gateway.database_url.removeprefix("sqlite:///")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with sqlite3.connect(path) as conn:
+            conn.row_factory = sqlite3.Row
+            marks = ",".join("?" * len(ids))
+            rows = conn.execute(
+                f"SELECT * FROM request_records WHERE request_id IN ({marks})", ids
+            ).fetchall()
+        found = {row["request_id"]: dict(row) for row in rows}
+        if len(found) == len(ids) or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
+
+
+def _send(
+    gateway: GatewayProcess, request_id: str, body: dict[str, Any], key: str = KEY
+) -> httpx.Response:
+    return httpx.post(
+        f"{gateway.base_url}/chat/completions",
+        headers={"Authorization": f"Bearer {key}", "X-Request-ID": request_id},
+        json=body,
+        timeout=10,
+    )
+
+
+def test_success_stream_and_errors_are_recorded(gateway: GatewayProcess) -> None:
+    hi = [{"role": "user", "content": "alpha beta gamma"}]
+    assert _send(gateway, "rec-ok", {"model": "chat", "messages": hi}).status_code == 200
+    assert (
+        _send(
+            gateway,
+            "rec-stream",
+            {
+                "model": "chat",
+                "messages": hi,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            },
+        ).status_code
+        == 200
+    )
+    assert (
+        _send(
+            gateway, "rec-401", {"model": "chat", "messages": hi}, key="nope-nope-nope-nope-1"
+        ).status_code
+        == 401
+    )
+    assert _send(gateway, "rec-502", {"model": "failing", "messages": hi}).status_code == 502
+    assert (
+        _send(gateway, "rec-cut", {"model": "drop", "messages": hi, "stream": True}).status_code
+        == 200
+    )
+
+    rows = _records(gateway, ["rec-ok", "rec-stream", "rec-401", "rec-502", "rec-cut"])
+    ok = rows["rec-ok"]
+    assert (ok["endpoint"], ok["virtual_model"], ok["provider"], ok["upstream_model"]) == (
+        "chat.completions",
+        "chat",
+        "up",
+        "echo",
+    )
+    assert (ok["status_code"], ok["stream"], ok["prompt_tokens"], ok["completion_tokens"]) == (
+        200,
+        0,
+        3,
+        3,
+    )
+    assert ok["project_id"] and ok["key_id"] and ok["tenant_id"]
+    assert ok["latency_ms"] > 0 and 0 < ok["ttfb_ms"] <= ok["latency_ms"]
+
+    stream = rows["rec-stream"]
+    assert (stream["stream"], stream["status_code"], stream["completion_tokens"]) == (1, 200, 3)
+
+    unauthorised = rows["rec-401"]
+    assert (unauthorised["status_code"], unauthorised["error_code"], unauthorised["key_id"]) == (
+        401,
+        "invalid_api_key",
+        None,
+    )
+    assert (rows["rec-502"]["status_code"], rows["rec-502"]["error_code"]) == (
+        502,
+        "upstream_error",
+    )
+    assert (rows["rec-cut"]["status_code"], rows["rec-cut"]["error_code"]) == (
+        502,
+        "stream_interrupted",
+    )
+
+
+def test_a_repeated_request_id_is_recorded_once(gateway: GatewayProcess) -> None:
+    hi = [{"role": "user", "content": "x"}]
+    for _ in range(3):
+        assert _send(gateway, "rec-dup", {"model": "chat", "messages": hi}).status_code == 200
+    rows = _records(gateway, ["rec-dup"])
+    assert len(rows) == 1

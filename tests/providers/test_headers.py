@@ -1,0 +1,35 @@
+from llmrelay.providers.headers import forwardable
+
+
+def _raw(pairs: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    return [(k.lower().encode(), v.encode()) for k, v in pairs]
+
+
+def test_credentials_cookies_and_hop_by_hop_headers_stay_behind() -> None:
+    headers = _raw(
+        [
+            ("Authorization", "Bearer client-key"),
+            ("X-Api-Key", "client-key"),
+            ("Cookie", "session=1"),
+            ("Connection", "keep-alive, X-Custom-Hop"),
+            ("X-Custom-Hop", "1"),
+            ("Keep-Alive", "timeout=5"),
+            ("Transfer-Encoding", "chunked"),
+            ("TE", "trailers"),
+            ("Upgrade", "h2c"),
+            ("Host", "gateway"),
+            ("Content-Length", "10"),
+            ("X-Forwarded-For", "1.2.3.4"),
+            ("X-LLMRelay-Route-Tag", "a"),
+            ("OpenAI-Organization", "org-client"),
+            ("X-Request-ID", "abc"),
+            ("User-Agent", "OpenAI/Python 1.0"),
+            ("X-Stainless-Lang", "python"),
+            ("Accept", "application/json"),
+        ]
+    )
+    assert forwardable(headers) == {
+        "user-agent": "OpenAI/Python 1.0",
+        "x-stainless-lang": "python",
+        "accept": "application/json",
+    }

@@ -1,0 +1,81 @@
+"""The snapshot is built from the database, frozen, and replaced only by a good build."""
+
+import dataclasses
+
+import pytest
+from sqlalchemy import update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from llmrelay import apikeys
+from llmrelay.snapshot.holder import SnapshotHolder
+from llmrelay.store.bootstrap import bump_generation
+from llmrelay.store.crypto import Sealer
+from llmrelay.store.db import session_factory
+from llmrelay.store.models import Provider
+from tests.config.test_apply import SEALER, _apply
+from tests.config.test_loader import ENV, GOOD
+
+
+async def _holder(engine: AsyncEngine, sealer: Sealer = SEALER) -> SnapshotHolder:
+    holder = SnapshotHolder(session_factory(engine), sealer)
+    await holder.load()
+    return holder
+
+
+async def test_snapshot_holds_keys_models_and_decrypted_providers(engine: AsyncEngine) -> None:
+    await _apply(engine, GOOD)
+    snapshot = (await _holder(engine)).current
+    key = snapshot.keys_by_digest[apikeys.digest(ENV["ACME_CI_KEY"])]
+    assert key.name == "ci" and key.project.name == "acme"
+    assert key.allowed_models == frozenset({"chat-fast"})
+    assert key.allows_model("chat-fast") and not key.allows_model("chat-backup")
+    assert [str(n) for n in key.ip_allowlist] == ["127.0.0.0/8", "::1/128"]
+    assert key.project.limits.rpm == 600 and key.project.limits.monthly_budget_micros == 100_000_000
+    model = snapshot.model(key.tenant_id, "chat-fast")
+    assert model is not None
+    assert [r.provider.slug for r in model.routes] == ["openai-main", "local"]
+    assert model.routes[0].provider.api_key == "sk-test-provider"
+    assert model.routes[0].provider.timeout_s == 120
+    assert model.price is not None and model.price.input == 150_000
+    assert snapshot.breaker.failures == 3
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        model.name = "other"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        snapshot.keys_by_digest["x"] = key  # type: ignore[index]
+
+
+async def test_key_allowlist_is_intersected_with_the_project(engine: AsyncEngine) -> None:
+    text = GOOD.replace(
+        "    models: [chat-fast]\n    limits", "    models: [chat-backup]\n    limits"
+    )
+    await _apply(engine, text)
+    snapshot = (await _holder(engine)).current
+    key = snapshot.keys_by_digest[apikeys.digest(ENV["ACME_CI_KEY"])]
+    assert key.allowed_models == frozenset()
+
+
+async def test_refresh_follows_the_generation(engine: AsyncEngine) -> None:
+    await _apply(engine, GOOD)
+    holder = await _holder(engine)
+    first = holder.current
+    assert not await holder.refresh_if_changed()
+    assert holder.current is first
+    await _apply(engine, GOOD.replace("rpm: 600", "rpm: 700"))
+    assert await holder.refresh_if_changed()
+    assert holder.current.generation == first.generation + 1
+    key = holder.current.keys_by_digest[apikeys.digest(ENV["ACME_CI_KEY"])]
+    assert key.project.limits.rpm == 700
+    assert first.keys_by_digest[apikeys.digest(ENV["ACME_CI_KEY"])].project.limits.rpm == 600
+
+
+async def test_a_failed_build_keeps_the_last_good_snapshot(engine: AsyncEngine) -> None:
+    await _apply(engine, GOOD)
+    holder = await _holder(engine)
+    good = holder.current
+    async with session_factory(engine).begin() as session:
+        await session.execute(update(Provider).values(credentials_sealed="v1.badkey.AAAA"))
+        await bump_generation(session)
+    assert not await holder.refresh_if_changed()
+    assert holder.current is good
+    assert holder.failed_builds == 1
+    assert holder.last_error is not None and "CredentialError" in holder.last_error

@@ -1,0 +1,96 @@
+"""Starting `llmrelay serve` as a real process for end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+import httpx
+
+from tests.support.ports import free_port
+
+
+class GatewayProcess:
+    """One `llmrelay serve` on a free port with its own database and log file."""
+
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        config: str | None = None,
+        demo: bool = False,
+        env: dict[str, str] | None = None,
+        database_url: str | None = None,
+    ) -> None:
+        self.folder = folder
+        self.port = free_port()
+        self.database_url = database_url or f"sqlite:///{folder / 'gateway.db'}"
+        self.log_path = folder / f"gateway-{self.port}.log"
+        self.args = [sys.executable, "-m", "llmrelay", "serve", "--port", str(self.port)]
+        if config is not None:
+            config_path = folder / f"config-{self.port}.yaml"
+            config_path.write_text(config)
+            self.args += ["--config", str(config_path)]
+        if demo:
+            self.args.append("--demo")
+        self.env = {
+            **os.environ,
+            "LLMRELAY_DATABASE_URL": self.database_url,
+            "LLMRELAY_SNAPSHOT_POLL_S": "0.5",
+            **(env or {}),
+        }
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/v1"
+
+    def start(self, timeout_s: float = 20.0) -> GatewayProcess:
+        self._log = self.log_path.open("wb")
+        self.process = subprocess.Popen(
+            self.args, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, cwd=self.folder
+        )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                code = self.stop()
+                raise RuntimeError(f"gateway exited with {code}:\n{self.logs()}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1.0).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"gateway not ready within {timeout_s}s:\n{self.logs()}")
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        """SIGTERM, wait for a graceful exit; return the exit code."""
+        if self.process is None:
+            return 0
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        code = self.process.returncode
+        self.process = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        return code

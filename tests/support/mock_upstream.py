@@ -1,0 +1,272 @@
+"""A real HTTP server speaking the OpenAI wire format, with failures on demand.
+
+It runs on loopback in a background thread (its own event loop), so a test can point a
+gateway process at it and then inspect exactly what arrived. The behaviour is chosen by the
+upstream model name the gateway sends (see `_behaviour`):
+
+    echo               echo the last user message (default)
+    status-CODE        answer CODE with an OpenAI error body
+    slow-MS            wait MS milliseconds before answering
+    drop-after-N       stream N content chunks, then cut the connection (no finish reason)
+    stall-after-N      stream N content chunks, then go silent
+    no-done            stream a complete answer but never send [DONE] nor close
+    malformed          stream with one malformed event in the middle
+    redirect           answer 307 to another path (a gateway must not follow it)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from tests.support.ports import free_port
+
+
+@dataclass
+class ReceivedRequest:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+@dataclass
+class MockUpstream:
+    host: str = "127.0.0.1"
+    port: int = field(default_factory=free_port)
+    requests: list[ReceivedRequest] = field(default_factory=list)
+    #: Upstream models whose client (the gateway) went away before the answer was complete.
+    abandoned: list[str] = field(default_factory=list)
+    _loop: asyncio.AbstractEventLoop | None = None
+    _thread: threading.Thread | None = None
+    _runner: web.AppRunner | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    def start(self) -> MockUpstream:
+        ready = threading.Event()
+        self._loop = asyncio.new_event_loop()
+
+        def run() -> None:
+            assert self._loop is not None
+            asyncio.set_event_loop(self._loop)
+            self._loop.run_until_complete(self._start())
+            ready.set()
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name="mock-upstream", daemon=True)
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("mock upstream did not start")
+        return self
+
+    def stop(self) -> None:
+        if self._loop is None:
+            return
+        future = asyncio.run_coroutine_threadsafe(self._stop(), self._loop)
+        future.result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        assert self._thread is not None
+        self._thread.join(10)
+        self._loop.close()
+        self._loop = None
+
+    async def _start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/embeddings", self._embeddings)
+        app.router.add_post("/elsewhere/chat/completions", self._chat)
+        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self.host, self.port).start()
+
+    async def _stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def chat_requests(self) -> list[ReceivedRequest]:
+        return [r for r in self.requests if r.path.endswith("/chat/completions")]
+
+    # -- handlers ----------------------------------------------------------------------------
+
+    async def _receive(self, request: web.Request) -> dict[str, Any]:
+        body: dict[str, Any] = orjson.loads(await request.read())
+        self.requests.append(ReceivedRequest(request.path, dict(request.headers), body))
+        return body
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        body = await self._receive(request)
+        kind, arg = _behaviour(str(body.get("model", "")))
+        if kind == "status":
+            return _error(arg)
+        if kind == "redirect":
+            raise web.HTTPTemporaryRedirect("/elsewhere/chat/completions")
+        if kind == "slow" and not await _wait_unless_gone(request, arg / 1000):
+            self.abandoned.append(str(body.get("model")))
+            return web.Response(status=499)
+        reply = _last_user_text(body.get("messages", []))
+        if not body.get("stream"):
+            return web.json_response(_completion(body, reply), dumps=_dumps)
+        return await self._stream(request, body, reply, kind, arg)
+
+    async def _stream(
+        self, request: web.Request, body: dict[str, Any], reply: str, kind: str, arg: int
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        model = body.get("model")
+        words = reply.split(" ") if reply else []
+        await response.write(_event(_chunk(model, {"role": "assistant", "content": ""})))
+        for i, word in enumerate(words):
+            if kind in ("drop", "stall") and i == arg:
+                if kind == "drop":
+                    assert request.transport is not None
+                    request.transport.abort()
+                    return response
+                await _wait_unless_gone(request, 3600)
+                self.abandoned.append(str(model))
+                return response
+            if kind == "malformed" and i == 1:
+                await response.write(b"data: {not json\n\n")
+            piece = word + (" " if i < len(words) - 1 else "")
+            await response.write(_event(_chunk(model, {"content": piece})))
+            await asyncio.sleep(0.01)
+        await response.write(_event(_chunk(model, {}, "stop")))
+        options = body.get("stream_options") or {}
+        if options.get("include_usage"):
+            await response.write(
+                _event({**_chunk(model, {}), "choices": [], "usage": _usage(body, reply)})
+            )
+        if kind == "no-done":
+            await _wait_unless_gone(request, 3600)
+            self.abandoned.append(str(model))
+            return response
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    async def _embeddings(self, request: web.Request) -> web.Response:
+        body = await self._receive(request)
+        kind, arg = _behaviour(str(body.get("model", "")))
+        if kind == "status":
+            return _error(arg)
+        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        as_base64 = body.get("encoding_format") == "base64"
+        data = []
+        for i, text in enumerate(inputs):
+            vector = [float(len(str(text))), 0.5, -0.25]
+            encoded: Any = (
+                base64.b64encode(struct.pack("<3f", *vector)).decode() if as_base64 else vector
+            )
+            data.append({"object": "embedding", "index": i, "embedding": encoded})
+        return web.json_response(
+            {
+                "object": "list",
+                "data": data,
+                "model": body.get("model"),
+                "usage": {"prompt_tokens": len(inputs), "total_tokens": len(inputs)},
+            },
+            dumps=_dumps,
+        )
+
+
+async def _wait_unless_gone(request: web.Request, seconds: float) -> bool:
+    """Sleep up to `seconds`; False as soon as the client's connection is gone."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        transport = request.transport
+        if transport is None or transport.is_closing():
+            return False
+        await asyncio.sleep(0.02)
+    return True
+
+
+def _dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def _behaviour(model: str) -> tuple[str, int]:
+    for prefix, kind in (
+        ("status-", "status"),
+        ("slow-", "slow"),
+        ("drop-after-", "drop"),
+        ("stall-after-", "stall"),
+    ):
+        if model.startswith(prefix):
+            return kind, int(model[len(prefix) :])
+    if model in ("no-done", "malformed", "redirect"):
+        return model, 0
+    return "echo", 0
+
+
+def _last_user_text(messages: list[dict[str, Any]]) -> str:
+    for message in reversed(messages):
+        if message.get("role") == "user" and isinstance(message.get("content"), str):
+            return str(message["content"])
+    return ""
+
+
+def _usage(body: dict[str, Any], reply: str) -> dict[str, int]:
+    prompt = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
+    completion = len(reply.split())
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def _completion(body: dict[str, Any], reply: str) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-upstream",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.get("model"),
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": reply},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": _usage(body, reply),
+    }
+
+
+def _chunk(model: Any, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-upstream",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+
+
+def _event(payload: dict[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+def _error(status: int) -> web.Response:
+    code = "context_length_exceeded" if status == 400 else None
+    return web.json_response(
+        {
+            "error": {
+                "message": f"upstream says {status} (secret sk-upstream-abcdef123456)",
+                "type": "upstream_test",
+                "code": code,
+                "param": None,
+            }
+        },
+        status=status,
+        dumps=_dumps,
+    )

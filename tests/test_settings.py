@@ -1,0 +1,62 @@
+import ipaddress
+from pathlib import Path
+
+import pytest
+
+from llmrelay.settings import Environment, Settings, SettingsError, resolve_secret_key
+
+
+def test_defaults_follow_the_contract() -> None:
+    settings = Settings()
+    assert settings.database_url == "sqlite:///./llmrelay.db"
+    assert settings.max_body_bytes == 16 * 1024 * 1024
+    assert settings.trusted_proxies == ()
+    assert settings.limits_on_redis_failure.value == "fail_open"
+    assert settings.env is Environment.DEVELOPMENT
+
+
+def test_environment_variables_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLMRELAY_MAX_BODY_BYTES", "1024")
+    monkeypatch.setenv("LLMRELAY_TRUSTED_PROXIES", "10.0.0.0/8, 192.168.1.1")
+    monkeypatch.setenv("LLMRELAY_LIMITS_ON_REDIS_FAILURE", "fail_closed")
+    settings = Settings()
+    assert settings.max_body_bytes == 1024
+    assert settings.trusted_proxies == (
+        ipaddress.ip_network("10.0.0.0/8"),
+        ipaddress.ip_network("192.168.1.1/32"),
+    )
+    assert settings.limits_on_redis_failure.value == "fail_closed"
+
+
+def test_bad_proxy_cidr_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLMRELAY_TRUSTED_PROXIES", "10.0.0.0/33")
+    with pytest.raises(ValueError, match="LLMRELAY_TRUSTED_PROXIES"):
+        Settings()
+
+
+def test_production_refuses_missing_short_or_placeholder_secret() -> None:
+    with pytest.raises(SettingsError, match="LLMRELAY_SECRET_KEY is required"):
+        Settings(env=Environment.PRODUCTION).check_production()
+    with pytest.raises(SettingsError, match="at least 32 bytes"):
+        Settings(env=Environment.PRODUCTION, secret_key="short").check_production()
+    with pytest.raises(SettingsError, match="placeholder"):
+        Settings(env=Environment.PRODUCTION, secret_key="change-me-" * 5).check_production()
+    Settings(
+        env=Environment.PRODUCTION, secret_key="q8Vn3kLw9zR2tY6uP1sX4cB7mN0aJ5hG"
+    ).check_production()
+
+
+def test_development_secret_is_generated_once_beside_the_sqlite_file(tmp_path: Path) -> None:
+    settings = Settings(database_url=f"sqlite:///{tmp_path}/gw.db")
+    first = resolve_secret_key(settings)
+    second = resolve_secret_key(settings)
+    assert first == second
+    key_file = tmp_path / "gw.db.secret-key"
+    assert key_file.read_text().strip() == first
+    assert key_file.stat().st_mode & 0o777 == 0o600
+
+
+def test_explicit_secret_wins(tmp_path: Path) -> None:
+    settings = Settings(database_url=f"sqlite:///{tmp_path}/gw.db", secret_key="x" * 40)
+    assert resolve_secret_key(settings) == "x" * 40
+    assert not (tmp_path / "gw.db.secret-key").exists()
