@@ -30,6 +30,7 @@ def run_server(settings: Settings, *, host: str, port: int, workers: int) -> Non
         loop="uvloop",
         http="httptools",
         lifespan="on",
+        proxy_headers=False,  # X-Forwarded-For is judged by LLMRELAY_TRUSTED_PROXIES only
         access_log=False,
         log_level=settings.log_level.lower(),
         timeout_graceful_shutdown=int(settings.drain_timeout_s),
