@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+import structlog
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -14,9 +15,11 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
+from llmrelay.gateway.asgi import send_json
 from llmrelay.gateway.endpoints import DataPlane, Runtime
+from llmrelay.gateway.endpoints import Handler as DataHandler
 from llmrelay.gateway.errors import GatewayError, NotFound
-from llmrelay.gateway.ingress import IngressMiddleware, RequestContext
+from llmrelay.gateway.ingress import IngressMiddleware, RequestContext, begin, refuse_too_large
 from llmrelay.gateway.recorder import Recorder
 from llmrelay.observability.health import Health
 from llmrelay.observability.logging import configure_logging
@@ -31,6 +34,7 @@ from llmrelay.store.crypto import Sealer
 from llmrelay.store.db import create_engine, session_factory
 
 Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
+log = structlog.get_logger(__name__)
 
 
 class SchemaOutOfDate(RuntimeError):
@@ -49,14 +53,65 @@ class _Endpoint:
         await self._handler(scope, receive, send)
 
 
-def create_app(settings: Settings) -> Starlette:
+class _Refused:
+    """Stands in for a data-plane route in Starlette's table, so a wrong method there gets
+    Starlette's 405; the right method never reaches it (GatewayApp dispatches it first)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raise HTTPException(404)
+
+
+class GatewayApp:
+    """The ASGI entry point. Data-plane routes are dispatched from a dict, with ingress done
+    inline (request id, client IP, body cap): no middleware stack, no route matching by
+    pattern. Everything else (health, metrics, lifespan, later the admin API and console)
+    goes to the Starlette app."""
+
+    def __init__(
+        self,
+        handlers: dict[tuple[str, str], DataHandler],
+        fallback: Starlette,
+        settings: Settings,
+    ) -> None:
+        self._handlers = handlers
+        self._fallback = fallback
+        self._trusted = settings.trusted_proxies
+        self._max_body = settings.max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            handler = self._handlers.get((scope["method"], scope["path"]))
+            if handler is not None:
+                await self._serve(handler, scope, receive, send)
+                return
+        await self._fallback(scope, receive, send)
+
+    async def _serve(
+        self, handler: DataHandler, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        context, declared = begin(scope, self._trusted)
+        if declared is not None and declared > self._max_body:
+            await refuse_too_large(context.request_id, self._max_body, send)
+            return
+        try:
+            await handler(scope, receive, send, context)
+        except Exception:  # process boundary: a bug must not take the connection silently
+            log.exception("unhandled_error", request_id=context.request_id)
+            error = GatewayError("internal error")
+            body = error_body(error, context.request_id)
+            with contextlib.suppress(Exception):  # fails if the answer had already started
+                await send_json(send, 500, body, ((b"x-request-id", context.request_id.encode()),))
+
+
+def create_app(settings: Settings) -> GatewayApp:
     metrics = Metrics()
     dataplane = DataPlane()
     health = Health(metrics, settings.metrics_token)
+    handlers = dataplane.handlers()
     routes: list[BaseRoute] = [
-        Route("/v1/chat/completions", _Endpoint(dataplane.chat_completions), methods=["POST"]),
-        Route("/v1/embeddings", _Endpoint(dataplane.embeddings), methods=["POST"]),
-        Route("/v1/models", _Endpoint(dataplane.list_models), methods=["GET"]),
+        Route(path, _Refused(), methods=[method]) for method, path in handlers
+    ]
+    routes += [
         Route("/livez", _Endpoint(health.livez), methods=["GET"]),
         Route("/readyz", _Endpoint(health.readyz), methods=["GET"]),
         Route("/healthz", _Endpoint(health.readyz), methods=["GET"]),
@@ -82,7 +137,9 @@ def create_app(settings: Settings) -> Starlette:
             metrics.watch(metrics.record_queue_depth, lambda: recorder.depth)
             metrics.watch(metrics.snapshot_generation, lambda: snapshots.current.generation)
             metrics.watch(metrics.snapshot_build_failures, lambda: snapshots.failed_builds)
-            dataplane.runtime = Runtime(snapshots, registry, recorder, metrics)
+            dataplane.runtime = Runtime(
+                snapshots, registry, recorder, metrics, settings.max_body_bytes
+            )
             health.engine, health.snapshots = engine, snapshots
             poller = asyncio.create_task(snapshots.poll(settings.snapshot_poll_s))
             try:
@@ -94,7 +151,7 @@ def create_app(settings: Settings) -> Starlette:
         finally:
             await engine.dispose()
 
-    return Starlette(
+    fallback = Starlette(
         routes=routes,
         middleware=[
             Middleware(
@@ -106,6 +163,7 @@ def create_app(settings: Settings) -> Starlette:
         exception_handlers={HTTPException: _http_error},
         lifespan=lifespan,
     )
+    return GatewayApp(handlers, fallback, settings)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -121,6 +179,6 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return Response(error_body(error, request_id), exc.status_code, media_type="application/json")
 
 
-def app_from_env() -> Starlette:
+def app_from_env() -> GatewayApp:
     """Factory for `uvicorn --factory` and worker processes: settings from the environment."""
     return create_app(Settings())

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
-from datetime import datetime
 
 from llmrelay import apikeys
 from llmrelay.gateway.errors import AuthenticationFailed, PermissionDenied
@@ -27,8 +26,9 @@ def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
 
 
 def authenticate(
-    headers: Iterable[tuple[bytes, bytes]], snapshot: Snapshot, client_ip: str | None, now: datetime
+    headers: Iterable[tuple[bytes, bytes]], snapshot: Snapshot, client_ip: str | None, now: float
 ) -> KeySnap:
+    """The key's principal; `now` is a Unix timestamp."""
     key = presented_key(headers)
     if key is None:
         raise AuthenticationFailed(

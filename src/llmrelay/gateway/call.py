@@ -5,9 +5,27 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from llmrelay.store.types import utcnow
-
 CLIENT_CLOSED_REQUEST = 499
+
+#: The order of `CallRecord.row()`; the recorder inserts rows as tuples in this order.
+RECORD_COLUMNS = (
+    "request_id",
+    "created_at",
+    "tenant_id",
+    "project_id",
+    "key_id",
+    "endpoint",
+    "virtual_model",
+    "provider",
+    "upstream_model",
+    "stream",
+    "status_code",
+    "error_code",
+    "latency_ms",
+    "ttfb_ms",
+    "prompt_tokens",
+    "completion_tokens",
+)
 
 
 class CallRecord:
@@ -15,7 +33,7 @@ class CallRecord:
 
     __slots__ = (
         "completion_tokens",
-        "created_at",
+        "created",
         "endpoint",
         "error_code",
         "key_id",
@@ -36,7 +54,7 @@ class CallRecord:
         self.request_id = request_id
         self.endpoint = endpoint
         self.started = started
-        self.created_at = utcnow()
+        self.created = time.time()
         self.tenant_id: str | None = None
         self.project_id: str | None = None
         self.key_id: str | None = None
@@ -67,22 +85,26 @@ class CallRecord:
         self.status_code = status
         self.error_code = code
 
-    def row(self) -> dict[str, Any]:
-        return {
-            "request_id": self.request_id,
-            "created_at": self.created_at,
-            "tenant_id": self.tenant_id,
-            "project_id": self.project_id,
-            "key_id": self.key_id,
-            "endpoint": self.endpoint,
-            "virtual_model": self.virtual_model,
-            "provider": self.provider,
-            "upstream_model": self.upstream_model,
-            "stream": self.stream,
-            "status_code": self.status_code,
-            "error_code": self.error_code,
-            "latency_ms": (time.perf_counter() - self.started) * 1000.0,
-            "ttfb_ms": self.ttfb_ms,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-        }
+    def latency_ms(self) -> float:
+        return (time.perf_counter() - self.started) * 1000.0
+
+    def row(self, latency_ms: float) -> tuple[Any, ...]:
+        """The record in RECORD_COLUMNS order; `created_at` is a Unix timestamp here."""
+        return (
+            self.request_id,
+            self.created,
+            self.tenant_id,
+            self.project_id,
+            self.key_id,
+            self.endpoint,
+            self.virtual_model,
+            self.provider,
+            self.upstream_model,
+            self.stream,
+            self.status_code,
+            self.error_code,
+            latency_ms,
+            self.ttfb_ms,
+            self.prompt_tokens,
+            self.completion_tokens,
+        )

@@ -1,12 +1,14 @@
-"""The `/v1/*` handlers: plain ASGI callables over the snapshot and the shared runtime.
+"""The `/v1/*` handlers: plain functions over (scope, receive, send, context), the snapshot
+and the shared runtime.
 
 Each request: authenticate from the snapshot, parse the body once, resolve the model,
 send to the first route that answers, pass the answer through with `model` renamed to the
-virtual model, and queue one record. Errors are rendered in one place (`_fail`).
+virtual model, and queue one record. Errors are rendered in one place (`_model_call`).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +17,7 @@ import orjson
 from starlette.types import Receive, Scope, Send
 
 from llmrelay.gateway import requests as checks
-from llmrelay.gateway.asgi import DisconnectWatch, read_body, send_json, send_sse
+from llmrelay.gateway.asgi import read_body, send_json, send_sse
 from llmrelay.gateway.auth import authenticate
 from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
 from llmrelay.gateway.errors import ClientDisconnected, GatewayError
@@ -23,6 +25,7 @@ from llmrelay.gateway.executor import UpstreamRejected, candidates, execute
 from llmrelay.gateway.ingress import RequestContext
 from llmrelay.gateway.recorder import Recorder
 from llmrelay.gateway.relay import ChatStreamRelay
+from llmrelay.gateway.watch import ClientWatch
 from llmrelay.observability.metrics import Metrics
 from llmrelay.protocols import openai as wire
 from llmrelay.providers.base import Operation, UpstreamResponse
@@ -31,9 +34,8 @@ from llmrelay.providers.headers import forwardable
 from llmrelay.providers.registry import ProviderRegistry
 from llmrelay.snapshot.holder import SnapshotHolder
 from llmrelay.snapshot.model import KeySnap, ModelSnap, RouteSnap
-from llmrelay.store.types import utcnow
 
-ASGIHandler = Callable[[Scope, Receive, Send], Awaitable[None]]
+Handler = Callable[[Scope, Receive, Send, RequestContext], Awaitable[None]]
 
 
 @dataclass(slots=True)
@@ -44,51 +46,72 @@ class Runtime:
     registry: ProviderRegistry
     recorder: Recorder
     metrics: Metrics
+    max_body_bytes: int
 
 
 class DataPlane:
     def __init__(self) -> None:
         self.runtime: Runtime | None = None
 
+    def handlers(self) -> dict[tuple[str, str], Handler]:
+        """(method, path) -> handler, for the app's direct dispatch."""
+        return {
+            ("POST", "/v1/chat/completions"): self.chat_completions,
+            ("POST", "/v1/embeddings"): self.embeddings,
+            ("GET", "/v1/models"): self.list_models,
+        }
+
     # -- endpoints ---------------------------------------------------------------------
 
-    async def chat_completions(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self._model_call(scope, receive, send, Operation.CHAT)
+    async def chat_completions(
+        self, scope: Scope, receive: Receive, send: Send, context: RequestContext
+    ) -> None:
+        await self._model_call(scope, receive, send, context, Operation.CHAT)
 
-    async def embeddings(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self._model_call(scope, receive, send, Operation.EMBEDDINGS)
+    async def embeddings(
+        self, scope: Scope, receive: Receive, send: Send, context: RequestContext
+    ) -> None:
+        await self._model_call(scope, receive, send, context, Operation.EMBEDDINGS)
 
-    async def list_models(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def list_models(
+        self, scope: Scope, receive: Receive, send: Send, context: RequestContext
+    ) -> None:
         runtime = self._runtime()
-        context: RequestContext = scope["llmrelay"]
+        id_header = (b"x-request-id", context.request_id.encode())
         try:
             snapshot = runtime.snapshots.current
-            principal = authenticate(scope["headers"], snapshot, context.client_ip, utcnow())
+            principal = authenticate(scope["headers"], snapshot, context.client_ip, time.time())
         except GatewayError as error:
-            await send_json(send, error.status, wire.error_body(error, context.request_id))
+            body = wire.error_body(error, context.request_id)
+            await send_json(send, error.status, body, (id_header,))
             return
         models = [
             {"id": m.name, "object": "model", "created": m.created, "owned_by": "llmrelay"}
             for m in sorted(snapshot.tenant_models(principal.tenant_id).values(), key=_name)
             if principal.allows_model(m.name)
         ]
-        await send_json(send, 200, orjson.dumps({"object": "list", "data": models}))
+        body = orjson.dumps({"object": "list", "data": models})
+        await send_json(send, 200, body, (id_header,))
 
     # -- the model call ------------------------------------------------------------------
 
     async def _model_call(
-        self, scope: Scope, receive: Receive, send: Send, operation: Operation
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        context: RequestContext,
+        operation: Operation,
     ) -> None:
         runtime = self._runtime()
-        context: RequestContext = scope["llmrelay"]
         record = CallRecord(context.request_id, _ENDPOINTS[operation], context.started)
-        headers: list[tuple[bytes, bytes]] = []
+        headers = [(b"x-request-id", context.request_id.encode())]
         streaming = False
         try:
             snapshot = runtime.snapshots.current
-            principal = authenticate(scope["headers"], snapshot, context.client_ip, utcnow())
+            principal = authenticate(scope["headers"], snapshot, context.client_ip, time.time())
             _bind(record, principal)
-            payload = checks.parse_object(await read_body(receive))
+            payload = checks.parse_object(await read_body(receive, runtime.max_body_bytes))
             if operation is Operation.CHAT:
                 checks.check_chat(payload)
             else:
@@ -109,14 +132,16 @@ class DataPlane:
                 headers.append((b"x-llmrelay-provider", (record.provider or "").encode()))
                 await send_sse(receive, send, relay.events(), headers)
                 return
-            async with DisconnectWatch(receive):
+            with ClientWatch(receive):
                 answer = await execute(
                     runtime.registry, operation, routes, payload, forwarded, record, _read_json
                 )
-            answer.body["model"] = model.name
+            body = wire.ModelRename(answer.route.upstream_model, model.name).apply(
+                answer.raw, answer.body
+            )
             record.take_usage(answer.body.get("usage"))
             headers.append((b"x-llmrelay-provider", answer.route.provider.slug.encode()))
-            await send_json(send, 200, orjson.dumps(answer.body), headers)
+            await send_json(send, 200, body, headers)
         except UpstreamRejected as error:
             streaming = False
             record.fail(error.status, error.code)
@@ -162,22 +187,22 @@ class DataPlane:
             await relay.prime()
             return relay
 
-        async with DisconnectWatch(receive):
+        with ClientWatch(receive):
             return await execute(
                 runtime.registry, Operation.CHAT, routes, payload, forwarded, record, prime
             )
 
     def _finish(self, record: CallRecord) -> None:
         runtime = self._runtime()
-        row = record.row()
-        runtime.recorder.record(row)
-        runtime.metrics.requests.labels(
+        latency_ms = record.latency_ms()
+        runtime.recorder.record(record.row(latency_ms))
+        runtime.metrics.count_request(
             record.endpoint,
             record.virtual_model or "",
             record.provider or "",
-            str(record.status_code),
-        ).inc()
-        runtime.metrics.latency.labels(record.endpoint).observe(row["latency_ms"] / 1000.0)
+            record.status_code,
+            latency_ms / 1000.0,
+        )
 
     def _runtime(self) -> Runtime:
         runtime = self.runtime
@@ -202,11 +227,12 @@ def _bind(record: CallRecord, principal: KeySnap) -> None:
 @dataclass(slots=True)
 class _Answer:
     route: RouteSnap
+    raw: bytes
     body: dict[str, Any]
 
 
 async def _read_json(route: RouteSnap, response: UpstreamResponse) -> _Answer:
-    raw = await response.read(route.provider.stream_idle_timeout_s)
+    raw = await response.read()
     response.release()
     try:
         body = orjson.loads(raw)
@@ -214,7 +240,7 @@ async def _read_json(route: RouteSnap, response: UpstreamResponse) -> _Answer:
         raise UpstreamProtocolError("the answer is not valid JSON") from None
     if not isinstance(body, dict):
         raise UpstreamProtocolError("the answer is not a JSON object")
-    return _Answer(route, body)
+    return _Answer(route, raw, body)
 
 
 def _rejection_body(error: UpstreamRejected, request_id: str) -> bytes:

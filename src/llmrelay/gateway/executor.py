@@ -96,7 +96,7 @@ async def execute(
             continue
         record.mark_first_byte()
         if response.status >= 300:
-            last = await _refusal(response, provider.slug, provider.stream_idle_timeout_s)
+            last = await _refusal(response, provider.slug)
             continue
         try:
             return await finish(route, response)
@@ -111,13 +111,11 @@ async def execute(
     raise last
 
 
-async def _refusal(
-    response: UpstreamResponse, provider: str, idle_timeout_s: float
-) -> GatewayError:
+async def _refusal(response: UpstreamResponse, provider: str) -> GatewayError:
     """Read an error answer and decide: raise now (client fault) or return it to move on."""
     status = response.status
     try:
-        body = await response.read(idle_timeout_s)
+        body = await response.read()
     except UpstreamError:
         body = b""
     finally:

@@ -7,8 +7,8 @@ The context travels in `scope["llmrelay"]`; handlers read it instead of re-deriv
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
-import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,7 +36,7 @@ def choose_request_id(client_value: bytes | None) -> str:
         text = client_value.decode("latin-1")
         if _CLIENT_REQUEST_ID.match(text):
             return text
-    return "req_" + secrets.token_hex(12)
+    return "req_" + os.urandom(12).hex()
 
 
 def client_ip(
@@ -69,7 +69,37 @@ def _is_trusted(address: str, trusted: Sequence[IPNetwork]) -> bool:
     return any(ip in network for network in trusted)
 
 
+def begin(scope: Scope, trusted_proxies: Sequence[IPNetwork]) -> tuple[RequestContext, int | None]:
+    """The request's context and its declared Content-Length (None if absent or invalid)."""
+    given_id = None
+    forwarded_for = None
+    content_length = None
+    for name, value in scope["headers"]:
+        if name == b"x-request-id":
+            given_id = value
+        elif name == b"x-forwarded-for":
+            forwarded_for = value
+        elif name == b"content-length":
+            content_length = value
+    client = scope.get("client")
+    context = RequestContext(
+        request_id=choose_request_id(given_id),
+        client_ip=client_ip(client[0] if client else None, forwarded_for, trusted_proxies),
+        started=time.perf_counter(),
+    )
+    declared = None
+    if content_length is not None:
+        try:
+            declared = int(content_length)
+        except ValueError:
+            declared = None
+    return context, declared
+
+
 class IngressMiddleware:
+    """The same ingress for routes served through Starlette (health, metrics, admin):
+    request id header, client IP, body cap. The data plane does this inline (app.py)."""
+
     def __init__(
         self, app: ASGIApp, *, max_body_bytes: int, trusted_proxies: Sequence[IPNetwork]
     ) -> None:
@@ -81,25 +111,9 @@ class IngressMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        given_id = None
-        forwarded_for = None
-        content_length = None
-        for name, value in scope["headers"]:
-            if name == b"x-request-id":
-                given_id = value
-            elif name == b"x-forwarded-for":
-                forwarded_for = value
-            elif name == b"content-length":
-                content_length = value
-        request_id = choose_request_id(given_id)
-        peer = scope["client"][0] if scope.get("client") else None
-        context = RequestContext(
-            request_id=request_id,
-            client_ip=client_ip(peer, forwarded_for, self.trusted_proxies),
-            started=time.perf_counter(),
-        )
+        context, declared = begin(scope, self.trusted_proxies)
         scope["llmrelay"] = context
-        id_header = (b"x-request-id", request_id.encode())
+        id_header = (b"x-request-id", context.request_id.encode())
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -107,8 +121,8 @@ class IngressMiddleware:
             await send(message)
 
         limit = self.max_body_bytes
-        if content_length is not None and _too_long(content_length, limit):
-            await _refuse_too_large(request_id, limit, send_with_id)
+        if declared is not None and declared > limit:
+            await refuse_too_large(context.request_id, limit, send)
             return
 
         received = 0
@@ -125,18 +139,11 @@ class IngressMiddleware:
         await self.app(scope, capped_receive, send_with_id)
 
 
-def _too_long(content_length: bytes, limit: int) -> bool:
-    try:
-        return int(content_length) > limit
-    except ValueError:
-        return False
-
-
 def _too_large_message(limit: int) -> str:
     return f"request body is larger than the limit of {limit} bytes"
 
 
-async def _refuse_too_large(request_id: str, limit: int, send: Send) -> None:
+async def refuse_too_large(request_id: str, limit: int, send: Send) -> None:
     """Answer 413 from the Content-Length alone, without reading the body."""
     body = error_body(PayloadTooLarge(_too_large_message(limit)), request_id)
     await send(
@@ -147,6 +154,7 @@ async def _refuse_too_large(request_id: str, limit: int, send: Send) -> None:
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
                 (b"connection", b"close"),
+                (b"x-request-id", request_id.encode()),
             ],
         }
     )

@@ -5,12 +5,15 @@ before that can still be swapped for the next one without the client seeing anyt
 After that the stream is committed: a break or stall ends it with an error event, never
 with `[DONE]`. The stream is complete once every choice has its finish reason (and the
 usage chunk has come, when the client asked for one); `[DONE]` then goes out at once.
+
+Every upstream event is parsed (a malformed one is dropped and counted) and passed on with
+only `model` renamed (see protocols.openai.ModelRename).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -18,8 +21,9 @@ import structlog
 
 from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
 from llmrelay.gateway.errors import GatewayError, UpstreamFailed, UpstreamTimeout
-from llmrelay.protocols.openai import DONE, error_event
-from llmrelay.protocols.sse import SSEEvent, SSEParser
+from llmrelay.gateway.watch import SilenceWatchdog
+from llmrelay.protocols.openai import DONE, ModelRename, error_event
+from llmrelay.protocols.sse import SSEParser
 from llmrelay.providers.base import UpstreamResponse
 from llmrelay.providers.errors import UpstreamError, UpstreamProtocolError, UpstreamTimeoutError
 from llmrelay.snapshot.model import RouteSnap
@@ -45,9 +49,9 @@ class ChatStreamRelay:
     ) -> None:
         self._route = route
         self._response = response
-        self._chunks = response.chunks().__aiter__()
+        self._chunks: AsyncIterator[bytes] = response.chunks().__aiter__()
         self._parser = SSEParser()
-        self._virtual_model = virtual_model
+        self._rename = ModelRename(route.upstream_model, virtual_model)
         self._request_id = request_id
         self._choices = choices
         self._usage_requested = usage_requested
@@ -58,6 +62,7 @@ class ChatStreamRelay:
         self._usage_seen = False
         self._done = False
         self._primed: list[bytes] = []
+        self._watchdog: SilenceWatchdog | None = None
 
     @property
     def _complete(self) -> bool:
@@ -65,47 +70,57 @@ class ChatStreamRelay:
             len(self._finished) >= self._choices and (self._usage_seen or not self._usage_requested)
         )
 
+    async def _next_chunk(self) -> bytes | None:
+        """The next upstream bytes, or None at the end; the watchdog's expiry is a timeout."""
+        watchdog = self._watchdog
+        assert watchdog is not None
+        try:
+            chunk = await anext(self._chunks, None)
+        except asyncio.CancelledError:
+            if watchdog.claim():
+                raise UpstreamTimeoutError(watchdog.phase, watchdog.limit_s) from None
+            raise
+        watchdog.feed()
+        return chunk
+
     async def prime(self) -> None:
         """Read until the first content event, within the provider's first-token limit."""
         provider = self._route.provider
+        self._watchdog = SilenceWatchdog(provider.first_token_timeout_s, "first_token")
         try:
-            async with asyncio.timeout(provider.first_token_timeout_s):
-                while True:
-                    chunk = await anext(self._chunks, None)
-                    if chunk is None:
-                        if self._primed and self._complete:
-                            return
-                        raise UpstreamProtocolError("stream ended before any content")
-                    for event in self._parser.feed(chunk):
-                        out, content = self._translate(event)
-                        if out is not None:
-                            self._primed.append(out)
-                        if content or self._complete:
-                            return
-        except TimeoutError:
-            raise UpstreamTimeoutError("first_token", provider.first_token_timeout_s) from None
+            while True:
+                chunk = await self._next_chunk()
+                if chunk is None:
+                    if self._primed and self._complete:
+                        return
+                    raise UpstreamProtocolError("stream ended before any content")
+                for data in self._parser.feed(chunk):
+                    out, content = self._translate(data.data)
+                    if out is not None:
+                        self._primed.append(out)
+                    if content or self._complete:
+                        self._watchdog.change(provider.stream_idle_timeout_s, "stream_event")
+                        return
+        except BaseException:
+            self._watchdog.stop()
+            raise
 
-    async def events(self) -> AsyncIterator[bytes]:
+    async def events(self) -> AsyncGenerator[bytes, None]:
         """The client's stream; always ends the call record, however the stream ends."""
         record = self._record
-        idle_s = self._route.provider.stream_idle_timeout_s
         try:
             if self._primed:
                 yield b"".join(self._primed)
                 self._primed = []
             while not self._complete:
-                try:
-                    async with asyncio.timeout(idle_s):
-                        chunk = await anext(self._chunks, None)
-                except TimeoutError:
-                    raise UpstreamTimeoutError("stream_event", idle_s) from None
+                chunk = await self._next_chunk()
                 if chunk is None:
                     if self._finished and len(self._finished) >= self._choices:
-                        break  # finished, only the usage chunk never came
+                        break  # finished; only the usage chunk never came
                     raise UpstreamProtocolError("stream ended before its finish reason")
                 out = []
                 for event in self._parser.feed(chunk):
-                    data, _ = self._translate(event)
+                    data, _ = self._translate(event.data)
                     if data is not None:
                         out.append(data)
                     if self._complete:
@@ -126,12 +141,13 @@ class ChatStreamRelay:
             record.fail(CLIENT_CLOSED_REQUEST, "client_disconnected")
             raise
         finally:
+            if self._watchdog is not None:
+                self._watchdog.stop()
             self._response.release()
             self._on_end(record)
 
-    def _translate(self, event: SSEEvent) -> tuple[bytes | None, bool]:
+    def _translate(self, data: bytes) -> tuple[bytes | None, bool]:
         """One upstream event -> (bytes for the client or None, whether it carries content)."""
-        data = event.data
         if data == b"[DONE]":
             self._done = True
             return None, True
@@ -147,24 +163,23 @@ class ChatStreamRelay:
             raise UpstreamProtocolError(f"provider sent an error event: {_error_text(chunk)}")
         content = False
         choices = chunk.get("choices")
-        if isinstance(choices, list):
+        if choices:
             for choice in choices:
                 if not isinstance(choice, dict):
                     continue
                 if choice.get("finish_reason") is not None:
-                    self._finished.add(int(choice.get("index") or 0))
+                    index = choice.get("index")
+                    self._finished.add(index if isinstance(index, int) else 0)
                     content = True
                 delta = choice.get("delta")
-                if isinstance(delta, dict) and any(delta.get(f) for f in _CONTENT_FIELDS):
-                    content = True
+                if delta and not content:
+                    content = any(delta.get(f) for f in _CONTENT_FIELDS)
         usage = chunk.get("usage")
         if usage:
             self._usage_seen = True
             self._record.take_usage(usage)
             content = True
-        if "model" in chunk:
-            chunk["model"] = self._virtual_model
-        return b"data: " + orjson.dumps(chunk) + b"\n\n", content
+        return b"data: " + self._rename.apply(data, chunk) + b"\n\n", content
 
 
 def _error_text(chunk: dict[str, Any]) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -50,5 +51,24 @@ class Metrics:
             registry=self.registry,
         )
 
+        self._request_children: dict[tuple[str, str, str, int], Any] = {}
+        self._latency_children: dict[str, Any] = {}
+
     def watch(self, gauge: Gauge, read: Callable[[], float]) -> None:
         gauge.set_function(read)
+
+    def count_request(
+        self, endpoint: str, model: str, provider: str, status: int, seconds: float
+    ) -> None:
+        """One finished request. Label children are cached: `labels()` is slow per call."""
+        key = (endpoint, model, provider, status)
+        child = self._request_children.get(key)
+        if child is None:
+            child = self._request_children[key] = self.requests.labels(
+                endpoint, model, provider, str(status)
+            )
+        child.inc()
+        latency = self._latency_children.get(endpoint)
+        if latency is None:
+            latency = self._latency_children[endpoint] = self.latency.labels(endpoint)
+        latency.observe(seconds)

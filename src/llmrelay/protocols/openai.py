@@ -46,3 +46,29 @@ def upstream_error_message(body: bytes) -> str | None:
         if isinstance(error, str):
             return error
     return None
+
+
+class ModelRename:
+    """Renames the upstream model to the virtual one in an answer's bytes.
+
+    When the parsed body says `model` is the upstream model and its exact JSON form appears
+    once in the bytes, the bytes are patched in place: no re-serialisation, so the answer is
+    the provider's bytes with one value changed. Otherwise (unusual spacing, a nested
+    "model" key) the parsed body is re-serialised.
+    """
+
+    __slots__ = ("_pattern", "_replacement", "_upstream", "_virtual")
+
+    def __init__(self, upstream: str, virtual: str) -> None:
+        self._upstream = upstream
+        self._virtual = virtual
+        self._pattern = b'"model":' + orjson.dumps(upstream)
+        self._replacement = b'"model":' + orjson.dumps(virtual)
+
+    def apply(self, raw: bytes, parsed: dict[str, Any]) -> bytes:
+        if "model" not in parsed:
+            return raw
+        if parsed["model"] == self._upstream and raw.count(self._pattern) == 1:
+            return raw.replace(self._pattern, self._replacement)
+        parsed["model"] = self._virtual
+        return orjson.dumps(parsed)

@@ -27,12 +27,12 @@ class UpstreamResponse(Protocol):
 
     def header(self, name: str) -> str | None: ...
 
-    async def read(self, idle_timeout_s: float) -> bytes:
-        """The whole body; no gap between two reads may exceed `idle_timeout_s`."""
+    async def read(self) -> bytes:
+        """The whole body (the transport bounds the gaps between reads)."""
         ...
 
     def chunks(self) -> AsyncIterator[bytes]:
-        """Body bytes as they arrive; the caller times each read."""
+        """Body bytes as they arrive (the caller adds its own first-token and idle limits)."""
         ...
 
     def release(self) -> None:

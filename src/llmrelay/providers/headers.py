@@ -44,21 +44,24 @@ DROPPED = frozenset(
         "x-request-id",
     }
 )
-_GATEWAY_PREFIX = "x-llmrelay-"
+_DROPPED_RAW = frozenset(name.encode() for name in DROPPED)
+_GATEWAY_PREFIX = b"x-llmrelay-"
 
 
 def forwardable(headers: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
-    """Filter raw ASGI headers; names listed in `Connection` are dropped too."""
-    pairs = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in headers]
-    connection_named = {
-        token.strip().lower()
-        for name, value in pairs
-        if name == "connection"
-        for token in value.split(",")
-    }
+    """Filter raw ASGI headers (names arrive lower-cased); names listed in `Connection` are
+    dropped too. Only kept headers are decoded."""
     out: dict[str, str] = {}
-    for name, value in pairs:
-        if name in DROPPED or name in connection_named or name.startswith(_GATEWAY_PREFIX):
+    connection: bytes | None = None
+    for name, value in headers:
+        if name in _DROPPED_RAW:
+            if name == b"connection":
+                connection = value
             continue
-        out[name] = value
+        if name.startswith(_GATEWAY_PREFIX):
+            continue
+        out[name.decode("latin-1")] = value.decode("latin-1")
+    if connection is not None:
+        for token in connection.decode("latin-1").split(","):
+            out.pop(token.strip().lower(), None)
     return out

@@ -91,7 +91,7 @@ class MockResponse:
     def header(self, name: str) -> str | None:
         return None
 
-    async def read(self, idle_timeout_s: float) -> bytes:
+    async def read(self) -> bytes:
         return b"".join(self._parts)
 
     async def chunks(self) -> AsyncIterator[bytes]:

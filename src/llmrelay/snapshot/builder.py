@@ -179,7 +179,7 @@ def _key(row: ApiKey, project: ProjectSnap) -> KeySnap:
         tenant_id=row.tenant_id,
         project=project,
         status=row.status,
-        expires_at=row.expires_at,
+        expires_at=None if row.expires_at is None else row.expires_at.timestamp(),
         allowed_models=allowed,
         ip_allowlist=tuple(ipaddress.ip_network(c, strict=False) for c in row.ip_allowlist),
         limits=_limits(row),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from types import MappingProxyType
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -95,7 +94,8 @@ class KeySnap:
     tenant_id: str
     project: ProjectSnap
     status: str
-    expires_at: datetime | None
+    #: Expiry as a Unix timestamp (compared with time.time() on every request).
+    expires_at: float | None
     #: Key list ∩ project list; None means every model of the tenant.
     allowed_models: frozenset[str] | None
     ip_allowlist: tuple[IPNetwork, ...]

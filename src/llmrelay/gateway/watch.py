@@ -1,0 +1,131 @@
+"""Cheap watchers that cancel the request's task: one for a provider gone silent, one for a
+client gone away.
+
+Both avoid per-read `asyncio.timeout` contexts and eager helper tasks, which the request path
+would pay for on every call: the silence watchdog is fed with one clock read per chunk and
+checked by a single timer; the client watcher starts its listening task only once the call has
+lasted `delay_s`, so quick calls never create it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import TracebackType
+
+from starlette.types import Receive
+
+from llmrelay.gateway.errors import ClientDisconnected
+
+CLIENT_WATCH_DELAY_S = 0.05
+
+
+class SilenceWatchdog:
+    """Cancels the current task when `feed` was not called for `limit_s` seconds."""
+
+    __slots__ = ("_due", "_handle", "_last", "_limit", "_loop", "_task", "expired", "phase")
+
+    def __init__(self, limit_s: float, phase: str) -> None:
+        self._loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+        self._limit = limit_s
+        self.phase = phase
+        self.expired = False
+        self._last = self._loop.time()
+        self._due = self._last + limit_s
+        self._handle: asyncio.TimerHandle | None = self._loop.call_at(self._due, self._check)
+
+    @property
+    def limit_s(self) -> float:
+        return self._limit
+
+    def feed(self) -> None:
+        self._last = self._loop.time()
+
+    def change(self, limit_s: float, phase: str) -> None:
+        """Switch to another limit (for example first token -> stream idle), counting from now."""
+        self._limit = limit_s
+        self.phase = phase
+        self.feed()
+        due = self._last + limit_s
+        if self._handle is not None and due < self._due:
+            self._handle.cancel()
+            self._due = due
+            self._handle = self._loop.call_at(due, self._check)
+
+    def _check(self) -> None:
+        due = self._last + self._limit
+        if self._loop.time() >= due:
+            self._handle = None
+            self.expired = True
+            self._task.cancel()
+        else:
+            self._due = due
+            self._handle = self._loop.call_at(due, self._check)
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def claim(self) -> bool:
+        """After a CancelledError: True, with the cancellation absorbed, if this caused it."""
+        if self.expired:
+            self.expired = False
+            self._task.uncancel()
+            return True
+        return False
+
+
+class ClientWatch:
+    """Cancels the current task when the client disconnects; raises ClientDisconnected.
+
+    Use as `with ClientWatch(receive):` around waits on the provider.
+    """
+
+    __slots__ = ("_loop", "_receive", "_task", "_timer", "_watcher", "gone")
+
+    def __init__(self, receive: Receive, delay_s: float = CLIENT_WATCH_DELAY_S) -> None:
+        self._receive = receive
+        self._loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+        self.gone = False
+        self._watcher: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = self._loop.call_later(delay_s, self._start)
+
+    def _start(self) -> None:
+        self._timer = None
+        self._watcher = self._loop.create_task(self._watch())
+
+    async def _watch(self) -> None:
+        while True:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                self.gone = True
+                self._task.cancel()
+                return
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._watcher is not None:
+            self._watcher.cancel()
+            self._watcher = None
+
+    def __enter__(self) -> ClientWatch:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+        if self.gone and exc_type is asyncio.CancelledError:
+            self._task.uncancel()
+            raise ClientDisconnected
