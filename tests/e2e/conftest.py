@@ -74,6 +74,8 @@ models:
     routes: [{{provider: up, upstream_model: no-done}}]
   - name: malformed
     routes: [{{provider: up, upstream_model: malformed}}]
+  - name: burst
+    routes: [{{provider: up, upstream_model: burst}}]
   - name: redirect
     routes: [{{provider: up, upstream_model: redirect}}]
   - name: only-disabled

@@ -55,6 +55,21 @@ def test_streamed_chat_every_chunk_names_the_virtual_model(client: openai.OpenAI
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 9
 
 
+def test_a_stream_that_arrives_in_one_piece_is_relayed_whole(client: openai.OpenAI) -> None:
+    chunks = list(
+        client.chat.completions.create(
+            model="burst",
+            messages=[{"role": "user", "content": MESSAGE}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == MESSAGE
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 9
+    assert all(c.model == "burst" for c in chunks)
+
+
 def test_stream_wire_format_ends_with_done(gateway: GatewayProcess) -> None:
     with httpx.stream(
         "POST",

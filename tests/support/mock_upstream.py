@@ -11,6 +11,7 @@ upstream model name the gateway sends (see `_behaviour`):
     stall-after-N      stream N content chunks, then go silent
     no-done            stream a complete answer but never send [DONE] nor close
     malformed          stream with one malformed event in the middle
+    burst              stream the whole answer in one write (all events in one TCP chunk)
     redirect           answer 307 to another path (a gateway must not follow it)
 """
 
@@ -125,6 +126,10 @@ class MockUpstream:
         await response.prepare(request)
         model = body.get("model")
         words = reply.split(" ") if reply else []
+        if kind == "burst":
+            await response.write(_burst(model, words, body, reply))
+            await response.write_eof()
+            return response
         await response.write(_event(_chunk(model, {"role": "assistant", "content": ""})))
         for i, word in enumerate(words):
             if kind in ("drop", "stall") and i == arg:
@@ -203,7 +208,7 @@ def _behaviour(model: str) -> tuple[str, int]:
     ):
         if model.startswith(prefix):
             return kind, int(model[len(prefix) :])
-    if model in ("no-done", "malformed", "redirect"):
+    if model in ("no-done", "malformed", "redirect", "burst"):
         return model, 0
     return "echo", 0
 
@@ -250,6 +255,18 @@ def _chunk(model: Any, delta: dict[str, Any], finish: str | None = None) -> dict
         "model": model,
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
     }
+
+
+def _burst(model: Any, words: list[str], body: dict[str, Any], reply: str) -> bytes:
+    events = [_chunk(model, {"role": "assistant", "content": ""})]
+    events += [
+        _chunk(model, {"content": w + (" " if i < len(words) - 1 else "")})
+        for i, w in enumerate(words)
+    ]
+    events.append(_chunk(model, {}, "stop"))
+    if (body.get("stream_options") or {}).get("include_usage"):
+        events.append({**_chunk(model, {}), "choices": [], "usage": _usage(body, reply)})
+    return b"".join(_event(e) for e in events) + b"data: [DONE]\n\n"
 
 
 def _event(payload: dict[str, Any]) -> bytes:

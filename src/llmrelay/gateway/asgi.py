@@ -9,7 +9,7 @@ from collections.abc import AsyncGenerator, Iterable
 from starlette.types import Receive, Send
 
 from llmrelay.gateway.errors import ClientDisconnected, PayloadTooLarge
-from llmrelay.gateway.watch import ClientWatch
+from llmrelay.gateway.watch import ClientWatches
 
 JSON_TYPE = (b"content-type", b"application/json")
 SSE_HEADERS = (
@@ -66,12 +66,13 @@ async def send_sse(
     send: Send,
     events: AsyncGenerator[bytes, None],
     headers: Iterable[tuple[bytes, bytes]],
+    watches: ClientWatches,
 ) -> None:
     """Stream `events` to the client as they come; stop the moment the client disconnects.
     The generator is always closed here, so its cleanup runs at once."""
     await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *headers]})
     try:
-        with ClientWatch(receive):
+        with watches.watch(receive):
             async for chunk in events:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})

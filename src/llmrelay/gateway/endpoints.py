@@ -25,7 +25,7 @@ from llmrelay.gateway.executor import UpstreamRejected, candidates, execute
 from llmrelay.gateway.ingress import RequestContext
 from llmrelay.gateway.recorder import Recorder
 from llmrelay.gateway.relay import ChatStreamRelay
-from llmrelay.gateway.watch import ClientWatch
+from llmrelay.gateway.watch import ClientWatches
 from llmrelay.observability.metrics import Metrics
 from llmrelay.protocols import openai as wire
 from llmrelay.providers.base import Operation, UpstreamResponse
@@ -47,6 +47,7 @@ class Runtime:
     recorder: Recorder
     metrics: Metrics
     max_body_bytes: int
+    client_watches: ClientWatches
 
 
 class DataPlane:
@@ -130,9 +131,9 @@ class DataPlane:
                     runtime, receive, model, routes, payload, forwarded, record
                 )
                 headers.append((b"x-llmrelay-provider", (record.provider or "").encode()))
-                await send_sse(receive, send, relay.events(), headers)
+                await send_sse(receive, send, relay.events(), headers, runtime.client_watches)
                 return
-            with ClientWatch(receive):
+            with runtime.client_watches.watch(receive):
                 answer = await execute(
                     runtime.registry, operation, routes, payload, forwarded, record, _read_json
                 )
@@ -187,7 +188,7 @@ class DataPlane:
             await relay.prime()
             return relay
 
-        with ClientWatch(receive):
+        with runtime.client_watches.watch(receive):
             return await execute(
                 runtime.registry, Operation.CHAT, routes, payload, forwarded, record, prime
             )

@@ -94,13 +94,19 @@ class ChatStreamRelay:
                     if self._primed and self._complete:
                         return
                     raise UpstreamProtocolError("stream ended before any content")
-                for data in self._parser.feed(chunk):
-                    out, content = self._translate(data.data)
+                # Every event of this chunk is taken (it has arrived; dropping the rest would
+                # lose it); no further chunk is read once one of them carried content.
+                seen_content = False
+                for event in self._parser.feed(chunk):
+                    out, content = self._translate(event.data)
                     if out is not None:
                         self._primed.append(out)
-                    if content or self._complete:
-                        self._watchdog.change(provider.stream_idle_timeout_s, "stream_event")
-                        return
+                    seen_content = seen_content or content
+                    if self._complete:
+                        break
+                if seen_content or self._complete:
+                    self._watchdog.change(provider.stream_idle_timeout_s, "stream_event")
+                    return
         except BaseException:
             self._watchdog.stop()
             raise

@@ -79,26 +79,24 @@ class SilenceWatchdog:
 
 
 class ClientWatch:
-    """Cancels the current task when the client disconnects; raises ClientDisconnected.
+    """One request's watch for its client leaving; made by ClientWatches.watch().
 
-    Use as `with ClientWatch(receive):` around waits on the provider.
+    Use as `with watches.watch(receive):` around waits on the provider: when the client
+    disconnects, the request's task is cancelled and the block raises ClientDisconnected.
     """
 
-    __slots__ = ("_loop", "_receive", "_task", "_timer", "_watcher", "gone")
+    __slots__ = ("_owner", "_receive", "_task", "_watcher", "gone", "seen")
 
-    def __init__(self, receive: Receive, delay_s: float = CLIENT_WATCH_DELAY_S) -> None:
+    def __init__(self, owner: ClientWatches, receive: Receive, task: asyncio.Task[object]) -> None:
+        self._owner = owner
         self._receive = receive
-        self._loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None
         self._task = task
-        self.gone = False
         self._watcher: asyncio.Task[None] | None = None
-        self._timer: asyncio.TimerHandle | None = self._loop.call_later(delay_s, self._start)
+        self.gone = False
+        self.seen = False
 
-    def _start(self) -> None:
-        self._timer = None
-        self._watcher = self._loop.create_task(self._watch())
+    def listen(self) -> None:
+        self._watcher = asyncio.get_running_loop().create_task(self._watch())
 
     async def _watch(self) -> None:
         while True:
@@ -107,14 +105,6 @@ class ClientWatch:
                 self.gone = True
                 self._task.cancel()
                 return
-
-    def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._watcher is not None:
-            self._watcher.cancel()
-            self._watcher = None
 
     def __enter__(self) -> ClientWatch:
         return self
@@ -125,7 +115,49 @@ class ClientWatch:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.stop()
+        self._owner.forget(self)
+        if self._watcher is not None:
+            self._watcher.cancel()
+            self._watcher = None
         if self.gone and exc_type is asyncio.CancelledError:
             self._task.uncancel()
             raise ClientDisconnected
+
+
+class ClientWatches:
+    """Starts listening for disconnects only for requests that last, with one timer per
+    process instead of one per request.
+
+    Every `interval_s` a sweep gives a listening task to each watch that was already there at
+    the previous sweep, so a request that waits on its provider is listened for after one to
+    two intervals, and a quick request costs a dict insert and delete. The timer runs only
+    while watches exist.
+    """
+
+    def __init__(self, interval_s: float = CLIENT_WATCH_DELAY_S) -> None:
+        self._interval_s = interval_s
+        self._waiting: dict[int, ClientWatch] = {}
+        self._timer: asyncio.TimerHandle | None = None
+
+    def watch(self, receive: Receive) -> ClientWatch:
+        task = asyncio.current_task()
+        assert task is not None
+        entry = ClientWatch(self, receive, task)
+        self._waiting[id(entry)] = entry
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self._interval_s, self._sweep)
+        return entry
+
+    def forget(self, entry: ClientWatch) -> None:
+        self._waiting.pop(id(entry), None)
+
+    def _sweep(self) -> None:
+        self._timer = None
+        for key, entry in list(self._waiting.items()):
+            if entry.seen:
+                del self._waiting[key]
+                entry.listen()
+            else:
+                entry.seen = True
+        if self._waiting:
+            self._timer = asyncio.get_running_loop().call_later(self._interval_s, self._sweep)
