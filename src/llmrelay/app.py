@@ -139,8 +139,15 @@ def create_app(settings: Settings) -> GatewayApp:
             metrics.watch(metrics.record_queue_depth, lambda: recorder.depth)
             metrics.watch(metrics.snapshot_generation, lambda: snapshots.current.generation)
             metrics.watch(metrics.snapshot_build_failures, lambda: snapshots.failed_builds)
+            loop = asyncio.get_running_loop()
             dataplane.runtime = Runtime(
-                snapshots, registry, recorder, metrics, settings.max_body_bytes, ClientWatches()
+                snapshots,
+                registry,
+                recorder,
+                metrics,
+                settings.max_body_bytes,
+                ClientWatches(loop),
+                loop,
             )
             health.engine, health.snapshots = engine, snapshots
             poller = asyncio.create_task(snapshots.poll(settings.snapshot_poll_s))

@@ -7,11 +7,11 @@ STREAM = (
     b'data: {"a":1}\n\n: comment\n\nevent: ping\ndata: x\n\n'
     b"data: line1\ndata: line2\n\ndata: [DONE]\n\n"
 )
-EXPECTED = [
-    SSEEvent(None, b'{"a":1}'),
-    SSEEvent("ping", b"x"),
-    SSEEvent(None, b"line1\nline2"),
-    SSEEvent(None, b"[DONE]"),
+EXPECTED: list[SSEEvent] = [
+    (None, b'{"a":1}'),
+    ("ping", b"x"),
+    (None, b"line1\nline2"),
+    (None, b"[DONE]"),
 ]
 
 

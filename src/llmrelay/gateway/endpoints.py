@@ -8,6 +8,7 @@ virtual model, and queue one record. Errors are rendered in one place (`_model_c
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ class Runtime:
     metrics: Metrics
     max_body_bytes: int
     client_watches: ClientWatches
+    loop: asyncio.AbstractEventLoop
 
 
 class DataPlane:
@@ -174,6 +176,7 @@ class DataPlane:
         request_id = record.request_id
 
         async def prime(route: RouteSnap, response: UpstreamResponse) -> ChatStreamRelay:
+            slug = route.provider.slug
             relay = ChatStreamRelay(
                 route,
                 response,
@@ -182,10 +185,10 @@ class DataPlane:
                 choices=n,
                 usage_requested=usage_requested,
                 record=record,
-                on_malformed=runtime.metrics.malformed_events.labels(route.provider.slug).inc,
+                on_malformed=lambda: runtime.metrics.malformed_events.labels(slug).inc(),
                 on_end=self._finish,
             )
-            await relay.prime()
+            await relay.prime(runtime.loop)
             return relay
 
         with runtime.client_watches.watch(receive):

@@ -83,10 +83,10 @@ class ChatStreamRelay:
         watchdog.feed()
         return chunk
 
-    async def prime(self) -> None:
+    async def prime(self, loop: asyncio.AbstractEventLoop) -> None:
         """Read until the first content event, within the provider's first-token limit."""
         provider = self._route.provider
-        self._watchdog = SilenceWatchdog(provider.first_token_timeout_s, "first_token")
+        self._watchdog = SilenceWatchdog(loop, provider.first_token_timeout_s, "first_token")
         try:
             while True:
                 chunk = await self._next_chunk()
@@ -98,7 +98,7 @@ class ChatStreamRelay:
                 # lose it); no further chunk is read once one of them carried content.
                 seen_content = False
                 for event in self._parser.feed(chunk):
-                    out, content = self._translate(event.data)
+                    out, content = self._translate(event[1])
                     if out is not None:
                         self._primed.append(out)
                     seen_content = seen_content or content
@@ -112,28 +112,31 @@ class ChatStreamRelay:
             raise
 
     async def events(self) -> AsyncGenerator[bytes, None]:
-        """The client's stream; always ends the call record, however the stream ends."""
+        """The client's stream; always ends the call record, however the stream ends.
+
+        One yield per upstream chunk (so one write to the client), with `[DONE]` joined to
+        the last one."""
         record = self._record
         try:
-            if self._primed:
-                yield b"".join(self._primed)
-                self._primed = []
+            out = self._primed
+            self._primed = []
             while not self._complete:
+                if out:
+                    yield b"".join(out)
+                    out = []
                 chunk = await self._next_chunk()
                 if chunk is None:
                     if self._finished and len(self._finished) >= self._choices:
                         break  # finished; only the usage chunk never came
                     raise UpstreamProtocolError("stream ended before its finish reason")
-                out = []
                 for event in self._parser.feed(chunk):
-                    data, _ = self._translate(event.data)
+                    data, _ = self._translate(event[1])
                     if data is not None:
                         out.append(data)
                     if self._complete:
                         break
-                if out:
-                    yield b"".join(out)
-            yield DONE
+            out.append(DONE)
+            yield b"".join(out)
         except UpstreamError as exc:
             error: GatewayError = (
                 UpstreamTimeout(f"stream stalled: {exc}")

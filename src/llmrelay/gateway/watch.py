@@ -24,9 +24,10 @@ class SilenceWatchdog:
 
     __slots__ = ("_due", "_handle", "_last", "_limit", "_loop", "_task", "expired", "phase")
 
-    def __init__(self, limit_s: float, phase: str) -> None:
-        self._loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
+    def __init__(self, loop: asyncio.AbstractEventLoop, limit_s: float, phase: str) -> None:
+        # The loop is passed in: asyncio.get_running_loop() makes a getpid() system call.
+        self._loop = loop
+        task = asyncio.current_task(loop)
         assert task is not None
         self._task = task
         self._limit = limit_s
@@ -95,8 +96,8 @@ class ClientWatch:
         self.gone = False
         self.seen = False
 
-    def listen(self) -> None:
-        self._watcher = asyncio.get_running_loop().create_task(self._watch())
+    def listen(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._watcher = loop.create_task(self._watch())
 
     async def _watch(self) -> None:
         while True:
@@ -134,18 +135,21 @@ class ClientWatches:
     while watches exist.
     """
 
-    def __init__(self, interval_s: float = CLIENT_WATCH_DELAY_S) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, interval_s: float = CLIENT_WATCH_DELAY_S
+    ) -> None:
+        self._loop = loop
         self._interval_s = interval_s
         self._waiting: dict[int, ClientWatch] = {}
         self._timer: asyncio.TimerHandle | None = None
 
     def watch(self, receive: Receive) -> ClientWatch:
-        task = asyncio.current_task()
+        task = asyncio.current_task(self._loop)
         assert task is not None
         entry = ClientWatch(self, receive, task)
         self._waiting[id(entry)] = entry
         if self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(self._interval_s, self._sweep)
+            self._timer = self._loop.call_later(self._interval_s, self._sweep)
         return entry
 
     def forget(self, entry: ClientWatch) -> None:
@@ -156,8 +160,8 @@ class ClientWatches:
         for key, entry in list(self._waiting.items()):
             if entry.seen:
                 del self._waiting[key]
-                entry.listen()
+                entry.listen(self._loop)
             else:
                 entry.seen = True
         if self._waiting:
-            self._timer = asyncio.get_running_loop().call_later(self._interval_s, self._sweep)
+            self._timer = self._loop.call_later(self._interval_s, self._sweep)
