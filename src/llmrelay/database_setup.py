@@ -14,7 +14,7 @@ from llmrelay.store.db import create_engine, is_sqlite, session_factory
 async def migrate_database(url: str) -> str | None:
     engine = create_engine(url)
     try:
-        await migrate.upgrade(engine)
+        await migrate.upgrade_if_needed(engine)
         async with session_factory(engine).begin() as session:
             await ensure_default_tenant(session)
         return await migrate.current_revision(engine)
@@ -33,7 +33,7 @@ async def prepare_for_serving(url: str) -> None:
         if not await migrate.is_up_to_date(engine):
             raise RuntimeError(
                 f"schema revision {await migrate.current_revision(engine)} is not the required "
-                f"{migrate.head_revision()}: run `llmrelay migrate` first"
+                f"{migrate.HEAD_REVISION}: run `llmrelay migrate` first"
             )
     finally:
         await engine.dispose()
@@ -45,7 +45,7 @@ async def apply_to_database(
     engine = create_engine(settings.database_url)
     try:
         if is_sqlite(settings.database_url):
-            await migrate.upgrade(engine)
+            await migrate.upgrade_if_needed(engine)
         elif not await migrate.is_up_to_date(engine):
             raise RuntimeError(
                 "the database schema is not up to date: run `llmrelay migrate` first"
