@@ -22,7 +22,7 @@ from llmrelay.gateway.endpoints import Handler as DataHandler
 from llmrelay.gateway.errors import GatewayError, NotFound
 from llmrelay.gateway.ingress import IngressMiddleware, RequestContext, begin, refuse_too_large
 from llmrelay.gateway.recorder import Recorder
-from llmrelay.gateway.watch import ClientWatches
+from llmrelay.gateway.watch import ClientWatches, Deadlines
 from llmrelay.observability.health import Health
 from llmrelay.observability.logging import configure_logging
 from llmrelay.observability.metrics import Metrics
@@ -147,7 +147,7 @@ def create_app(settings: Settings) -> GatewayApp:
                 metrics,
                 settings.max_body_bytes,
                 ClientWatches(loop),
-                loop,
+                Deadlines(loop),
             )
             health.engine, health.snapshots = engine, snapshots
             poller = asyncio.create_task(snapshots.poll(settings.snapshot_poll_s))

@@ -8,7 +8,6 @@ virtual model, and queue one record. Errors are rendered in one place (`_model_c
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from llmrelay.gateway.executor import UpstreamRejected, candidates, execute
 from llmrelay.gateway.ingress import RequestContext
 from llmrelay.gateway.recorder import Recorder
 from llmrelay.gateway.relay import ChatStreamRelay
-from llmrelay.gateway.watch import ClientWatches
+from llmrelay.gateway.watch import ClientWatches, Deadlines
 from llmrelay.observability.metrics import Metrics
 from llmrelay.protocols import openai as wire
 from llmrelay.providers.base import Operation, UpstreamResponse
@@ -49,7 +48,7 @@ class Runtime:
     metrics: Metrics
     max_body_bytes: int
     client_watches: ClientWatches
-    loop: asyncio.AbstractEventLoop
+    deadlines: Deadlines
 
 
 class DataPlane:
@@ -188,7 +187,7 @@ class DataPlane:
                 on_malformed=lambda: runtime.metrics.malformed_events.labels(slug).inc(),
                 on_end=self._finish,
             )
-            await relay.prime(runtime.loop)
+            await relay.prime(runtime.deadlines)
             return relay
 
         with runtime.client_watches.watch(receive):

@@ -7,7 +7,6 @@ The context travels in `scope["llmrelay"]`; handlers read it instead of re-deriv
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
 import time
 from collections.abc import Sequence
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from llmrelay.gateway.errors import PayloadTooLarge
+from llmrelay.gateway.ids import REQUEST_IDS
 from llmrelay.protocols.openai import error_body
 
 _CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -36,7 +36,7 @@ def choose_request_id(client_value: bytes | None) -> str:
         text = client_value.decode("latin-1")
         if _CLIENT_REQUEST_ID.match(text):
             return text
-    return "req_" + os.urandom(12).hex()
+    return REQUEST_IDS.new()
 
 
 def client_ip(

@@ -7,13 +7,14 @@ with `[DONE]`. The stream is complete once every choice has its finish reason (a
 usage chunk has come, when the client asked for one); `[DONE]` then goes out at once.
 
 Every upstream event is parsed (a malformed one is dropped and counted) and passed on with
-only `model` renamed (see protocols.openai.ModelRename).
+only `model` renamed: the rename is one byte replacement per chunk (see
+protocols.openai.ModelRename); an event it missed is re-serialised.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 import orjson
@@ -21,7 +22,7 @@ import structlog
 
 from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
 from llmrelay.gateway.errors import GatewayError, UpstreamFailed, UpstreamTimeout
-from llmrelay.gateway.watch import SilenceWatchdog
+from llmrelay.gateway.watch import Deadline, Deadlines
 from llmrelay.protocols.openai import DONE, ModelRename, error_event
 from llmrelay.protocols.sse import SSEParser
 from llmrelay.providers.base import UpstreamResponse
@@ -31,6 +32,8 @@ from llmrelay.snapshot.model import RouteSnap
 log = structlog.get_logger(__name__)
 
 _CONTENT_FIELDS = ("content", "tool_calls", "function_call", "refusal", "reasoning_content")
+_DATA = b"data: "
+_END = b"\n\n"
 
 
 class ChatStreamRelay:
@@ -49,9 +52,10 @@ class ChatStreamRelay:
     ) -> None:
         self._route = route
         self._response = response
-        self._chunks: AsyncIterator[bytes] = response.chunks().__aiter__()
         self._parser = SSEParser()
         self._rename = ModelRename(route.upstream_model, virtual_model)
+        self._upstream_model = route.upstream_model
+        self._virtual_model = virtual_model
         self._request_id = request_id
         self._choices = choices
         self._usage_requested = usage_requested
@@ -62,7 +66,7 @@ class ChatStreamRelay:
         self._usage_seen = False
         self._done = False
         self._primed: list[bytes] = []
-        self._watchdog: SilenceWatchdog | None = None
+        self._deadline: Deadline | None = None
 
     @property
     def _complete(self) -> bool:
@@ -70,45 +74,37 @@ class ChatStreamRelay:
             len(self._finished) >= self._choices and (self._usage_seen or not self._usage_requested)
         )
 
-    async def _next_chunk(self) -> bytes | None:
-        """The next upstream bytes, or None at the end; the watchdog's expiry is a timeout."""
-        watchdog = self._watchdog
-        assert watchdog is not None
+    async def _next_chunk(self) -> bytes:
+        """The next upstream bytes (b"" at the end); the deadline's expiry is a timeout."""
+        deadline = self._deadline
+        assert deadline is not None
         try:
-            chunk = await anext(self._chunks, None)
+            chunk = await self._response.next_chunk()
         except asyncio.CancelledError:
-            if watchdog.claim():
-                raise UpstreamTimeoutError(watchdog.phase, watchdog.limit_s) from None
+            if deadline.claim():
+                raise UpstreamTimeoutError(deadline.phase, deadline.limit_s) from None
             raise
-        watchdog.feed()
+        deadline.feed()
         return chunk
 
-    async def prime(self, loop: asyncio.AbstractEventLoop) -> None:
+    async def prime(self, deadlines: Deadlines) -> None:
         """Read until the first content event, within the provider's first-token limit."""
         provider = self._route.provider
-        self._watchdog = SilenceWatchdog(loop, provider.first_token_timeout_s, "first_token")
+        self._deadline = deadlines.watch(provider.first_token_timeout_s, "first_token")
         try:
             while True:
                 chunk = await self._next_chunk()
-                if chunk is None:
+                if not chunk:
                     if self._primed and self._complete:
                         return
                     raise UpstreamProtocolError("stream ended before any content")
                 # Every event of this chunk is taken (it has arrived; dropping the rest would
                 # lose it); no further chunk is read once one of them carried content.
-                seen_content = False
-                for event in self._parser.feed(chunk):
-                    out, content = self._translate(event[1])
-                    if out is not None:
-                        self._primed.append(out)
-                    seen_content = seen_content or content
-                    if self._complete:
-                        break
-                if seen_content or self._complete:
-                    self._watchdog.change(provider.stream_idle_timeout_s, "stream_event")
+                if self._take(chunk, self._primed, priming=True) or self._complete:
+                    self._deadline.change(provider.stream_idle_timeout_s, "stream_event")
                     return
         except BaseException:
-            self._watchdog.stop()
+            self._deadline.stop()
             raise
 
     async def events(self) -> AsyncGenerator[bytes, None]:
@@ -125,16 +121,11 @@ class ChatStreamRelay:
                     yield b"".join(out)
                     out = []
                 chunk = await self._next_chunk()
-                if chunk is None:
+                if not chunk:
                     if self._finished and len(self._finished) >= self._choices:
                         break  # finished; only the usage chunk never came
                     raise UpstreamProtocolError("stream ended before its finish reason")
-                for event in self._parser.feed(chunk):
-                    data, _ = self._translate(event[1])
-                    if data is not None:
-                        out.append(data)
-                    if self._complete:
-                        break
+                self._take(chunk, out, priming=False)
             out.append(DONE)
             yield b"".join(out)
         except UpstreamError as exc:
@@ -150,45 +141,54 @@ class ChatStreamRelay:
             record.fail(CLIENT_CLOSED_REQUEST, "client_disconnected")
             raise
         finally:
-            if self._watchdog is not None:
-                self._watchdog.stop()
+            if self._deadline is not None:
+                self._deadline.stop()
             self._response.release()
             self._on_end(record)
 
-    def _translate(self, data: bytes) -> tuple[bytes | None, bool]:
-        """One upstream event -> (bytes for the client or None, whether it carries content)."""
-        if data == b"[DONE]":
-            self._done = True
-            return None, True
-        try:
-            chunk = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            chunk = None
-        if not isinstance(chunk, dict):
-            self._on_malformed()
-            log.warning("upstream_malformed_event", request_id=self._request_id)
-            return None, False
-        if "error" in chunk:
-            raise UpstreamProtocolError(f"provider sent an error event: {_error_text(chunk)}")
+    def _take(self, chunk: bytes, out: list[bytes], *, priming: bool) -> bool:
+        """Parse one upstream chunk's events into `out` (as client bytes); stop at completion.
+        Returns whether any event carried content (only looked at while priming)."""
         content = False
-        choices = chunk.get("choices")
-        if choices:
-            for choice in choices:
-                if not isinstance(choice, dict):
-                    continue
-                if choice.get("finish_reason") is not None:
-                    index = choice.get("index")
-                    self._finished.add(index if isinstance(index, int) else 0)
-                    content = True
-                delta = choice.get("delta")
-                if delta and not content:
-                    content = any(delta.get(f) for f in _CONTENT_FIELDS)
-        usage = chunk.get("usage")
-        if usage:
-            self._usage_seen = True
-            self._record.take_usage(usage)
-            content = True
-        return b"data: " + self._rename.apply(data, chunk) + b"\n\n", content
+        for _, data in self._parser.feed(self._rename.in_bytes(chunk)):
+            if data == b"[DONE]":
+                self._done = True
+                return True
+            try:
+                event = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                event = None
+            if type(event) is not dict:
+                self._on_malformed()
+                log.warning("upstream_malformed_event", request_id=self._request_id)
+                continue
+            if "error" in event:
+                raise UpstreamProtocolError(f"provider sent an error event: {_error_text(event)}")
+            choices = event.get("choices")
+            if choices:
+                for choice in choices:
+                    if type(choice) is not dict:
+                        continue
+                    if choice.get("finish_reason") is not None:
+                        index = choice.get("index")
+                        self._finished.add(index if type(index) is int else 0)
+                        content = True
+                    elif priming and not content:
+                        delta = choice.get("delta")
+                        if type(delta) is dict:
+                            content = any(delta.get(f) for f in _CONTENT_FIELDS)
+            usage = event.get("usage")
+            if usage:
+                self._usage_seen = True
+                self._record.take_usage(usage)
+                content = True
+            if event.get("model") == self._upstream_model:  # the byte rename missed it
+                event["model"] = self._virtual_model
+                data = orjson.dumps(event)
+            out += (_DATA, data, _END)
+            if self._complete:
+                break
+        return content
 
 
 def _error_text(chunk: dict[str, Any]) -> str:

@@ -1,10 +1,10 @@
-"""Cheap watchers that cancel the request's task: one for a provider gone silent, one for a
+"""Cheap watchers that cancel a request's task: one for a provider gone silent, one for a
 client gone away.
 
-Both avoid per-read `asyncio.timeout` contexts and eager helper tasks, which the request path
-would pay for on every call: the silence watchdog is fed with one clock read per chunk and
-checked by a single timer; the client watcher starts its listening task only once the call has
-lasted `delay_s`, so quick calls never create it.
+Both avoid per-read `asyncio.timeout` contexts, per-request timers and eager helper tasks,
+which the request path would pay for on every call: each is one process-wide sweep timer over
+a dict of open requests. A silent stream costs one clock read per chunk; a client watch starts
+its listening task only once the call has lasted a sweep or two, so quick calls never make it.
 """
 
 from __future__ import annotations
@@ -19,64 +19,78 @@ from llmrelay.gateway.errors import ClientDisconnected
 CLIENT_WATCH_DELAY_S = 0.05
 
 
-class SilenceWatchdog:
-    """Cancels the current task when `feed` was not called for `limit_s` seconds."""
+class Deadline:
+    """One stream's silence limit; made by Deadlines.watch(), fed once per chunk."""
 
-    __slots__ = ("_due", "_handle", "_last", "_limit", "_loop", "_task", "expired", "phase")
+    __slots__ = ("_owner", "expired", "last", "limit_s", "phase", "task")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, limit_s: float, phase: str) -> None:
-        # The loop is passed in: asyncio.get_running_loop() makes a getpid() system call.
-        self._loop = loop
-        task = asyncio.current_task(loop)
-        assert task is not None
-        self._task = task
-        self._limit = limit_s
+    def __init__(
+        self, owner: Deadlines, task: asyncio.Task[object], limit_s: float, phase: str, now: float
+    ) -> None:
+        self._owner = owner
+        self.task = task
+        self.limit_s = limit_s
         self.phase = phase
+        self.last = now
         self.expired = False
-        self._last = self._loop.time()
-        self._due = self._last + limit_s
-        self._handle: asyncio.TimerHandle | None = self._loop.call_at(self._due, self._check)
-
-    @property
-    def limit_s(self) -> float:
-        return self._limit
 
     def feed(self) -> None:
-        self._last = self._loop.time()
+        self.last = self._owner.loop.time()
 
     def change(self, limit_s: float, phase: str) -> None:
-        """Switch to another limit (for example first token -> stream idle), counting from now."""
-        self._limit = limit_s
+        """Switch to another limit (first token -> stream idle), counting from now."""
+        self.limit_s = limit_s
         self.phase = phase
         self.feed()
-        due = self._last + limit_s
-        if self._handle is not None and due < self._due:
-            self._handle.cancel()
-            self._due = due
-            self._handle = self._loop.call_at(due, self._check)
-
-    def _check(self) -> None:
-        due = self._last + self._limit
-        if self._loop.time() >= due:
-            self._handle = None
-            self.expired = True
-            self._task.cancel()
-        else:
-            self._due = due
-            self._handle = self._loop.call_at(due, self._check)
 
     def stop(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
+        self._owner.forget(self)
 
     def claim(self) -> bool:
         """After a CancelledError: True, with the cancellation absorbed, if this caused it."""
         if self.expired:
             self.expired = False
-            self._task.uncancel()
+            self.task.uncancel()
             return True
         return False
+
+
+class Deadlines:
+    """Silence limits for every open stream, checked by one sweep every `interval_s`.
+
+    A per-stream timer (or `asyncio.timeout` per read) costs microseconds per chunk; here a
+    chunk costs one clock read, and a stream that goes silent is cancelled within
+    `interval_s` of its limit. The timer runs only while streams are open.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, interval_s: float = 0.1) -> None:
+        self.loop = loop
+        self._interval_s = interval_s
+        self._active: dict[int, Deadline] = {}
+        self._timer: asyncio.TimerHandle | None = None
+
+    def watch(self, limit_s: float, phase: str) -> Deadline:
+        task = asyncio.current_task(self.loop)
+        assert task is not None
+        entry = Deadline(self, task, limit_s, phase, self.loop.time())
+        self._active[id(entry)] = entry
+        if self._timer is None:
+            self._timer = self.loop.call_later(self._interval_s, self._sweep)
+        return entry
+
+    def forget(self, entry: Deadline) -> None:
+        self._active.pop(id(entry), None)
+
+    def _sweep(self) -> None:
+        self._timer = None
+        now = self.loop.time()
+        for key, entry in list(self._active.items()):
+            if now - entry.last >= entry.limit_s:
+                del self._active[key]
+                entry.expired = True
+                entry.task.cancel()
+        if self._active:
+            self._timer = self.loop.call_later(self._interval_s, self._sweep)
 
 
 class ClientWatch:

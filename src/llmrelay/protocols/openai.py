@@ -65,6 +65,11 @@ class ModelRename:
         self._pattern = b'"model":' + orjson.dumps(upstream)
         self._replacement = b'"model":' + orjson.dumps(virtual)
 
+    def in_bytes(self, raw: bytes) -> bytes:
+        """Every `"model":"<upstream>"` in a chunk of stream events. Inside JSON strings a
+        quote is always escaped, so the pattern can only match a real `model` key."""
+        return raw.replace(self._pattern, self._replacement)
+
     def apply(self, raw: bytes, parsed: dict[str, Any]) -> bytes:
         if "model" not in parsed:
             return raw

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
@@ -31,8 +31,9 @@ class UpstreamResponse(Protocol):
         """The whole body (the transport bounds the gaps between reads)."""
         ...
 
-    def chunks(self) -> AsyncIterator[bytes]:
-        """Body bytes as they arrive (the caller adds its own first-token and idle limits)."""
+    async def next_chunk(self) -> bytes:
+        """The next body bytes as they arrive, b"" at the end (the caller adds its own
+        first-token and idle limits)."""
         ...
 
     def release(self) -> None:

@@ -9,8 +9,6 @@ response head and every later gap between reads.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import aiohttp
 
 from llmrelay.providers.base import UpstreamRequest
@@ -37,14 +35,9 @@ class HttpUpstreamResponse:
         except (aiohttp.ClientError, ConnectionError) as exc:
             raise UpstreamConnectError(f"connection lost while reading: {_describe(exc)}") from None
 
-    async def chunks(self) -> AsyncIterator[bytes]:
-        content = self._response.content
+    async def next_chunk(self) -> bytes:
         try:
-            while True:
-                chunk = await content.readany()
-                if not chunk:
-                    return
-                yield chunk
+            return await self._response.content.readany()
         except aiohttp.SocketTimeoutError:
             raise UpstreamTimeoutError("stream_event", self._provider.timeout_s) from None
         except (aiohttp.ClientError, ConnectionError) as exc:

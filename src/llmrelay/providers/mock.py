@@ -12,7 +12,7 @@ import hashlib
 import math
 import struct
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -94,9 +94,8 @@ class MockResponse:
     async def read(self) -> bytes:
         return b"".join(self._parts)
 
-    async def chunks(self) -> AsyncIterator[bytes]:
-        for part in self._parts:
-            yield part
+    async def next_chunk(self) -> bytes:
+        return self._parts.pop(0) if self._parts else b""
 
     def release(self) -> None:
         self._parts = []
