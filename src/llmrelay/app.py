@@ -16,13 +16,14 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
+from llmrelay.deadlines import Deadlines
 from llmrelay.gateway.asgi import send_json
 from llmrelay.gateway.endpoints import DataPlane, Runtime
 from llmrelay.gateway.endpoints import Handler as DataHandler
 from llmrelay.gateway.errors import GatewayError, NotFound
 from llmrelay.gateway.ingress import IngressMiddleware, RequestContext, begin, refuse_too_large
 from llmrelay.gateway.recorder import Recorder
-from llmrelay.gateway.watch import ClientWatches, Deadlines
+from llmrelay.gateway.watch import ClientWatches
 from llmrelay.observability.health import Health
 from llmrelay.observability.logging import configure_logging
 from llmrelay.observability.metrics import Metrics
@@ -133,13 +134,14 @@ def create_app(settings: Settings) -> GatewayApp:
                 session_factory(engine), Sealer(resolve_secret_key(settings))
             )
             await snapshots.load()
-            registry = ProviderRegistry(HttpTransport())
+            loop = asyncio.get_running_loop()
+            deadlines = Deadlines(loop)
+            registry = ProviderRegistry(HttpTransport(deadlines))
             recorder = Recorder(engine, max_queue=settings.record_queue_size)
             recorder.start()
             metrics.watch(metrics.record_queue_depth, lambda: recorder.depth)
             metrics.watch(metrics.snapshot_generation, lambda: snapshots.current.generation)
             metrics.watch(metrics.snapshot_build_failures, lambda: snapshots.failed_builds)
-            loop = asyncio.get_running_loop()
             dataplane.runtime = Runtime(
                 snapshots,
                 registry,
@@ -147,7 +149,7 @@ def create_app(settings: Settings) -> GatewayApp:
                 metrics,
                 settings.max_body_bytes,
                 ClientWatches(loop),
-                Deadlines(loop),
+                deadlines,
             )
             health.engine, health.snapshots = engine, snapshots
             poller = asyncio.create_task(snapshots.poll(settings.snapshot_poll_s))

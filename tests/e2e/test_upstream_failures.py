@@ -78,7 +78,7 @@ def test_upstream_500_is_a_502(gateway: GatewayProcess) -> None:
 def test_slow_upstream_is_a_504(gateway: GatewayProcess) -> None:
     started = time.monotonic()
     response = _chat(gateway, "slow")
-    assert response.status_code == 504
+    assert response.status_code == 504, response.text
     assert response.json()["error"]["code"] == "upstream_timeout"
     assert 1.9 < time.monotonic() - started < 3
 

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 from starlette.types import Receive, Scope, Send
 
+from llmrelay.deadlines import Deadlines
 from llmrelay.gateway import requests as checks
 from llmrelay.gateway.asgi import read_body, send_json, send_sse
 from llmrelay.gateway.auth import authenticate
@@ -25,7 +26,7 @@ from llmrelay.gateway.executor import UpstreamRejected, candidates, execute
 from llmrelay.gateway.ingress import RequestContext
 from llmrelay.gateway.recorder import Recorder
 from llmrelay.gateway.relay import ChatStreamRelay
-from llmrelay.gateway.watch import ClientWatches, Deadlines
+from llmrelay.gateway.watch import ClientWatches
 from llmrelay.observability.metrics import Metrics
 from llmrelay.protocols import openai as wire
 from llmrelay.providers.base import Operation, UpstreamResponse

@@ -20,9 +20,9 @@ from typing import Any
 import orjson
 import structlog
 
+from llmrelay.deadlines import Deadline, Deadlines
 from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
 from llmrelay.gateway.errors import GatewayError, UpstreamFailed, UpstreamTimeout
-from llmrelay.gateway.watch import Deadline, Deadlines
 from llmrelay.protocols.openai import DONE, ModelRename, error_event
 from llmrelay.protocols.sse import SSEParser
 from llmrelay.providers.base import UpstreamResponse
@@ -78,13 +78,14 @@ class ChatStreamRelay:
         """The next upstream bytes (b"" at the end); the deadline's expiry is a timeout."""
         deadline = self._deadline
         assert deadline is not None
+        deadline.resume()
         try:
             chunk = await self._response.next_chunk()
         except asyncio.CancelledError:
             if deadline.claim():
                 raise UpstreamTimeoutError(deadline.phase, deadline.limit_s) from None
             raise
-        deadline.feed()
+        deadline.pause()
         return chunk
 
     async def prime(self, deadlines: Deadlines) -> None:

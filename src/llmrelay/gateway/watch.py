@@ -1,10 +1,8 @@
-"""Cheap watchers that cancel a request's task: one for a provider gone silent, one for a
-client gone away.
+"""Noticing a client that went away while its request waits on the provider.
 
-Both avoid per-read `asyncio.timeout` contexts, per-request timers and eager helper tasks,
-which the request path would pay for on every call: each is one process-wide sweep timer over
-a dict of open requests. A silent stream costs one clock read per chunk; a client watch starts
-its listening task only once the call has lasted a sweep or two, so quick calls never make it.
+No eager helper task per request: one process-wide sweep timer over a dict of open requests
+starts a listening task only for a call that has lasted a sweep or two, so quick calls never
+make one. (Silence limits on the provider side are llmrelay.deadlines, the same idea.)
 """
 
 from __future__ import annotations
@@ -17,80 +15,6 @@ from starlette.types import Receive
 from llmrelay.gateway.errors import ClientDisconnected
 
 CLIENT_WATCH_DELAY_S = 0.05
-
-
-class Deadline:
-    """One stream's silence limit; made by Deadlines.watch(), fed once per chunk."""
-
-    __slots__ = ("_owner", "expired", "last", "limit_s", "phase", "task")
-
-    def __init__(
-        self, owner: Deadlines, task: asyncio.Task[object], limit_s: float, phase: str, now: float
-    ) -> None:
-        self._owner = owner
-        self.task = task
-        self.limit_s = limit_s
-        self.phase = phase
-        self.last = now
-        self.expired = False
-
-    def feed(self) -> None:
-        self.last = self._owner.loop.time()
-
-    def change(self, limit_s: float, phase: str) -> None:
-        """Switch to another limit (first token -> stream idle), counting from now."""
-        self.limit_s = limit_s
-        self.phase = phase
-        self.feed()
-
-    def stop(self) -> None:
-        self._owner.forget(self)
-
-    def claim(self) -> bool:
-        """After a CancelledError: True, with the cancellation absorbed, if this caused it."""
-        if self.expired:
-            self.expired = False
-            self.task.uncancel()
-            return True
-        return False
-
-
-class Deadlines:
-    """Silence limits for every open stream, checked by one sweep every `interval_s`.
-
-    A per-stream timer (or `asyncio.timeout` per read) costs microseconds per chunk; here a
-    chunk costs one clock read, and a stream that goes silent is cancelled within
-    `interval_s` of its limit. The timer runs only while streams are open.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, interval_s: float = 0.1) -> None:
-        self.loop = loop
-        self._interval_s = interval_s
-        self._active: dict[int, Deadline] = {}
-        self._timer: asyncio.TimerHandle | None = None
-
-    def watch(self, limit_s: float, phase: str) -> Deadline:
-        task = asyncio.current_task(self.loop)
-        assert task is not None
-        entry = Deadline(self, task, limit_s, phase, self.loop.time())
-        self._active[id(entry)] = entry
-        if self._timer is None:
-            self._timer = self.loop.call_later(self._interval_s, self._sweep)
-        return entry
-
-    def forget(self, entry: Deadline) -> None:
-        self._active.pop(id(entry), None)
-
-    def _sweep(self) -> None:
-        self._timer = None
-        now = self.loop.time()
-        for key, entry in list(self._active.items()):
-            if now - entry.last >= entry.limit_s:
-                del self._active[key]
-                entry.expired = True
-                entry.task.cancel()
-        if self._active:
-            self._timer = self.loop.call_later(self._interval_s, self._sweep)
 
 
 class ClientWatch:

@@ -1,45 +1,56 @@
 """The shared aiohttp transport: one connection pool per process, no redirects, and every
 aiohttp failure mapped to providers.errors here.
 
-Time limits use aiohttp's own socket timers (armed on every read anyway when set), not
-`asyncio.timeout`, which costs several microseconds per use on the hot path: `sock_connect`
-is the provider's connect limit, `sock_read` its `timeout_s`, which bounds the wait for the
-response head and every later gap between reads.
+Time limits: aiohttp's `sock_connect` is the provider's connect limit (it costs nothing on a
+pooled connection). The wait for the response head, and for a non-streamed body, is bounded
+by `timeout_s` through the process-wide deadline sweeper (gateway.watch.Deadlines) rather
+than aiohttp's `sock_read`, which re-arms a timer on every packet, or `asyncio.timeout`,
+which costs several microseconds per use. Streams add their own limits (see gateway.relay).
 """
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 
+from llmrelay.deadlines import Deadlines
 from llmrelay.providers.base import UpstreamRequest
 from llmrelay.providers.errors import UpstreamConnectError, UpstreamTimeoutError
 from llmrelay.snapshot.model import ProviderSnap
 
 
 class HttpUpstreamResponse:
-    __slots__ = ("_provider", "_response", "status")
+    __slots__ = ("_deadlines", "_provider", "_response", "status")
 
-    def __init__(self, response: aiohttp.ClientResponse, provider: ProviderSnap) -> None:
+    def __init__(
+        self, response: aiohttp.ClientResponse, provider: ProviderSnap, deadlines: Deadlines
+    ) -> None:
         self._response = response
         self._provider = provider
+        self._deadlines = deadlines
         self.status = response.status
 
     def header(self, name: str) -> str | None:
         return self._response.headers.get(name)
 
     async def read(self) -> bytes:
+        limit = self._provider.timeout_s
+        deadline = self._deadlines.watch(limit, "response_body")
         try:
             return await self._response.read()
-        except aiohttp.SocketTimeoutError:
-            raise UpstreamTimeoutError("response_body", self._provider.timeout_s) from None
+        except asyncio.CancelledError:
+            if deadline.claim():
+                raise UpstreamTimeoutError("response_body", limit) from None
+            raise
         except (aiohttp.ClientError, ConnectionError) as exc:
             raise UpstreamConnectError(f"connection lost while reading: {_describe(exc)}") from None
+        finally:
+            deadline.stop()
 
     async def next_chunk(self) -> bytes:
         try:
             return await self._response.content.readany()
-        except aiohttp.SocketTimeoutError:
-            raise UpstreamTimeoutError("stream_event", self._provider.timeout_s) from None
         except (aiohttp.ClientError, ConnectionError) as exc:
             raise UpstreamConnectError(f"connection lost while reading: {_describe(exc)}") from None
 
@@ -53,7 +64,8 @@ class HttpUpstreamResponse:
 
 
 class HttpTransport:
-    def __init__(self, *, limit: int = 1000) -> None:
+    def __init__(self, deadlines: Deadlines, *, limit: int = 1000) -> None:
+        self._deadlines = deadlines
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=limit, ttl_dns_cache=300),
             timeout=aiohttp.ClientTimeout(total=None),
@@ -61,17 +73,18 @@ class HttpTransport:
             skip_auto_headers=("User-Agent",),
             auto_decompress=True,
         )
-        self._timeouts: dict[tuple[float, float], aiohttp.ClientTimeout] = {}
+        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
 
     def _timeout(self, provider: ProviderSnap) -> aiohttp.ClientTimeout:
-        key = (provider.connect_timeout_s, provider.timeout_s)
-        timeout = self._timeouts.get(key)
+        connect_s = provider.connect_timeout_s
+        timeout = self._timeouts.get(connect_s)
         if timeout is None:
-            timeout = aiohttp.ClientTimeout(total=None, sock_connect=key[0], sock_read=key[1])
-            self._timeouts[key] = timeout
+            timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_s)
+            self._timeouts[connect_s] = timeout
         return timeout
 
     async def send(self, request: UpstreamRequest, provider: ProviderSnap) -> HttpUpstreamResponse:
+        deadline = self._deadlines.watch(provider.timeout_s, "first_byte")
         try:
             response = await self._session.post(
                 request.url,
@@ -80,13 +93,17 @@ class HttpTransport:
                 allow_redirects=False,
                 timeout=self._timeout(provider),
             )
+        except asyncio.CancelledError:
+            if deadline.claim():
+                raise UpstreamTimeoutError("first_byte", provider.timeout_s) from None
+            raise
         except aiohttp.ConnectionTimeoutError:
             raise UpstreamTimeoutError("connect", provider.connect_timeout_s) from None
-        except aiohttp.SocketTimeoutError:
-            raise UpstreamTimeoutError("first_byte", provider.timeout_s) from None
         except (aiohttp.ClientError, ConnectionError) as exc:
             raise UpstreamConnectError(_describe(exc)) from None
-        return HttpUpstreamResponse(response, provider)
+        finally:
+            deadline.stop()
+        return HttpUpstreamResponse(response, provider, self._deadlines)
 
     async def close(self) -> None:
         await self._session.close()
