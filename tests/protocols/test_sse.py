@@ -1,7 +1,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmrelay.protocols.sse import SSEEvent, SSEParser
+from llmrelay.protocols.sse import SSEEvent, SSEParser, is_plain_data
 
 STREAM = (
     b'data: {"a":1}\n\n: comment\n\nevent: ping\ndata: x\n\n'
@@ -41,3 +41,55 @@ def test_an_unterminated_event_stays_pending() -> None:
     parser = SSEParser()
     assert parser.feed(b'data: {"a"') == []
     assert parser.pending == b'data: {"a"'
+
+
+def _data_only(events: list[SSEEvent]) -> list[bytes]:
+    return [data for _, data in events]
+
+
+@given(
+    st.lists(st.integers(min_value=1, max_value=len(STREAM) - 1), max_size=12),
+    st.booleans(),
+)
+def test_data_only_parsing_agrees_with_full_parsing_for_any_split(
+    cuts: list[int], crlf: bool
+) -> None:
+    data = STREAM.replace(b"\n", b"\r\n") if crlf else STREAM
+    points = sorted({min(c, len(data) - 1) for c in cuts})
+    full, fast = SSEParser(), SSEParser()
+    got_full: list[SSEEvent] = []
+    got_fast: list[bytes] = []
+    start = 0
+    for point in [*points, len(data)]:
+        got_full += full.feed(data[start:point])
+        got_fast += fast.feed_data(data[start:point])
+        start = point
+    assert got_fast == _data_only(got_full) == _data_only(EXPECTED)
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.binary(max_size=30).filter(lambda b: b"\n" not in b and b"\r" not in b),
+            st.just(b"data:no-space"),
+            st.just(b": comment"),
+            st.just(b"data: a\ndata: b"),
+        ),
+        max_size=8,
+    ),
+    st.integers(min_value=1, max_value=50),
+)
+def test_fast_path_never_differs_from_the_spec_parser(lines: list[bytes], cut: int) -> None:
+    stream = b"".join(
+        (line if line.startswith((b"data", b":")) else b"data: " + line) + b"\n\n" for line in lines
+    )
+    full, fast = SSEParser(), SSEParser()
+    cut = min(cut, len(stream))
+    assert (
+        is_plain_data(stream)
+        == all(not line.startswith((b"data:n", b":", b"data: a\n")) for line in lines)
+        or not lines
+    )
+    got_full = full.feed(stream[:cut]) + full.feed(stream[cut:])
+    got_fast = fast.feed_data(stream[:cut]) + fast.feed_data(stream[cut:])
+    assert got_fast == _data_only(got_full)

@@ -24,7 +24,7 @@ from llmrelay.deadlines import Deadline, Deadlines
 from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
 from llmrelay.gateway.errors import GatewayError, UpstreamFailed, UpstreamTimeout
 from llmrelay.protocols.openai import DONE, ModelRename, error_event
-from llmrelay.protocols.sse import SSEParser
+from llmrelay.protocols.sse import SSEParser, event_data, is_plain_data
 from llmrelay.providers.base import UpstreamResponse
 from llmrelay.providers.errors import UpstreamError, UpstreamProtocolError, UpstreamTimeoutError
 from llmrelay.snapshot.model import RouteSnap
@@ -34,6 +34,7 @@ log = structlog.get_logger(__name__)
 _CONTENT_FIELDS = ("content", "tool_calls", "function_call", "refusal", "reasoning_content")
 _DATA = b"data: "
 _END = b"\n\n"
+_DONE_EVENT = b"data: [DONE]\n\n"
 
 
 class ChatStreamRelay:
@@ -55,6 +56,9 @@ class ChatStreamRelay:
         self._parser = SSEParser()
         self._rename = ModelRename(route.upstream_model, virtual_model)
         self._upstream_model = route.upstream_model
+        #: The upstream model as a JSON string: still in a chunk after the byte rename, it
+        #: is a `model` value the rename missed (odd spacing) and needs the slow path.
+        self._upstream_json = orjson.dumps(route.upstream_model)
         self._virtual_model = virtual_model
         self._request_id = request_id
         self._choices = choices
@@ -149,9 +153,71 @@ class ChatStreamRelay:
 
     def _take(self, chunk: bytes, out: list[bytes], *, priming: bool) -> bool:
         """Parse one upstream chunk's events into `out` (as client bytes); stop at completion.
-        Returns whether any event carried content (only looked at while priming)."""
+        Returns whether any event carried content (only looked at while priming).
+
+        This runs for every chunk of every stream. The fast path handles a chunk as a whole
+        with C-level calls: the complete events' text is already in the client's format; one
+        JSON parse reads all its events as one array; byte searches find the few things that
+        need a closer look (a finish reason, usage, an error, a model name the byte rename
+        missed). Anything unusual takes the event-by-event path, which gives the same result.
+        """
+        text = self._parser.complete_text(self._rename.in_bytes(chunk))
+        if not text:
+            return False
+        if is_plain_data(text):
+            done = text.endswith(_DONE_EVENT)
+            events_text = text[: -len(_DONE_EVENT)] if done else text
+            content = self._take_whole(events_text, out, priming) if events_text else False
+            if content is not None:
+                if done:
+                    self._done = True
+                    return True
+                return content
+        return self._take_each(event_data(text), out, priming=priming)
+
+    def _take_whole(self, text: bytes, out: list[bytes], priming: bool) -> bool | None:
+        """The fast path over plain `data: ` events; None when the chunk needs the slow one."""
+        joined = text[6:-2].replace(b"\n\ndata: ", b",")
+        if b'"error"' in joined or self._upstream_json in joined:
+            return None
+        try:
+            events = orjson.loads(b"[" + joined + b"]")
+        except orjson.JSONDecodeError:
+            return None
+        if len(events) != text.count(b"\n\n"):
+            return None  # an event held more than one JSON value
         content = False
-        for _, data in self._parser.feed(self._rename.in_bytes(chunk)):
+        finishes = joined.count(b'"finish_reason"')
+        needs_look = (
+            priming
+            or finishes != joined.count(b'"finish_reason":null')
+            or joined.count(b'"usage"') != joined.count(b'"usage":null')
+        )
+        if needs_look:
+            last = len(events) - 1
+            for position, event in enumerate(events):
+                if type(event) is not dict:
+                    return None
+                choices = event.get("choices")
+                if choices:
+                    content = self._look_at_choices(choices, priming) or content
+                usage = event.get("usage")
+                if usage:
+                    self._usage_seen = True
+                    self._record.take_usage(usage)
+                    content = True
+                if position < last and self._finished and self._complete:
+                    return None  # events after completion: the slow path drops them
+        elif not all(type(event) is dict for event in events):
+            return None
+        out.append(text)
+        return content
+
+    def _take_each(self, datas: list[bytes], out: list[bytes], *, priming: bool) -> bool:
+        """Event by event: drops malformed events, re-serialises a missed model name, stops
+        at completion, raises on an error event."""
+        content = False
+        for data in datas:
             if data == b"[DONE]":
                 self._done = True
                 return True
@@ -160,24 +226,15 @@ class ChatStreamRelay:
             except orjson.JSONDecodeError:
                 event = None
             if type(event) is not dict:
-                self._on_malformed()
-                log.warning("upstream_malformed_event", request_id=self._request_id)
+                if data:  # an event with no data (a named ping) is not malformed
+                    self._on_malformed()
+                    log.warning("upstream_malformed_event", request_id=self._request_id)
                 continue
             if "error" in event:
                 raise UpstreamProtocolError(f"provider sent an error event: {_error_text(event)}")
             choices = event.get("choices")
             if choices:
-                for choice in choices:
-                    if type(choice) is not dict:
-                        continue
-                    if choice.get("finish_reason") is not None:
-                        index = choice.get("index")
-                        self._finished.add(index if type(index) is int else 0)
-                        content = True
-                    elif priming and not content:
-                        delta = choice.get("delta")
-                        if type(delta) is dict:
-                            content = any(delta.get(f) for f in _CONTENT_FIELDS)
+                content = self._look_at_choices(choices, priming) or content
             usage = event.get("usage")
             if usage:
                 self._usage_seen = True
@@ -187,8 +244,25 @@ class ChatStreamRelay:
                 event["model"] = self._virtual_model
                 data = orjson.dumps(event)
             out += (_DATA, data, _END)
-            if self._complete:
+            if self._finished and self._complete:
                 break
+        return content
+
+    def _look_at_choices(self, choices: Any, priming: bool) -> bool:
+        content = False
+        if type(choices) is not list:
+            return False
+        for choice in choices:
+            if type(choice) is not dict:
+                continue
+            if choice.get("finish_reason") is not None:
+                index = choice.get("index")
+                self._finished.add(index if type(index) is int else 0)
+                content = True
+            elif priming and not content:
+                delta = choice.get("delta")
+                if type(delta) is dict:
+                    content = any(delta.get(f) for f in _CONTENT_FIELDS)
         return content
 
 

@@ -1,13 +1,15 @@
 """Incremental Server-Sent Events parsing (https://html.spec.whatwg.org/#server-sent-events).
 
-Feed bytes as they arrive; complete events come out as (event name or None, data) pairs.
-Comments and `id`/`retry` fields are ignored; multi-line `data` is joined with newlines as
-the spec says. The common single-line `data: ...` event takes a fast path.
+Feed bytes as they arrive; complete events come out. Three ways to take them, cheapest first:
+`complete_text` (the text of all complete events, line endings normalised), `feed_data`
+(each event's data) and `feed` ((event name or None, data) pairs). Comments and `id`/`retry`
+fields are ignored; multi-line `data` is joined with newlines as the spec says.
 """
 
 from __future__ import annotations
 
 SSEEvent = tuple[str | None, bytes]
+_DATA = b"data: "
 
 
 class SSEParser:
@@ -16,7 +18,9 @@ class SSEParser:
     def __init__(self) -> None:
         self._buffer = b""
 
-    def feed(self, chunk: bytes) -> list[SSEEvent]:
+    def complete_text(self, chunk: bytes) -> bytes:
+        """Everything up to the last complete event (ending in a blank line), with line
+        endings normalised to LF; the rest waits for the next chunk."""
         buffer = self._buffer + chunk if self._buffer else chunk
         if b"\r" in buffer:
             # Normalise CRLF and lone CR; a trailing CR may be half of a CRLF still to come.
@@ -24,22 +28,56 @@ class SSEParser:
             buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
             if keep_cr:
                 buffer = buffer[:-1] + b"\r"
-        blocks = buffer.split(b"\n\n")
-        self._buffer = blocks.pop()
-        events: list[SSEEvent] = []
-        for block in blocks:
-            if block.startswith(b"data: ") and b"\n" not in block:
-                events.append((None, block[6:]))
-                continue
-            event = _parse_block(block)
-            if event is not None:
-                events.append(event)
-        return events
+        end = buffer.rfind(b"\n\n")
+        if end < 0:
+            self._buffer = buffer
+            return b""
+        self._buffer = buffer[end + 2 :]
+        return buffer[: end + 2]
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        return parse_events(self.complete_text(chunk))
+
+    def feed_data(self, chunk: bytes) -> list[bytes]:
+        """Only the data of each complete event (for protocols that name no events)."""
+        return event_data(self.complete_text(chunk))
 
     @property
     def pending(self) -> bytes:
         """Bytes of an event that has not been terminated yet."""
         return self._buffer
+
+
+def is_plain_data(text: bytes) -> bool:
+    """True when `text` (from complete_text) is only single-line `data: ` events, which is
+    how providers write their streams: then the events are exactly the text between
+    `data: ` and the blank lines, and no other parsing is needed. C-level scans only."""
+    count = text.count(b"\n\n")
+    return (
+        count > 0
+        and text.count(b"\n") == 2 * count
+        and text.startswith(_DATA)
+        and text.count(b"\n\ndata: ") == count - 1
+    )
+
+
+def event_data(text: bytes) -> list[bytes]:
+    if not text:
+        return []
+    if is_plain_data(text):
+        return text[6:-2].split(b"\n\ndata: ")
+    return [data for _, data in parse_events(text)]
+
+
+def parse_events(text: bytes) -> list[SSEEvent]:
+    events: list[SSEEvent] = []
+    if not text:
+        return events
+    for block in text[:-2].split(b"\n\n"):
+        event = _parse_block(block)
+        if event is not None:
+            events.append(event)
+    return events
 
 
 def _parse_block(block: bytes) -> SSEEvent | None:

@@ -1,0 +1,164 @@
+"""The stream relay's fast path (whole chunks) gives exactly what the event-by-event path
+gives, for any way the provider's bytes are split into chunks."""
+
+from __future__ import annotations
+
+import asyncio
+from types import MappingProxyType
+from typing import Any
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmrelay.deadlines import Deadlines
+from llmrelay.gateway.call import CallRecord
+from llmrelay.gateway.relay import ChatStreamRelay
+from llmrelay.protocols.sse import event_data
+from llmrelay.snapshot.model import ProviderSnap, RouteSnap
+
+UPSTREAM = "gpt-up"
+VIRTUAL = "chat-virtual"
+PROVIDER = ProviderSnap(
+    "p", "up", "openai_compatible", "http://x/v1", None, MappingProxyType({}), 5, 5, 5, 5, None
+)
+ROUTE = RouteSnap("r", PROVIDER, UPSTREAM, 0, 1.0, None, False, 0)
+
+
+class ChunkedBody:
+    """An upstream response body given as fixed chunks."""
+
+    status = 200
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self._chunks = list(chunks)
+        self.released = False
+
+    def header(self, name: str) -> str | None:
+        return None
+
+    async def read(self) -> bytes:
+        return b"".join(self._chunks)
+
+    async def next_chunk(self) -> bytes:
+        return self._chunks.pop(0) if self._chunks else b""
+
+    def release(self) -> None:
+        self.released = True
+
+
+def _event(delta: dict[str, Any], finish: str | None = None, *, spaced: bool = False) -> bytes:
+    payload = {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "model": UPSTREAM,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    text = orjson.dumps(payload)
+    if spaced:  # another serializer's style: the byte rename cannot match it
+        text = text.replace(b'":', b'": ').replace(b",", b", ")
+    return b"data: " + text + b"\n\n"
+
+
+def _usage_event() -> bytes:
+    payload = {
+        "id": "c1",
+        "model": UPSTREAM,
+        "choices": [],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2},
+    }
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+async def _relay(chunks: list[bytes], *, force_slow: bool = False) -> tuple[bytes, CallRecord, int]:
+    loop = asyncio.get_running_loop()
+    record = CallRecord("req", "chat.completions", 0.0)
+    malformed: list[int] = []
+    relay = ChatStreamRelay(
+        ROUTE,
+        ChunkedBody(chunks),
+        virtual_model=VIRTUAL,
+        request_id="req",
+        choices=1,
+        usage_requested=True,
+        record=record,
+        on_malformed=lambda: malformed.append(1),
+        on_end=lambda r: None,
+    )
+    if force_slow:
+        relay._take_whole = lambda text, out, priming: None  # type: ignore[method-assign]
+    await relay.prime(Deadlines(loop))
+    out = b"".join([part async for part in relay.events()])
+    return out, record, len(malformed)
+
+
+STREAM_PARTS = [
+    _event({"role": "assistant", "content": ""}),
+    _event({"content": "Hel"}),
+    _event({"content": "lo"}, spaced=True),
+    b": keep-alive comment\n\n",
+    b"data: {not json\n\n",
+    _event({"content": " world"}),
+    _event({}, "stop"),
+    _usage_event(),
+    b"data: [DONE]\n\n",
+]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(min_value=1, max_value=2000), max_size=10),
+    st.lists(st.booleans(), min_size=len(STREAM_PARTS), max_size=len(STREAM_PARTS)),
+)
+def test_fast_path_equals_event_by_event_for_any_split(cuts: list[int], keep: list[bool]) -> None:
+    parts = [p for p, k in zip(STREAM_PARTS, keep, strict=True) if k or b"stop" in p]
+    stream = b"".join(parts)
+    points = sorted({min(c, len(stream)) for c in cuts})
+    chunks = [
+        stream[a:b] for a, b in zip([0, *points], [*points, len(stream)], strict=True) if b > a
+    ]
+    fast = asyncio.run(_relay(chunks))
+    slow = asyncio.run(_relay(chunks, force_slow=True))
+    assert fast[0] == slow[0]
+    assert (fast[1].prompt_tokens, fast[1].completion_tokens, fast[1].status_code) == (
+        slow[1].prompt_tokens,
+        slow[1].completion_tokens,
+        slow[1].status_code,
+    )
+    assert fast[2] == slow[2]
+
+
+async def test_the_client_sees_only_the_virtual_model_and_one_done() -> None:
+    out, record, malformed = await _relay([b"".join(STREAM_PARTS)])
+    assert UPSTREAM.encode() not in out
+    assert out.count(b"[DONE]") == 1 and out.endswith(b"data: [DONE]\n\n")
+    assert b"{not json" not in out and malformed == 1
+    assert b"keep-alive" not in out
+    datas = event_data(out)
+    models = {orjson.loads(d)["model"] for d in datas if d != b"[DONE]"}
+    assert models == {VIRTUAL}
+    text = "".join(
+        c["delta"].get("content") or ""
+        for d in datas
+        if d != b"[DONE]"
+        for c in orjson.loads(d)["choices"]
+    )
+    assert text == "Hello world"
+    assert (record.prompt_tokens, record.completion_tokens) == (3, 2)
+
+
+async def test_events_after_completion_are_not_passed_on() -> None:
+    extra = _event({"content": "after the end"})
+    out, _, _ = await _relay(
+        [b"".join([*STREAM_PARTS[:2], STREAM_PARTS[6], _usage_event(), extra])]
+    )
+    assert b"after the end" not in out
+    assert out.endswith(b"data: [DONE]\n\n")
+
+
+async def test_an_error_event_after_content_ends_the_stream_with_an_error() -> None:
+    error = b'data: {"error": {"message": "overloaded"}}\n\n'
+    out, record, _ = await _relay([STREAM_PARTS[0] + STREAM_PARTS[1], error])
+    assert b"[DONE]" not in out
+    assert b"overloaded" in out and b"stream_interrupted" in out
+    assert record.status_code == 502
