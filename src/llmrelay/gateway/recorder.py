@@ -32,8 +32,11 @@ log = structlog.get_logger(__name__)
 
 _RETRY_DELAYS_S = (0.1, 0.5, 1.0, 2.0, 5.0)
 _CREATED_AT = RECORD_COLUMNS.index("created_at")
-#: Rows per SQLite statement: 16 parameters each, well under SQLite's 32766 limit.
-_SQLITE_ROWS_PER_STATEMENT = 500
+#: Rows per SQLite statement, largest first: a batch is cut greedily into these sizes, so
+#: only this many distinct statements exist. (Every distinct SQL text is a prepared statement
+#: in sqlite3's cache, and one with thousands of parameters is big: one text per batch size
+#: once cost about 100 MB of memory.)
+_SQLITE_STATEMENT_ROWS = (256, 64, 16, 4, 1)
 
 
 def _sqlite_time(timestamp: float) -> str:
@@ -75,7 +78,7 @@ class Recorder:
         head, _, rest = self._sql.partition(" VALUES ")
         group, _, tail = rest.partition(")")
         self._sql_parts = (head + " VALUES ", group + ")", tail)
-        self._full_sql: str | None = None
+        self._multi_sql: dict[int, str] = {}
         self._time: Callable[[float], Any] = _aware_time if is_postgres else _sqlite_time
         self._task: asyncio.Task[None] | None = None
         self.written = 0
@@ -126,14 +129,22 @@ class Recorder:
                 for _ in batch:
                     self._queue.task_done()
 
+    def _statements(self, rows: list[tuple[Any, ...]]) -> list[tuple[str, tuple[Any, ...]]]:
+        """Multi-row INSERTs covering `rows`, sized from _SQLITE_STATEMENT_ROWS."""
+        out = []
+        start = 0
+        for size in _SQLITE_STATEMENT_ROWS:
+            while len(rows) - start >= size:
+                part = rows[start : start + size]
+                out.append((self._statement_for(size), tuple(v for row in part for v in row)))
+                start += size
+        return out
+
     def _statement_for(self, count: int) -> str:
-        """INSERT ... VALUES (...), (...) ... for `count` rows (the full size is kept)."""
-        if count == _SQLITE_ROWS_PER_STATEMENT and self._full_sql is not None:
-            return self._full_sql
-        head, group, tail = self._sql_parts
-        sql = head + ", ".join([group] * count) + tail
-        if count == _SQLITE_ROWS_PER_STATEMENT:
-            self._full_sql = sql
+        sql = self._multi_sql.get(count)
+        if sql is None:
+            head, group, tail = self._sql_parts
+            sql = self._multi_sql[count] = head + ", ".join([group] * count) + tail
         return sql
 
     def _prepare(self, batch: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
@@ -147,11 +158,8 @@ class Recorder:
             try:
                 async with self._engine.begin() as conn:
                     if self._multi_row:
-                        step = _SQLITE_ROWS_PER_STATEMENT
-                        for start in range(0, len(rows), step):
-                            part = rows[start : start + step]
-                            flat = tuple(value for row in part for value in row)
-                            await conn.exec_driver_sql(self._statement_for(len(part)), flat)
+                        for sql, params in self._statements(rows):
+                            await conn.exec_driver_sql(sql, params)
                     else:
                         await conn.exec_driver_sql(self._sql, rows)
                 self.written += len(rows)

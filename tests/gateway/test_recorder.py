@@ -1,0 +1,47 @@
+"""The batched record writer, against real SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import time
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from llmrelay.gateway.call import CallRecord
+from llmrelay.gateway.recorder import Recorder
+from llmrelay.store.db import session_factory
+from llmrelay.store.models import RequestRecord
+
+
+def _record(request_id: str) -> CallRecord:
+    record = CallRecord(request_id, "chat.completions", time.perf_counter())
+    record.virtual_model = "m"
+    record.take_usage({"prompt_tokens": 3, "completion_tokens": 4})
+    return record
+
+
+async def test_rows_are_written_once_each_and_read_back_by_the_orm(engine: AsyncEngine) -> None:
+    recorder = Recorder(engine, gather_s=0.01)
+    recorder.start()
+    for i in range(700):  # crosses several multi-row statement sizes
+        recorder.record(_record(f"req-{i}").row(12.5))
+    recorder.record(_record("req-3").row(99.0))  # a retried id: kept once, first write wins
+    await recorder.stop(timeout_s=10)
+    async with session_factory(engine)() as session:
+        rows = (await session.scalars(select(RequestRecord))).all()
+    assert len(rows) == 700
+    assert {r.request_id for r in rows} == {f"req-{i}" for i in range(700)}
+    row = next(r for r in rows if r.request_id == "req-3")
+    assert (row.latency_ms, row.prompt_tokens, row.completion_tokens) == (12.5, 3, 4)
+    assert abs(row.created_at.timestamp() - time.time()) < 60
+    assert row.created_at.tzinfo is not None
+    assert recorder.written == 701 and recorder.dropped == 0
+
+
+async def test_sqlite_batches_use_a_handful_of_statement_shapes(engine: AsyncEngine) -> None:
+    recorder = Recorder(engine)
+    for count in range(1, 600):
+        rows = [_record(f"r{i}").row(1.0) for i in range(count)]
+        statements = recorder._statements(recorder._prepare(rows))
+        assert sum(len(params) for _, params in statements) == count * 16
+    assert len(recorder._multi_sql) <= 5
