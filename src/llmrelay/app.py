@@ -82,16 +82,10 @@ class GatewayApp:
         self._max_body = settings.max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            handler = self._handlers.get((scope["method"], scope["path"]))
-            if handler is not None:
-                await self._serve(handler, scope, receive, send)
-                return
-        await self._fallback(scope, receive, send)
-
-    async def _serve(
-        self, handler: DataHandler, scope: Scope, receive: Receive, send: Send
-    ) -> None:
+        handler = self._handlers.get((scope.get("method", ""), scope.get("path", "")))
+        if handler is None:  # not a data-plane call (or lifespan, websocket)
+            await self._fallback(scope, receive, send)
+            return
         context, declared = begin(scope, self._trusted)
         if declared is not None and declared > self._max_body:
             await refuse_too_large(context.request_id, self._max_body, send)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from llmrelay.deadlines import Deadlines
 from llmrelay.gateway.call import CallRecord
 from llmrelay.gateway.relay import ChatStreamRelay
+from llmrelay.protocols.openai import ModelRename
 from llmrelay.protocols.sse import event_data
 from llmrelay.snapshot.model import ProviderSnap, RouteSnap
 
@@ -82,6 +83,7 @@ async def _relay(chunks: list[bytes], *, force_slow: bool = False) -> tuple[byte
         choices=1,
         usage_requested=True,
         record=record,
+        rename=ModelRename(UPSTREAM, VIRTUAL),
         on_malformed=lambda: malformed.append(1),
         on_end=lambda r: None,
     )

@@ -5,7 +5,7 @@ def _raw(pairs: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
     return [(k.lower().encode(), v.encode()) for k, v in pairs]
 
 
-def test_credentials_cookies_and_hop_by_hop_headers_stay_behind() -> None:
+def test_only_protocol_headers_travel_upstream() -> None:
     headers = _raw(
         [
             ("Authorization", "Bearer client-key"),
@@ -26,10 +26,13 @@ def test_credentials_cookies_and_hop_by_hop_headers_stay_behind() -> None:
             ("User-Agent", "OpenAI/Python 1.0"),
             ("X-Stainless-Lang", "python"),
             ("Accept", "application/json"),
+            ("OpenAI-Beta", "assistants=v2"),
+            ("Anthropic-Version", "2023-06-01"),
+            ("Anthropic-Beta", "prompt-caching-2024-07-31"),
         ]
     )
     assert forwardable(headers) == {
-        "user-agent": "OpenAI/Python 1.0",
-        "x-stainless-lang": "python",
-        "accept": "application/json",
+        "openai-beta": "assistants=v2",
+        "anthropic-version": "2023-06-01",
+        "anthropic-beta": "prompt-caching-2024-07-31",
     }

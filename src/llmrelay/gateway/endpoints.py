@@ -3,7 +3,7 @@ and the shared runtime.
 
 Each request: authenticate from the snapshot, parse the body once, resolve the model,
 send to the first route that answers, pass the answer through with `model` renamed to the
-virtual model, and queue one record. Errors are rendered in one place (`_model_call`).
+virtual model, and queue one record. Errors are rendered in one place (`model_call`).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import orjson
@@ -55,26 +56,18 @@ class Runtime:
 class DataPlane:
     def __init__(self) -> None:
         self.runtime: Runtime | None = None
+        self._renames: dict[tuple[str, str], wire.ModelRename] = {}
 
     def handlers(self) -> dict[tuple[str, str], Handler]:
-        """(method, path) -> handler, for the app's direct dispatch."""
+        """(method, path) -> handler, for the app's direct dispatch (partials: no wrapper
+        coroutine per call)."""
         return {
-            ("POST", "/v1/chat/completions"): self.chat_completions,
-            ("POST", "/v1/embeddings"): self.embeddings,
+            ("POST", "/v1/chat/completions"): partial(self.model_call, operation=Operation.CHAT),
+            ("POST", "/v1/embeddings"): partial(self.model_call, operation=Operation.EMBEDDINGS),
             ("GET", "/v1/models"): self.list_models,
         }
 
     # -- endpoints ---------------------------------------------------------------------
-
-    async def chat_completions(
-        self, scope: Scope, receive: Receive, send: Send, context: RequestContext
-    ) -> None:
-        await self._model_call(scope, receive, send, context, Operation.CHAT)
-
-    async def embeddings(
-        self, scope: Scope, receive: Receive, send: Send, context: RequestContext
-    ) -> None:
-        await self._model_call(scope, receive, send, context, Operation.EMBEDDINGS)
 
     async def list_models(
         self, scope: Scope, receive: Receive, send: Send, context: RequestContext
@@ -98,7 +91,7 @@ class DataPlane:
 
     # -- the model call ------------------------------------------------------------------
 
-    async def _model_call(
+    async def model_call(
         self,
         scope: Scope,
         receive: Receive,
@@ -139,7 +132,7 @@ class DataPlane:
                 answer = await execute(
                     runtime.registry, operation, routes, payload, forwarded, record, _read_json
                 )
-            body = wire.ModelRename(answer.route.upstream_model, model.name).apply(
+            body = self.rename(answer.route.upstream_model, model.name).apply(
                 answer.raw, answer.body
             )
             record.take_usage(answer.body.get("usage"))
@@ -185,6 +178,7 @@ class DataPlane:
                 choices=n,
                 usage_requested=usage_requested,
                 record=record,
+                rename=self.rename(route.upstream_model, model.name),
                 on_malformed=lambda: runtime.metrics.malformed_events.labels(slug).inc(),
                 on_end=self._finish,
             )
@@ -207,6 +201,15 @@ class DataPlane:
             record.status_code,
             latency_ms / 1000.0,
         )
+
+    def rename(self, upstream: str, virtual: str) -> wire.ModelRename:
+        """The (cached) renamer for one route's answers."""
+        renamer = self._renames.get((upstream, virtual))
+        if renamer is None:
+            if len(self._renames) > 10_000:  # bounded across config reloads
+                self._renames.clear()
+            renamer = self._renames[(upstream, virtual)] = wire.ModelRename(upstream, virtual)
+        return renamer
 
     def _runtime(self) -> Runtime:
         runtime = self.runtime

@@ -48,13 +48,14 @@ class ChatStreamRelay:
         choices: int,
         usage_requested: bool,
         record: CallRecord,
+        rename: ModelRename,
         on_malformed: Callable[[], None],
         on_end: Callable[[CallRecord], None],
     ) -> None:
         self._route = route
         self._response = response
         self._parser = SSEParser()
-        self._rename = ModelRename(route.upstream_model, virtual_model)
+        self._rename = rename
         self._upstream_model = route.upstream_model
         #: The upstream model as a JSON string: still in a chunk after the byte rename, it
         #: is a `model` value the rename missed (odd spacing) and needs the slow path.

@@ -14,39 +14,40 @@ import asyncio
 
 import aiohttp
 
-from llmrelay.deadlines import Deadlines
+from llmrelay.deadlines import Deadline, Deadlines
 from llmrelay.providers.base import UpstreamRequest
 from llmrelay.providers.errors import UpstreamConnectError, UpstreamTimeoutError
 from llmrelay.snapshot.model import ProviderSnap
 
 
 class HttpUpstreamResponse:
-    __slots__ = ("_deadlines", "_provider", "_response", "status")
+    __slots__ = ("_deadline", "_provider", "_response", "status")
 
     def __init__(
-        self, response: aiohttp.ClientResponse, provider: ProviderSnap, deadlines: Deadlines
+        self, response: aiohttp.ClientResponse, provider: ProviderSnap, deadline: Deadline
     ) -> None:
         self._response = response
         self._provider = provider
-        self._deadlines = deadlines
+        self._deadline = deadline  # the head's, paused; reused for the body, stopped on release
         self.status = response.status
 
     def header(self, name: str) -> str | None:
         return self._response.headers.get(name)
 
     async def read(self) -> bytes:
-        limit = self._provider.timeout_s
-        deadline = self._deadlines.watch(limit, "response_body")
+        deadline = self._deadline
+        deadline.change(self._provider.timeout_s, "response_body")
+        deadline.resume()
         try:
             return await self._response.read()
         except asyncio.CancelledError:
             if deadline.claim():
-                raise UpstreamTimeoutError("response_body", limit) from None
+                raise UpstreamTimeoutError("response_body", deadline.limit_s) from None
             raise
         except (aiohttp.ClientError, ConnectionError) as exc:
             raise UpstreamConnectError(f"connection lost while reading: {_describe(exc)}") from None
         finally:
-            deadline.stop()
+            deadline.pause()
 
     async def next_chunk(self) -> bytes:
         try:
@@ -56,6 +57,7 @@ class HttpUpstreamResponse:
 
     def release(self) -> None:
         """Keep the connection for reuse when the body was read to its end, else drop it."""
+        self._deadline.stop()
         response = self._response
         if response.content.at_eof():
             response.release()
@@ -94,16 +96,18 @@ class HttpTransport:
                 timeout=self._timeout(provider),
             )
         except asyncio.CancelledError:
+            deadline.stop()
             if deadline.claim():
                 raise UpstreamTimeoutError("first_byte", provider.timeout_s) from None
             raise
         except aiohttp.ConnectionTimeoutError:
+            deadline.stop()
             raise UpstreamTimeoutError("connect", provider.connect_timeout_s) from None
         except (aiohttp.ClientError, ConnectionError) as exc:
-            raise UpstreamConnectError(_describe(exc)) from None
-        finally:
             deadline.stop()
-        return HttpUpstreamResponse(response, provider, self._deadlines)
+            raise UpstreamConnectError(_describe(exc)) from None
+        deadline.pause()
+        return HttpUpstreamResponse(response, provider, deadline)
 
     async def close(self) -> None:
         await self._session.close()

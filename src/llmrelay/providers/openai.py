@@ -9,13 +9,28 @@ from typing import Any
 import orjson
 
 from llmrelay.providers.base import Operation, UpstreamRequest
-from llmrelay.snapshot.model import RouteSnap
+from llmrelay.snapshot.model import ProviderSnap, RouteSnap
 
 _PATHS = {Operation.CHAT: "/chat/completions", Operation.EMBEDDINGS: "/embeddings"}
 
 
 class OpenAIAdapter:
     protocol = "openai"
+
+    def __init__(self) -> None:
+        #: provider id -> (the ProviderSnap it was built from, its fixed request headers)
+        self._fixed: dict[str, tuple[ProviderSnap, dict[str, str]]] = {}
+
+    def _fixed_headers(self, provider: ProviderSnap) -> dict[str, str]:
+        """Headers every request to this provider carries, built once per snapshot."""
+        held = self._fixed.get(provider.id)
+        if held is not None and held[0] is provider:
+            return held[1]
+        headers = {**provider.headers, "content-type": "application/json"}
+        if provider.api_key:
+            headers["authorization"] = f"Bearer {provider.api_key}"
+        self._fixed[provider.id] = (provider, headers)
+        return headers
 
     def build_request(
         self,
@@ -25,13 +40,9 @@ class OpenAIAdapter:
         forwarded_headers: Mapping[str, str],
     ) -> UpstreamRequest:
         provider = route.provider
-        headers = {**forwarded_headers, **provider.headers}
-        headers["content-type"] = "application/json"
-        if provider.api_key:
-            headers["authorization"] = f"Bearer {provider.api_key}"
         payload["model"] = route.upstream_model
         return UpstreamRequest(
             url=f"{provider.base_url}{_PATHS[operation]}",
-            headers=headers,
+            headers={**forwarded_headers, **self._fixed_headers(provider)},
             body=orjson.dumps(payload),
         )
