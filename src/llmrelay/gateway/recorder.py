@@ -19,6 +19,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from itertools import chain
 from typing import Any
 
 import structlog
@@ -39,13 +40,25 @@ _CREATED_AT = RECORD_COLUMNS.index("created_at")
 _SQLITE_STATEMENT_ROWS = (256, 64, 16, 4, 1)
 
 
-def _sqlite_time(timestamp: float) -> str:
-    """SQLAlchemy's own SQLite storage format for DateTime, so the ORM reads it back."""
-    seconds = int(timestamp)
-    micros = round((timestamp - seconds) * 1_000_000)
-    if micros == 1_000_000:
-        seconds, micros = seconds + 1, 0
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(seconds)) + f".{micros:06d}"
+class _SqliteTime:
+    """SQLAlchemy's own SQLite storage format for DateTime, so the ORM reads it back. The
+    date-and-time part is formatted once per second (a batch shares a handful of seconds)."""
+
+    __slots__ = ("_second", "_text")
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._text = ""
+
+    def __call__(self, timestamp: float) -> str:
+        seconds = int(timestamp)
+        micros = round((timestamp - seconds) * 1_000_000)
+        if micros == 1_000_000:
+            seconds, micros = seconds + 1, 0
+        if seconds != self._second:
+            self._second = seconds
+            self._text = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(seconds))
+        return f"{self._text}.{micros:06d}"
 
 
 def _aware_time(timestamp: float) -> datetime:
@@ -79,7 +92,7 @@ class Recorder:
         group, _, tail = rest.partition(")")
         self._sql_parts = (head + " VALUES ", group + ")", tail)
         self._multi_sql: dict[int, str] = {}
-        self._time: Callable[[float], Any] = _aware_time if is_postgres else _sqlite_time
+        self._time: Callable[[float], Any] = _aware_time if is_postgres else _SqliteTime()
         self._task: asyncio.Task[None] | None = None
         self.written = 0
         self.dropped = 0
@@ -136,7 +149,7 @@ class Recorder:
         for size in _SQLITE_STATEMENT_ROWS:
             while len(rows) - start >= size:
                 part = rows[start : start + size]
-                out.append((self._statement_for(size), tuple(v for row in part for v in row)))
+                out.append((self._statement_for(size), tuple(chain.from_iterable(part))))
                 start += size
         return out
 
