@@ -1,5 +1,5 @@
-"""The stream relay's fast path (whole chunks) gives exactly what the event-by-event path
-gives, for any way the provider's bytes are split into chunks."""
+"""The stream relay against a plain reference reading of the same stream: the same events
+reach the client, whatever way the provider's bytes are split into chunks."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from llmrelay.deadlines import Deadlines
 from llmrelay.gateway.call import CallRecord
 from llmrelay.gateway.relay import ChatStreamRelay
 from llmrelay.protocols.openai import ModelRename
-from llmrelay.protocols.sse import event_data
+from llmrelay.protocols.sse import SSEParser, event_data
 from llmrelay.snapshot.model import ProviderSnap, RouteSnap
 
 UPSTREAM = "gpt-up"
@@ -61,17 +61,20 @@ def _event(delta: dict[str, Any], finish: str | None = None, *, spaced: bool = F
     return b"data: " + text + b"\n\n"
 
 
-def _usage_event() -> bytes:
+def _usage_event(*, spaced: bool = False) -> bytes:
     payload = {
         "id": "c1",
         "model": UPSTREAM,
         "choices": [],
         "usage": {"prompt_tokens": 3, "completion_tokens": 2},
     }
-    return b"data: " + orjson.dumps(payload) + b"\n\n"
+    text = orjson.dumps(payload)
+    if spaced:
+        text = text.replace(b'":', b'": ')
+    return b"data: " + text + b"\n\n"
 
 
-async def _relay(chunks: list[bytes], *, force_slow: bool = False) -> tuple[bytes, CallRecord, int]:
+async def _relay(chunks: list[bytes]) -> tuple[bytes, CallRecord, int]:
     loop = asyncio.get_running_loop()
     record = CallRecord("req", "chat.completions", 0.0)
     malformed: list[int] = []
@@ -87,12 +90,51 @@ async def _relay(chunks: list[bytes], *, force_slow: bool = False) -> tuple[byte
         on_malformed=lambda: malformed.append(1),
         on_end=lambda r: None,
     )
-    if force_slow:
-        relay._take_whole = lambda text, out, priming: None  # type: ignore[method-assign]
     await relay.prime(Deadlines(loop))
     out = b"".join([part async for part in relay.events()])
     return out, record, len(malformed)
 
+
+def _reference(stream: bytes) -> tuple[list[dict[str, Any]], int]:
+    """What the client must get, read naively: every event in order up to the one that
+    completes the stream (finish reason, then usage, as asked), malformed ones left out,
+    the model renamed."""
+    events: list[dict[str, Any]] = []
+    malformed = 0
+    finished = usage = False
+    for _, data in SSEParser().feed(stream):
+        if data == b"[DONE]":
+            break
+        try:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            malformed += 1
+            continue
+        if event.get("model") == UPSTREAM:
+            event["model"] = VIRTUAL
+        events.append(event)
+        finished = finished or any(c.get("finish_reason") for c in event.get("choices", []))
+        usage = usage or bool(event.get("usage"))
+        if finished and usage:
+            break
+    return events, malformed
+
+
+def _events(out: bytes) -> list[dict[str, Any]]:
+    return [orjson.loads(d) for d in SSEParser().feed_data(out) if d != b"[DONE]"]
+
+
+def _split(stream: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({min(c, len(stream)) for c in cuts})
+    ends = [*points, len(stream)]
+    return [stream[a:b] for a, b in zip([0, *points], ends, strict=True) if b > a]
+
+
+STREAM_VARIANTS = {
+    "spaced finish": [_event({"content": "x"}), _event({}, "stop", spaced=True), _usage_event()],
+    "spaced usage": [_event({"content": "x"}), _event({}, "stop"), _usage_event(spaced=True)],
+    "content first": [_event({"content": "first"}), _event({}, "length"), _usage_event()],
+}
 
 STREAM_PARTS = [
     _event({"role": "assistant", "content": ""}),
@@ -119,15 +161,17 @@ def test_fast_path_equals_event_by_event_for_any_split(cuts: list[int], keep: li
     chunks = [
         stream[a:b] for a, b in zip([0, *points], [*points, len(stream)], strict=True) if b > a
     ]
-    fast = asyncio.run(_relay(chunks))
-    slow = asyncio.run(_relay(chunks, force_slow=True))
-    assert fast[0] == slow[0]
-    assert (fast[1].prompt_tokens, fast[1].completion_tokens, fast[1].status_code) == (
-        slow[1].prompt_tokens,
-        slow[1].completion_tokens,
-        slow[1].status_code,
+    out, record, malformed = asyncio.run(_relay(chunks))
+    expected, expected_malformed = _reference(b"".join(chunks))
+    assert _events(out) == expected
+    assert out.endswith(b"data: [DONE]\n\n") and out.count(b"[DONE]") == 1
+    usage: dict[str, int] = next((e["usage"] for e in expected if e.get("usage")), {})
+    assert (record.prompt_tokens, record.completion_tokens, record.status_code) == (
+        usage.get("prompt_tokens"),
+        usage.get("completion_tokens"),
+        200,
     )
-    assert fast[2] == slow[2]
+    assert malformed == expected_malformed
 
 
 async def test_the_client_sees_only_the_virtual_model_and_one_done() -> None:
@@ -164,3 +208,20 @@ async def test_an_error_event_after_content_ends_the_stream_with_an_error() -> N
     assert b"[DONE]" not in out
     assert b"overloaded" in out and b"stream_interrupted" in out
     assert record.status_code == 502
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.sampled_from(sorted(STREAM_VARIANTS)),
+    st.lists(st.integers(min_value=1, max_value=1000), max_size=6),
+)
+def test_other_spellings_give_the_same_result_on_both_paths(variant: str, cuts: list[int]) -> None:
+    stream = b"".join(STREAM_VARIANTS[variant]) + b"data: [DONE]\n\n"
+    points = sorted({min(c, len(stream)) for c in cuts})
+    chunks = [
+        stream[a:b] for a, b in zip([0, *points], [*points, len(stream)], strict=True) if b > a
+    ]
+    out, record, _ = asyncio.run(_relay(chunks))
+    assert _events(out) == _reference(stream)[0]
+    assert out.endswith(b"data: [DONE]\n\n")
+    assert (record.prompt_tokens, record.completion_tokens) == (3, 2)
