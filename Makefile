@@ -29,7 +29,7 @@ test: lint
 	$(BIN)/pytest
 
 bench: $(STAMP)
-	$(BIN)/python bench/run.py
+	$(BIN)/python -m bench.run
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,21 @@
+"""Where things are and the fixed figures every part of the benchmark shares."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PROJECT = HERE.parent
+RESULTS = HERE / "results"
+BARE_PROXY = HERE / "bare_proxy.py"
+ECHO_MODULE = Path("/usr/lib/nginx/modules/ngx_http_echo_module.so")
+LOADGEN_CORE = "0"
+SUT_CORE = "1"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+COLD_STARTS = 3
+BENCH_KEY = "sk-bench-0123456789abcdefghijklmnopqrstuv"
+ALL_MODES = ("plain", "sse", "sse-paced")
+PACED_PAUSE_S = 0.001
+FOREIGN_LIMIT = 0.05  # share of core 1 used by other processes that spoils a window
+FOREIGN_RETRIES = 2

@@ -1,0 +1,192 @@
+"""What a run reports: the machine, tables, ratios against the bare proxy, targets, files."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import sqlite3
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from bench.constants import FOREIGN_LIMIT, LOADGEN_CORE, PROJECT, RESULTS, SUT_CORE
+from bench.load import Window
+
+
+def _run(command: list[str]) -> str:
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, check=False, cwd=PROJECT)
+    except OSError:
+        return ""
+    return (done.stdout + done.stderr).strip()
+
+
+def machine() -> dict[str, Any]:
+    cpu = "unknown"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    versions = {}
+    for package in (
+        "llmrelay", "uvicorn", "uvloop", "httptools", "granian", "aiohttp", "httpx",
+        "starlette", "orjson",
+    ):  # fmt: skip
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            versions[package] = metadata.version(package)
+    source = hashlib.sha256()
+    for path in sorted((PROJECT / "src").rglob("*.py")):
+        source.update(path.read_bytes())
+    return {
+        "cpu": cpu,
+        "cpus": os.cpu_count(),
+        "memory_gb": round(int(Path("/proc/meminfo").read_text().split()[1]) / 1024**2, 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "packages": versions,
+        "nginx": _run(["nginx", "-v"]).removeprefix("nginx version: "),
+        "wrk": _run(["wrk", "--version"]).splitlines()[0:1],
+        "git_commit": _run(["git", "rev-parse", "--short", "HEAD"]),
+        "src_changed_since_commit": bool(_run(["git", "status", "--porcelain", "src"])),
+        "src_sha256": source.hexdigest()[:16],
+        "loadgen_core": LOADGEN_CORE,
+        "sut_core": SUT_CORE,
+    }
+
+
+def print_table(windows: Sequence[Window]) -> None:
+    header = (
+        f"{'system':<22} {'mode':<9} {'conc':>5} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'CPU us/req':>10} {'core1':>6} {'core0':>6} {'errors':>7} {'RSS MB':>7}"
+    )
+    print(header)
+    print("-" * len(header))
+    for w in windows:
+        print(
+            f"{w.system:<22} {w.mode:<9} {w.connections:>5} {w.rps:>8.0f} {w.p50_ms:>8.2f} "
+            f"{w.p99_ms:>8.2f} {w.cpu_us_per_req:>10.0f} {w.sut_core_util:>6.0%} "
+            f"{w.loadgen_core_util:>6.0%} {w.errors:>7} {w.rss_kb / 1024:>7.1f}"
+            + (f"  other load on core {SUT_CORE}" if w.core1_foreign_util > FOREIGN_LIMIT else "")
+        )
+
+
+def find_window(
+    windows: Sequence[Window], system: str, mode: str, connections: int
+) -> Window | None:
+    for w in windows:
+        if (w.system, w.mode, w.connections) == (system, mode, connections):
+            return w
+    return None
+
+
+def ratios(
+    windows: Sequence[Window], modes: Sequence[str], levels: Sequence[int], base: str, sut: str
+) -> dict[str, dict[str, dict[str, Any]]]:
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for mode in modes:
+        out[mode] = {}
+        for c in levels:
+            b, s = find_window(windows, base, mode, c), find_window(windows, sut, mode, c)
+            if b and s and b.cpu_us_per_req and b.rps:
+                out[mode][str(c)] = {
+                    "cpu_ratio": round(s.cpu_us_per_req / b.cpu_us_per_req, 2),
+                    "throughput_pct": round(100 * s.rps / b.rps, 1),
+                    "added_p50_ms": round(s.p50_ms - b.p50_ms, 3),
+                    "added_p99_ms": round(s.p99_ms - b.p99_ms, 3),
+                    "valid": b.errors == 0 and s.errors == 0,
+                }
+    return out
+
+
+@dataclass
+class Target:
+    name: str
+    value: float
+    limit: float
+    unit: str
+    at_most: bool  # value must be <= limit (< when strict); else >= limit
+    strict: bool = False
+    valid: bool = True  # False when the windows behind it had errors
+    note: str = ""
+
+    @property
+    def met(self) -> bool:
+        if not self.valid:
+            return False
+        if self.at_most:
+            return self.value < self.limit if self.strict else self.value <= self.limit
+        return self.value >= self.limit
+
+    def line(self) -> str:
+        op = ("<" if self.strict else "<=") if self.at_most else ">="
+        state = "MET" if self.met else "NOT MET"
+        if not self.valid:
+            state += " (errors: figure not valid)"
+        if self.note:
+            state += f" ({self.note})"
+        return (
+            f"  {self.name:<42} {self.value:>8.2f} {self.unit:<2}  target {op} "
+            f"{self.limit:g} {self.unit:<2}  {state}"
+        )
+
+
+def markdown(path: Path) -> str:
+    """Markdown tables of a results file (for docs/performance.md)."""
+    data = json.loads(path.read_text())
+    windows = [Window(**w) for w in data["windows"]]
+    out = []
+    if data["kind"] == "compare":
+        out.append(
+            "| mode | conc | bare req/s | llmrelay req/s | llmrelay/bare | bare p50 / p99 ms "
+            "| llmrelay p50 / p99 ms | bare CPU us/req | llmrelay CPU us/req | CPU ratio "
+            "| llmrelay bad answers |"
+        )
+        out.append("|" + " --- |" * 11)
+        for mode in data["modes"]:
+            for c in data["levels"]:
+                b = find_window(windows, "bare-uvicorn-aiohttp", mode, c)
+                r = find_window(windows, "llmrelay", mode, c)
+                if b is None or r is None:
+                    continue
+                out.append(
+                    f"| {mode} | {c} | {b.rps:.0f} | {r.rps:.0f} | {r.rps / b.rps:.0%} "
+                    f"| {b.p50_ms:.2f} / {b.p99_ms:.1f} | {r.p50_ms:.2f} / {r.p99_ms:.1f} "
+                    f"| {b.cpu_us_per_req:.0f} | {r.cpu_us_per_req:.0f} "
+                    f"| {r.cpu_us_per_req / b.cpu_us_per_req:.2f} "
+                    f"| {r.errors} of {r.requests} |"
+                )
+        return "\n".join(out)
+    names = list(dict.fromkeys(w.system for w in windows))
+    for mode in data["modes"]:
+        out.append(f"\n{mode}: req/s, CPU us/request (p50 ms)\n")
+        out.append("| system | " + " | ".join(f"c={c}" for c in data["levels"]) + " |")
+        out.append("|" + " --- |" * (1 + len(data["levels"])))
+        for name in names:
+            cells = []
+            for c in data["levels"]:
+                w = find_window(windows, name, mode, c)
+                bad = f", {w.errors} bad" if w and w.errors else ""
+                cells.append(
+                    f"{w.rps:.0f}, {w.cpu_us_per_req:.0f} us ({w.p50_ms:.2f}{bad})" if w else "-"
+                )
+            out.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def save(kind: str, data: dict[str, Any]) -> Path:
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{time.strftime('%Y%m%d-%H%M%S')}-{kind}.json"
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return path
+
+
+def recorded_rows(database: Path) -> int:
+    with contextlib.closing(sqlite3.connect(database)) as db:
+        return int(db.execute("SELECT count(*) FROM request_records").fetchone()[0])

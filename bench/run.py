@@ -1,0 +1,339 @@
+"""llmrelay against a bare pass-through proxy, on the same nginx mock upstream, in one run.
+
+    python -m bench.run                  # full run (about 9 minutes)
+    python -m bench.run --quick          # 3 s windows, c=1 and c=64 only (about 3 minutes)
+    python -m bench.run --compare-stack  # bare proxy: uvicorn|granian x aiohttp|httpx|httpx2
+    python -m bench.run --compare-stack --with-llmrelay   # ... and llmrelay under both servers
+    python -m bench.run --markdown bench/results/FILE.json  # a results file as Markdown tables
+
+What runs (docs/performance.md explains the figures):
+- nginx (Debian) as the upstream on core 0, next to wrk: `/plain/v1/chat/completions` answers a
+  fixed chat.completion; `/sse/v1/...` a fixed SSE stream in one write ("burst");
+  `/sse-paced/v1/...` the same events one write each, with 1 ms after the first content event
+  (needs the Debian package libnginx-mod-http-echo; skipped without it);
+- the bare proxy (bench/bare_proxy.py) and llmrelay (`llmrelay serve`, one worker, SQLite,
+  auth and request recording on), both on core 1;
+- wrk at several concurrencies per mode; a Lua script checks every answer (status 200 and a
+  complete body: a JSON completion, or a stream that ends with `data: [DONE]` and carries no
+  error event), so a flood of errors cannot pass for throughput.
+
+Per window: requests/s, p50/p99 latency, the system's CPU seconds per request (utime + stime
+of its process tree from /proc, including work it finishes right after the window, such as
+batched record writes), and how busy each core was. JSON results go to bench/results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from bench.constants import ALL_MODES, ECHO_MODULE
+from bench.load import Driver, Window
+from bench.procs import settle
+from bench.report import (
+    Target,
+    find_window,
+    machine,
+    markdown,
+    print_table,
+    ratios,
+    recorded_rows,
+    save,
+)
+from bench.systems import System, check_answers, start_bare, start_llmrelay
+from bench.upstream import upstream
+
+
+def compare_llmrelay(folder: Path, modes: Sequence[str], quick: bool) -> dict[str, Any]:
+    levels = [1, 64] if quick else [1, 8, 64, 256]
+    duration = 3.0 if quick else 10.0
+    marks = (10_000, 30_000, 50_000) if quick else (10_000, 50_000, 100_000, 200_000)
+    soak_modes = ["plain", "sse-paced" if "sse-paced" in modes else "sse"]
+    info = machine()  # now: the commit and source hash of the code about to be started
+    systems: list[System] = []
+    soaks: list[Window] = []
+    with upstream(folder, modes) as nginx:
+        try:
+            print("starting the bare proxy (uvicorn + aiohttp) and llmrelay on core 1 ...")
+            bare = start_bare(folder, nginx.port, modes, "uvicorn", "aiohttp")
+            relay = start_llmrelay(folder / "llmrelay", nginx.port, modes)
+            systems += [bare, relay]
+            print(
+                f"  llmrelay cold start: fresh database {relay.cold_start_s} s, "
+                f"restart {relay.restart_s} s",
+                flush=True,
+            )
+            for system in systems:
+                check_answers(system, modes)
+            driver = Driver(folder, nginx)
+            print(
+                f"memory: llmrelay to {marks[-1]} requests, {' + '.join(soak_modes)}, "
+                "each step 80 % at c=64 then 20 % at c=1 ..."
+            )
+            for mark in marks:
+                # c=1 too: some leaks (one cached statement per batch size, say) show only
+                # when requests trickle in one by one.
+                busy = relay.requests_total + (mark - relay.requests_total) * 4 // 5
+                for until, connections in ((busy, 64), (mark, 1)):
+                    soak = driver.soak(relay, soak_modes, until, connections)
+                    if soak is not None:
+                        soaks.append(soak)
+                settle(relay.pids())
+                relay.rss_checkpoints[str(relay.requests_total)] = relay.rss_kb()
+            print("warm-up of the bare proxy ...", flush=True)
+            for mode in modes:
+                driver.window(bare, mode, 64, 2, keep=False)
+            print("measuring; bare and llmrelay alternate window by window ...", flush=True)
+            for mode in modes:
+                for c in levels:
+                    for system in systems:
+                        driver.window(system, mode, c, duration)
+            settle(relay.pids())
+            rss_end = relay.rss_kb()
+            peaks = {s.name: s.peak_rss_kb() for s in systems}
+        finally:
+            for system in systems:
+                system.stop()
+    rows = recorded_rows(folder / "llmrelay" / "bench.db")
+    windows = driver.windows
+    r = ratios(windows, modes, levels, bare.name, relay.name)
+    checkpoints = list(relay.rss_checkpoints.items())
+    (n_a, rss_a), (n_b, rss_b) = checkpoints[0], checkpoints[-1]
+    targets = []
+    for mode in modes:
+        at64, at1 = r[mode].get("64", {}), r[mode].get("1", {})
+        targets += [
+            Target(
+                f"CPU/request vs bare, {mode}, c=64",
+                at64.get("cpu_ratio", 0),
+                1.5,
+                "x",
+                at_most=True,
+                valid=at64.get("valid", False),
+            ),
+            Target(
+                f"throughput vs bare, {mode}, c=64",
+                at64.get("throughput_pct", 0),
+                70,
+                "%",
+                at_most=False,
+                valid=at64.get("valid", False),
+            ),
+            Target(
+                f"added p50 latency, {mode}, c=1",
+                at1.get("added_p50_ms", 0),
+                0.5,
+                "ms",
+                at_most=True,
+                valid=at1.get("valid", False),
+            ),
+        ]
+    soak_errors = sum(w.errors for w in soaks)
+    targets += [
+        Target("peak RSS (VmHWM)", peaks[relay.name] / 1024, 150, "MB", True, strict=True),
+        Target(
+            f"RSS growth {int(n_a) // 1000}k -> {int(n_b) // 1000}k requests",
+            (rss_b - rss_a) / rss_a * 100,
+            10,
+            "%",
+            at_most=True,
+            note=f"{soak_errors} bad answers during the soak" if soak_errors else "",
+        ),
+        Target(
+            f"cold start, fresh database (worst of {len(relay.cold_start_s)})",
+            max(relay.cold_start_s),
+            3,
+            "s",
+            True,
+            strict=True,
+        ),
+        Target("cold start, restart", max(relay.restart_s), 3, "s", True, strict=True),
+    ]
+    print()
+    print_table(windows)
+    print("\nllmrelay vs bare (same server, client and upstream):")
+    for mode in modes:
+        for level, v in r[mode].items():
+            print(
+                f"  {mode:<9} c={level:<4} CPU/req x{v['cpu_ratio']:<5} throughput "
+                f"{v['throughput_pct']:>5.1f}%  added p50 {v['added_p50_ms']:+.2f} ms  "
+                f"added p99 {v['added_p99_ms']:+.2f} ms{'' if v['valid'] else '  (ERRORS)'}"
+            )
+    rss_line = ", ".join(f"{int(kb) / 1024:.1f} MB after {n}" for n, kb in checkpoints)
+    print(
+        f"\nllmrelay RSS (soak, c=64): {rss_line}; after the windows above "
+        f"{rss_end / 1024:.1f} MB; peak {peaks[relay.name] / 1024:.1f} MB "
+        f"(bare proxy peak {peaks[bare.name] / 1024:.1f} MB)"
+    )
+    print(f"request records written by llmrelay: {rows} for {relay.requests_total} requests")
+    for system in systems:
+        for mode, problem in system.problems.items():
+            print(f"!! {system.name} {mode}: {problem}")
+    print("\ntargets:")
+    for t in targets:
+        print(t.line())
+    errors = sum(w.errors for w in windows) + soak_errors
+    if errors:
+        print(f"\n!! {errors} bad answers in total: windows with errors are not valid figures")
+    return {
+        "kind": "compare",
+        "quick": quick,
+        "machine": info,
+        "modes": list(modes),
+        "levels": levels,
+        "window_s": duration,
+        "windows": [asdict(w) for w in windows],
+        "soak": [asdict(w) for w in soaks],
+        "ratios": r,
+        "cold_start_s": {
+            s.name: {"fresh": s.cold_start_s, "restart": s.restart_s} for s in systems
+        },
+        "rss_kb": {
+            "llmrelay_soak_by_requests": relay.rss_checkpoints,
+            "llmrelay_after_windows": rss_end,
+            "peak": peaks,
+        },
+        "requests_total": {s.name: s.requests_total for s in systems},
+        "records_written": rows,
+        "problems": {s.name: s.problems for s in systems},
+        "targets": [{**asdict(t), "met": t.met} for t in targets],
+        "errors": errors,
+    }
+
+
+def compare_stack(
+    folder: Path, modes: Sequence[str], quick: bool, with_llmrelay: bool
+) -> dict[str, Any]:
+    levels = [1, 64] if quick else [1, 64, 256]
+    duration = 3.0 if quick else 10.0
+    info = machine()
+    systems: list[System] = []
+    with upstream(folder, modes) as nginx:
+        try:
+            for server in ("uvicorn", "granian"):
+                for client in ("aiohttp", "httpx", "httpx2"):
+                    systems.append(start_bare(folder, nginx.port, modes, server, client))
+            if with_llmrelay:
+                for server in ("uvicorn", "granian"):
+                    sub = folder / f"llmrelay-{server}"
+                    systems.append(start_llmrelay(sub, nginx.port, modes, server=server))
+            for system in systems:
+                check_answers(system, modes)
+            driver = Driver(folder, nginx)
+            print("warm-up ...", flush=True)
+            for system in systems:
+                for mode in modes:
+                    driver.window(system, mode, 64, 2, keep=False)
+            print("measuring; the systems alternate window by window ...", flush=True)
+            for mode in modes:
+                for c in levels:
+                    for system in systems:
+                        driver.window(system, mode, c, duration)
+            peaks = {s.name: s.peak_rss_kb() for s in systems}
+        finally:
+            for system in systems:
+                system.stop()
+    print()
+    print_table(driver.windows)
+    base = systems[0].name
+    print(f"\nrelative to {base} (req/s, CPU/request; x = errors, figure not valid):")
+    print(f"{'':<22}" + "".join(f" {f'{m} c={c}':>17}" for m in modes for c in levels))
+    for system in systems:
+        cells = []
+        for mode in modes:
+            for c in levels:
+                b, w = (find_window(driver.windows, n, mode, c) for n in (base, system.name))
+                if b is None or w is None or not b.rps or not b.cpu_us_per_req:
+                    cells.append(f"{'-':>17}")
+                    continue
+                bad = "x" if w.errors else " "
+                cells.append(
+                    f" {w.rps / b.rps:>7.0%} {w.cpu_us_per_req / b.cpu_us_per_req:>6.2f}x{bad}"
+                )
+        print(f"{system.name:<22}" + "".join(cells))
+    for system in systems:
+        for mode, problem in system.problems.items():
+            print(f"!! {system.name} {mode}: {problem}")
+    return {
+        "kind": "stack",
+        "quick": quick,
+        "machine": info,
+        "modes": list(modes),
+        "levels": levels,
+        "window_s": duration,
+        "windows": [asdict(w) for w in driver.windows],
+        "cold_start_s": {s.name: s.cold_start_s for s in systems},
+        "peak_rss_kb": peaks,
+        "problems": {s.name: s.problems for s in systems},
+        "errors": sum(w.errors for w in driver.windows),
+    }
+
+
+def preflight() -> list[str]:
+    """The modes this machine can run; exits when a tool is missing."""
+    os.environ["PATH"] = f"{os.environ.get('PATH', '')}:/usr/sbin"
+    missing = [tool for tool in ("nginx", "wrk", "taskset") if shutil.which(tool) is None]
+    if missing:
+        sys.exit(f"missing: {', '.join(missing)} (apt-get install -y nginx wrk)")
+    if not {0, 1} <= os.sched_getaffinity(0):
+        sys.exit("needs cores 0 and 1: core 0 for nginx + wrk, core 1 for the system under test")
+    if ECHO_MODULE.exists():
+        return list(ALL_MODES)
+    print(f"note: {ECHO_MODULE} missing (apt-get install -y libnginx-mod-http-echo): no sse-paced")
+    return ["plain", "sse"]
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # run the finally blocks: stop nginx and the servers
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, _interrupt)
+    parser = argparse.ArgumentParser(description="llmrelay against a bare pass-through proxy")
+    parser.add_argument("--quick", action="store_true", help="3 s windows, c=1 and c=64 only")
+    parser.add_argument(
+        "--compare-stack",
+        action="store_true",
+        help="bare proxy: uvicorn|granian x aiohttp|httpx|httpx2",
+    )
+    parser.add_argument(
+        "--with-llmrelay", action="store_true", help="--compare-stack: llmrelay under both too"
+    )
+    parser.add_argument("--modes", help=f"comma-separated subset of {','.join(ALL_MODES)}")
+    parser.add_argument("--keep-temp", action="store_true", help="keep the temp folder (logs)")
+    parser.add_argument("--markdown", type=Path, help="print a results file as Markdown, then exit")
+    args = parser.parse_args()
+    if args.markdown:
+        print(markdown(args.markdown))
+        return
+    modes = preflight()
+    if args.modes:
+        modes = [m for m in args.modes.split(",") if m in modes]
+        if "plain" not in modes:
+            modes.insert(0, "plain")  # readiness and the soak need it
+    folder = Path(tempfile.mkdtemp(prefix="llmrelay-bench-"))
+    try:
+        if args.compare_stack:
+            data = compare_stack(folder, modes, args.quick, args.with_llmrelay)
+            kind = "stack-quick" if args.quick else "stack"
+        else:
+            data = compare_llmrelay(folder, modes, args.quick)
+            kind = "compare-quick" if args.quick else "compare"
+        print(f"\nresults: {save(kind, data)}")
+    finally:
+        if args.keep_temp:
+            print(f"temp folder kept: {folder}")
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

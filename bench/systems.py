@@ -1,0 +1,189 @@
+"""The systems under test (the bare proxy and llmrelay) on core 1: start, check, stop."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.constants import BARE_PROXY, BENCH_KEY, COLD_STARTS, SUT_CORE
+from bench.procs import (
+    free_port,
+    http_get,
+    http_post,
+    memory_kb,
+    process_tree,
+    stop_process,
+    venv_program,
+    wait_for_quiet_core,
+)
+from bench.upstream import request_body, sse_events
+
+
+@dataclass
+class System:
+    """One server on core 1 and how to call it."""
+
+    name: str
+    port: int
+    paths: dict[str, str]  # mode -> request path
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+    cold_start_s: list[float] = field(default_factory=list)  # fresh database
+    restart_s: list[float] = field(default_factory=list)  # database already there
+    requests_total: int = 0
+    rss_checkpoints: dict[str, int] = field(default_factory=dict)
+    problems: dict[str, str] = field(default_factory=dict)  # mode -> what the check found
+
+    def pids(self) -> list[int]:
+        assert self.process is not None
+        return process_tree(self.process.pid)
+
+    def rss_kb(self) -> int:
+        return memory_kb(self.pids(), "VmRSS")
+
+    def peak_rss_kb(self) -> int:
+        return memory_kb(self.pids(), "VmHWM")
+
+    def launch(
+        self, command: list[str], env: dict[str, str], cwd: Path, ready: str, restart: bool = False
+    ) -> None:
+        """Start on core 1; cold start = until GET `ready` answers 200 (or, for "POST", until
+        a real chat request does: the bare proxy has no probe)."""
+        wait_for_quiet_core()
+        started = time.monotonic()
+        self.process = subprocess.Popen(
+            ["taskset", "-c", SUT_CORE, *command],
+            env=env,
+            cwd=cwd,
+            stdout=self.log_path.open("ab"),
+            stderr=subprocess.STDOUT,
+        )
+        while time.monotonic() - started < 60:
+            if self.process.poll() is not None:
+                break
+            with contextlib.suppress(OSError, http.client.HTTPException):
+                if ready == "POST":
+                    status = http_post(self.port, self.paths["plain"], request_body("plain"))[0]
+                else:
+                    status = http_get(self.port, ready, timeout_s=1.0)
+                if status == 200:
+                    took = time.monotonic() - started
+                    (self.restart_s if restart else self.cold_start_s).append(round(took, 3))
+                    return
+            time.sleep(0.005)
+        self.stop()
+        raise RuntimeError(f"{self.name} did not get ready:\n{self.logs()[-3000:]}")
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self) -> None:
+        if self.process is not None:
+            stop_process(self.process)
+            self.process = None
+
+
+def llmrelay_config(upstream_port: int, modes: Sequence[str]) -> str:
+    providers, models = [], []
+    for mode in modes:
+        providers.append(
+            f"  - slug: mock-{mode}\n"
+            "    type: openai_compatible\n"
+            f"    base_url: http://127.0.0.1:{upstream_port}/{mode}/v1\n"
+            "    api_key: sk-upstream-bench-not-a-secret\n"
+            "    timeout_s: 30\n"
+        )
+        models.append(
+            f"  - name: bench-{mode}\n"
+            "    routes:\n"
+            f"      - provider: mock-{mode}\n"
+            "        upstream_model: gpt-4o-mini\n"
+            "    pricing: {input_per_mtok: 0.15, output_per_mtok: 0.60}\n"
+        )
+    return (
+        "providers:\n" + "".join(providers) + "models:\n" + "".join(models) + "projects:\n"
+        "  - name: bench\n"
+        "    keys:\n"
+        "      - name: wrk\n"
+        f"        key: {BENCH_KEY}\n"
+    )
+
+
+def start_llmrelay(
+    folder: Path, upstream_port: int, modes: Sequence[str], *, server: str = "uvicorn"
+) -> System:
+    """uvicorn (as shipped): `llmrelay serve --config` on a fresh database (cold start with
+    migrations and the config apply), stopped, then started again on it (restart).
+    granian: the config applied with `llmrelay apply`, then the same app under granian."""
+    folder.mkdir(parents=True, exist_ok=True)
+    config = folder / "llmrelay.yaml"
+    config.write_text(llmrelay_config(upstream_port, modes))
+    port = free_port()
+    name = "llmrelay" if server == "uvicorn" else f"llmrelay-{server}"
+    paths = dict.fromkeys(modes, "/v1/chat/completions")
+    system = System(name, port, paths, folder / f"{name}.log")
+    env = {**os.environ, "LLMRELAY_DATABASE_URL": f"sqlite:///{folder / 'bench.db'}"}
+    if server == "uvicorn":
+        command = [venv_program("llmrelay"), "serve", "--config", str(config), "--port", str(port)]
+        for attempt in range(COLD_STARTS):  # each on a fresh database; the last one is kept
+            database = "bench.db" if attempt == COLD_STARTS - 1 else f"cold-{attempt}.db"
+            fresh = {**env, "LLMRELAY_DATABASE_URL": f"sqlite:///{folder / database}"}
+            system.launch(command, fresh, folder, "/readyz")
+            system.stop()
+        system.launch(command, env, folder, "/readyz", restart=True)
+    else:
+        apply = [venv_program("llmrelay"), "apply", str(config)]
+        subprocess.run(apply, env=env, cwd=folder, check=True, stdout=subprocess.DEVNULL)
+        options = "--interface asgi --factory --loop uvloop --http 1 --no-ws --workers 1"
+        options += " --runtime-threads 1 --log-level warning"
+        command = [venv_program("granian"), *options.split(), "--port", str(port)]
+        system.launch([*command, "llmrelay.app:app_from_env"], env, folder, "/readyz")
+    return system
+
+
+def start_bare(
+    folder: Path, upstream_port: int, modes: Sequence[str], server: str, client: str
+) -> System:
+    port = free_port()
+    name = f"bare-{server}-{client}"
+    paths = {m: f"/{m}/v1/chat/completions" for m in modes}
+    system = System(name, port, paths, folder / f"{name}.log")
+    upstream = f"http://127.0.0.1:{upstream_port}"
+    options = f"--server {server} --client {client} --upstream {upstream} --port {port}"
+    command = [sys.executable, str(BARE_PROXY), *options.split()]
+    system.launch(command, dict(os.environ), folder, "POST")
+    return system
+
+
+def check_answers(system: System, modes: Sequence[str]) -> None:
+    """One request per mode before any load; what is wrong is kept in `system.problems`
+    (the windows of that mode then count errors, and the report says so)."""
+    for mode in modes:
+        status, body, content_type = http_post(system.port, system.paths[mode], request_body(mode))
+        system.requests_total += 1
+        problem = None
+        if status != 200:
+            problem = f"status {status}: {body[:300]!r}"
+        elif mode == "plain":
+            answer = json.loads(body)
+            if answer.get("object") != "chat.completion" or not answer.get("choices"):
+                problem = f"not a chat.completion: {body[:300]!r}"
+            elif system.name.startswith("llmrelay") and answer.get("model") != "bench-plain":
+                problem = f"model not renamed: {answer.get('model')!r}"
+        elif "text/event-stream" not in content_type:
+            problem = f"content-type {content_type!r}"
+        elif not body.endswith(b"data: [DONE]\n\n") or b'"error":{' in body:
+            problem = f"stream incomplete ({body.count(b'data: ')} events): {body[-240:]!r}"
+        elif body.count(b"data: ") != len(sse_events()):
+            problem = f"{body.count(b'data: ')} events, expected {len(sse_events())}"
+        if problem:
+            system.problems[mode] = problem
+            print(f"  !! {system.name} {mode}: {problem}", flush=True)
