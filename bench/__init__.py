@@ -1,1 +1,3 @@
-"""Benchmarks: llmrelay against a bare pass-through proxy on the same mock upstream (python -m bench.run)."""
+"""Benchmarks: llmrelay against a bare pass-through proxy on one mock upstream.
+
+Run with `python -m bench.run` (see bench/run.py and docs/performance.md)."""

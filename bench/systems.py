@@ -184,6 +184,14 @@ def check_answers(system: System, modes: Sequence[str]) -> None:
             problem = f"stream incomplete ({body.count(b'data: ')} events): {body[-240:]!r}"
         elif body.count(b"data: ") != len(sse_events()):
             problem = f"{body.count(b'data: ')} events, expected {len(sse_events())}"
+        elif system.name.startswith("llmrelay"):
+            models = {
+                json.loads(line[6:]).get("model")
+                for line in body.split(b"\n")
+                if line.startswith(b"data: {")
+            }
+            if models != {f"bench-{mode}"}:
+                problem = f"stream events name {sorted(map(str, models))}, not bench-{mode}"
         if problem:
             system.problems[mode] = problem
             print(f"  !! {system.name} {mode}: {problem}", flush=True)

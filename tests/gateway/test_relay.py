@@ -19,6 +19,7 @@ from llmrelay.protocols.sse import SSEParser, event_data
 from llmrelay.snapshot.model import ProviderSnap, RouteSnap
 
 UPSTREAM = "gpt-up"
+REPORTED = "gpt-up-2024-07-18"  # what the provider names in its answers (a dated snapshot)
 VIRTUAL = "chat-virtual"
 PROVIDER = ProviderSnap(
     "p", "up", "openai_compatible", "http://x/v1", None, MappingProxyType({}), 5, 5, 5, 5, None
@@ -48,13 +49,25 @@ class ChunkedBody:
         self.released = True
 
 
-def _event(delta: dict[str, Any], finish: str | None = None, *, spaced: bool = False) -> bytes:
-    payload = {
+def _event(
+    delta: dict[str, Any],
+    finish: str | None = None,
+    *,
+    spaced: bool = False,
+    openai_style: bool = False,
+) -> bytes:
+    """A chunk; `openai_style` adds what OpenAI's own chunks carry (`logprobs`, and
+    `"usage":null` on every chunk of a stream that asked for usage)."""
+    choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
+    payload: dict[str, Any] = {
         "id": "c1",
         "object": "chat.completion.chunk",
-        "model": UPSTREAM,
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        "model": REPORTED,
+        "choices": [choice],
     }
+    if openai_style:
+        choice["logprobs"] = None
+        payload["usage"] = None
     text = orjson.dumps(payload)
     if spaced:  # another serializer's style: the byte rename cannot match it
         text = text.replace(b'":', b'": ').replace(b",", b", ")
@@ -64,7 +77,7 @@ def _event(delta: dict[str, Any], finish: str | None = None, *, spaced: bool = F
 def _usage_event(*, spaced: bool = False) -> bytes:
     payload = {
         "id": "c1",
-        "model": UPSTREAM,
+        "model": REPORTED,
         "choices": [],
         "usage": {"prompt_tokens": 3, "completion_tokens": 2},
     }
@@ -74,19 +87,20 @@ def _usage_event(*, spaced: bool = False) -> bytes:
     return b"data: " + text + b"\n\n"
 
 
-async def _relay(chunks: list[bytes]) -> tuple[bytes, CallRecord, int]:
+async def _relay(
+    chunks: list[bytes], rename: ModelRename | None = None
+) -> tuple[bytes, CallRecord, int]:
     loop = asyncio.get_running_loop()
     record = CallRecord("req", "chat.completions", 0.0)
     malformed: list[int] = []
     relay = ChatStreamRelay(
         ROUTE,
         ChunkedBody(chunks),
-        virtual_model=VIRTUAL,
         request_id="req",
         choices=1,
         usage_requested=True,
         record=record,
-        rename=ModelRename(UPSTREAM, VIRTUAL),
+        rename=rename or ModelRename(VIRTUAL),
         on_malformed=lambda: malformed.append(1),
         on_end=lambda r: None,
     )
@@ -110,7 +124,7 @@ def _reference(stream: bytes) -> tuple[list[dict[str, Any]], int]:
         except orjson.JSONDecodeError:
             malformed += 1
             continue
-        if event.get("model") == UPSTREAM:
+        if "model" in event:
             event["model"] = VIRTUAL
         events.append(event)
         finished = finished or any(c.get("finish_reason") for c in event.get("choices", []))
@@ -142,7 +156,8 @@ STREAM_PARTS = [
     _event({"content": "lo"}, spaced=True),
     b": keep-alive comment\n\n",
     b"data: {not json\n\n",
-    _event({"content": " world"}),
+    _event({"content": " wor"}, openai_style=True),
+    _event({"content": "ld"}),
     _event({}, "stop"),
     _usage_event(),
     b"data: [DONE]\n\n",
@@ -176,7 +191,7 @@ def test_fast_path_equals_event_by_event_for_any_split(cuts: list[int], keep: li
 
 async def test_the_client_sees_only_the_virtual_model_and_one_done() -> None:
     out, record, malformed = await _relay([b"".join(STREAM_PARTS)])
-    assert UPSTREAM.encode() not in out
+    assert REPORTED.encode() not in out and UPSTREAM.encode() not in out
     assert out.count(b"[DONE]") == 1 and out.endswith(b"data: [DONE]\n\n")
     assert b"{not json" not in out and malformed == 1
     assert b"keep-alive" not in out
@@ -196,7 +211,7 @@ async def test_the_client_sees_only_the_virtual_model_and_one_done() -> None:
 async def test_events_after_completion_are_not_passed_on() -> None:
     extra = _event({"content": "after the end"})
     out, _, _ = await _relay(
-        [b"".join([*STREAM_PARTS[:2], STREAM_PARTS[6], _usage_event(), extra])]
+        [b"".join([*STREAM_PARTS[:2], _event({}, "stop"), _usage_event(), extra])]
     )
     assert b"after the end" not in out
     assert out.endswith(b"data: [DONE]\n\n")
@@ -225,3 +240,18 @@ def test_other_spellings_give_the_same_result_on_both_paths(variant: str, cuts: 
     assert _events(out) == _reference(stream)[0]
     assert out.endswith(b"data: [DONE]\n\n")
     assert (record.prompt_tokens, record.completion_tokens) == (3, 2)
+
+
+async def test_a_later_stream_renames_from_what_an_earlier_one_learnt_or_learns_anew() -> None:
+    rename = ModelRename(VIRTUAL)
+    stream = b"".join(STREAM_PARTS)
+    first, _, _ = await _relay([stream], rename)
+    second, _, _ = await _relay([stream[:300], stream[300:]], rename)
+    renamed = stream.replace(REPORTED.encode(), b"gpt-up-2025-01-01")  # the provider moved on
+    third, _, _ = await _relay([renamed], rename)
+    expected = _events(first)
+    assert _events(second) == expected and _events(third) == expected
+    assert {e["model"] for e in expected} == {VIRTUAL}
+    no_role = b"".join(STREAM_PARTS[1:]).replace(REPORTED.encode(), b"gpt-up-2026-01-01")
+    fourth, _, _ = await _relay([no_role], rename)
+    assert {e["model"] for e in _events(fourth)} == {VIRTUAL}

@@ -13,6 +13,10 @@ upstream model name the gateway sends (see `_behaviour`):
     malformed          stream with one malformed event in the middle
     burst              stream the whole answer in one write (all events in one TCP chunk)
     redirect           answer 307 to another path (a gateway must not follow it)
+
+Like OpenAI, which answers a request for `gpt-4o-mini` as `gpt-4o-mini-2024-07-18`, every
+answer names a dated snapshot of the model asked for (`reported_model`): the gateway must
+still show its clients only the virtual model.
 """
 
 from __future__ import annotations
@@ -124,7 +128,7 @@ class MockUpstream:
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await response.prepare(request)
-        model = body.get("model")
+        model = reported_model(body)
         words = reply.split(" ") if reply else []
         if kind == "burst":
             await response.write(_burst(model, words, body, reply))
@@ -138,7 +142,7 @@ class MockUpstream:
                     request.transport.abort()
                     return response
                 await _wait_unless_gone(request, 3600)
-                self.abandoned.append(str(model))
+                self.abandoned.append(str(body.get("model")))
                 return response
             if kind == "malformed" and i == 1:
                 await response.write(b"data: {not json\n\n")
@@ -153,7 +157,7 @@ class MockUpstream:
             )
         if kind == "no-done":
             await _wait_unless_gone(request, 3600)
-            self.abandoned.append(str(model))
+            self.abandoned.append(str(body.get("model")))
             return response
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
@@ -177,7 +181,7 @@ class MockUpstream:
             {
                 "object": "list",
                 "data": data,
-                "model": body.get("model"),
+                "model": reported_model(body),
                 "usage": {"prompt_tokens": len(inputs), "total_tokens": len(inputs)},
             },
             dumps=_dumps,
@@ -197,6 +201,10 @@ async def _wait_unless_gone(request: web.Request, seconds: float) -> bool:
 
 def _dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
+
+
+def reported_model(body: dict[str, Any]) -> str:
+    return f"{body.get('model')}-2024-07-18"
 
 
 def _behaviour(model: str) -> tuple[str, int]:
@@ -235,7 +243,7 @@ def _completion(body: dict[str, Any], reply: str) -> dict[str, Any]:
         "id": "chatcmpl-upstream",
         "object": "chat.completion",
         "created": int(time.time()),
-        "model": body.get("model"),
+        "model": reported_model(body),
         "choices": [
             {
                 "index": 0,

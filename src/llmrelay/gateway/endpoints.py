@@ -56,7 +56,7 @@ class Runtime:
 class DataPlane:
     def __init__(self) -> None:
         self.runtime: Runtime | None = None
-        self._renames: dict[tuple[str, str], wire.ModelRename] = {}
+        self._renames: dict[str, wire.ModelRename] = {}
 
     def handlers(self) -> dict[tuple[str, str], Handler]:
         """(method, path) -> handler, for the app's direct dispatch (partials: no wrapper
@@ -132,9 +132,7 @@ class DataPlane:
                 answer = await execute(
                     runtime.registry, operation, routes, payload, forwarded, record, _read_json
                 )
-            body = self.rename(answer.route.upstream_model, model.name).apply(
-                answer.raw, answer.body
-            )
+            body = self.rename(model.name).apply(answer.raw, answer.body)
             record.take_usage(answer.body.get("usage"))
             headers.append((b"x-llmrelay-provider", answer.route.provider.slug.encode()))
             await send_json(send, 200, body, headers)
@@ -173,12 +171,11 @@ class DataPlane:
             relay = ChatStreamRelay(
                 route,
                 response,
-                virtual_model=model.name,
                 request_id=request_id,
                 choices=n,
                 usage_requested=usage_requested,
                 record=record,
-                rename=self.rename(route.upstream_model, model.name),
+                rename=self.rename(model.name),
                 on_malformed=lambda: runtime.metrics.malformed_events.labels(slug).inc(),
                 on_end=self._finish,
             )
@@ -202,13 +199,13 @@ class DataPlane:
             latency_ms / 1000.0,
         )
 
-    def rename(self, upstream: str, virtual: str) -> wire.ModelRename:
-        """The (cached) renamer for one route's answers."""
-        renamer = self._renames.get((upstream, virtual))
+    def rename(self, virtual: str) -> wire.ModelRename:
+        """The (cached) renamer for one virtual model's answers."""
+        renamer = self._renames.get(virtual)
         if renamer is None:
             if len(self._renames) > 10_000:  # bounded across config reloads
                 self._renames.clear()
-            renamer = self._renames[(upstream, virtual)] = wire.ModelRename(upstream, virtual)
+            renamer = self._renames[virtual] = wire.ModelRename(virtual)
         return renamer
 
     def _runtime(self) -> Runtime:

@@ -7,8 +7,10 @@ with `[DONE]`. The stream is complete once every choice has its finish reason (a
 usage chunk has come, when the client asked for one); `[DONE]` then goes out at once.
 
 Every upstream event is parsed (a malformed one is dropped and counted) and passed on with
-only `model` renamed: the rename is one byte replacement per chunk (see
-protocols.openai.ModelRename); an event it missed is re-serialised.
+only `model` renamed to the virtual model: the name the provider reports (often a dated
+snapshot of the model asked for) is learnt from its first event and then renamed by one
+byte replacement per chunk (see protocols.openai.ModelRename); an event the replacement
+missed is re-serialised.
 """
 
 from __future__ import annotations
@@ -35,6 +37,14 @@ _CONTENT_FIELDS = ("content", "tool_calls", "function_call", "refusal", "reasoni
 _DATA = b"data: "
 _END = b"\n\n"
 _DONE_EVENT = b"data: [DONE]\n\n"
+#: How a content delta, and a plain finish, of a one-choice stream end in compact JSON.
+#: These keys cannot occur inside a JSON string (its quotes are escaped there).
+_DELTA_ENDINGS = (b'"finish_reason":null}]}', b'"finish_reason":null}],"usage":null}')
+_FINISH_ENDINGS = tuple(
+    f'"finish_reason":"{reason}"}}]{tail}}}'.encode()
+    for reason in ("stop", "length", "tool_calls", "content_filter", "function_call")
+    for tail in ("", ',"usage":null')
+)
 
 
 class ChatStreamRelay:
@@ -43,7 +53,6 @@ class ChatStreamRelay:
         route: RouteSnap,
         response: UpstreamResponse,
         *,
-        virtual_model: str,
         request_id: str,
         choices: int,
         usage_requested: bool,
@@ -56,8 +65,11 @@ class ChatStreamRelay:
         self._response = response
         self._parser = SSEParser()
         self._rename = rename
-        self._upstream_model = route.upstream_model
-        self._virtual_model = virtual_model
+        self._virtual_model = rename.virtual
+        self._replacement = rename.replacement
+        # the provider's `"model":...`, as learnt by an earlier stream of this route
+        self._pattern: bytes | None = rename.reported.get(route.upstream_model)
+        self._model_known = False  # until an event of this stream shows the rename works
         self._request_id = request_id
         self._choices = choices
         self._usage_requested = usage_requested
@@ -150,79 +162,52 @@ class ChatStreamRelay:
             self._on_end(record)
 
     def _take(self, chunk: bytes, out: list[bytes], *, priming: bool) -> bool:
-        """Parse one upstream chunk's events into `out` (as client bytes); stop at completion.
+        """Take one upstream chunk's events into `out` (as client bytes); stop at completion.
         Returns whether any event carried content (only looked at while priming; a finish
         reason or usage counts as content).
 
-        This runs for every chunk of every stream, so it is tight: one parse per event, a
-        few dict lookups, and when the chunk is plain `data:` events that all pass unchanged
-        (the usual case) the output is the chunk's own text, not a rebuilt copy. Measured:
-        byte searches over the chunk cost about as much per byte as parsing it, so the
-        checks are made on the parsed events, not on the bytes."""
-        text = self._parser.complete_text(self._rename.in_bytes(chunk))
+        This runs for every chunk of every stream, so it is tight. Most events of a stream
+        are content deltas, and those of a one-choice stream in compact JSON are recognised
+        by how they end (`"finish_reason":null}]}`), as is a plain finish event; the rest
+        (the first event, usage, errors, anything unusual) are parsed. When every event
+        passes unchanged (the usual case) the output is the chunk's own text, not a rebuilt
+        copy. Measured: parsing every event cost more than all the rest llmrelay does for a
+        stream, and general byte searches cost more per byte than parsing."""
+        text = self._parser.complete_text(chunk)
         if not text:
             return False
-        blocks = text[:-2].split(b"\n\n")
-        plain = text.count(b"\n") == 2 * len(blocks)
-        if plain:
-            for block in blocks:
-                if block[:6] != _DATA:
-                    plain = False
-                    break
-        datas = [block[6:] for block in blocks] if plain else event_data(text)
+        if self._pattern is not None:
+            text = text.replace(self._pattern, self._replacement)
+        datas = text[6:-2].split(b"\n\ndata: ")
+        # Only single-line `data: ` events: every newline is part of a separator.
+        plain = text[:6] == _DATA and text.count(b"\n") == 2 * len(datas)
+        if not plain:
+            datas = event_data(text)
         kept: list[bytes] | None = None if plain else []  # None: the text passes as it is
-        loads = orjson.loads
-        upstream = self._upstream_model
-        content = False
+        content = not priming  # while priming: whether an event carried content
+        # By their endings once the model's name is handled (learnt, or already ours).
+        by_ending = self._choices == 1 and self._model_known
         for position, data in enumerate(datas):
-            if data == b"[DONE]":
+            passed: bytes | None = data
+            if by_ending and data.endswith(_DELTA_ENDINGS) and (content or _has_text(data)):
+                content = True
+            elif by_ending and data.endswith(_FINISH_ENDINGS):
+                self._finished.add(0)
+                content = True
+            elif data == b"[DONE]":
                 self._done = True
                 content = True
                 if kept is None and position < len(datas) - 1:
                     kept = datas[:position]
                 break
-            try:
-                event = loads(data)
-            except orjson.JSONDecodeError:
-                event = None
-            if type(event) is not dict:
-                if data:  # an event with no data (a named ping) is not malformed
-                    self._on_malformed()
-                    log.warning("upstream_malformed_event", request_id=self._request_id)
-                if kept is None:
-                    kept = datas[:position]
-                continue
-            if "error" in event:
-                raise UpstreamProtocolError(f"provider sent an error event: {_error_text(event)}")
-            choices = event.get("choices")
-            if choices:
-                choice = choices[0] if type(choices) is list and len(choices) == 1 else None
-                if type(choice) is dict:  # the usual single choice, inline
-                    if choice.get("finish_reason") is not None:
-                        index = choice.get("index")
-                        self._finished.add(index if type(index) is int else 0)
-                        content = True
-                    elif priming and not content:
-                        delta = choice.get("delta")
-                        if type(delta) is dict:
-                            content = any(delta.get(f) for f in _CONTENT_FIELDS)
-                else:
-                    if priming and not content and self._has_content(choices):
-                        content = True
-                    if self._look_at_choices(choices):
-                        content = True
-            usage = event.get("usage")
-            if usage:
-                self._usage_seen = True
-                self._record.take_usage(usage)
-                content = True
-            if event.get("model") == upstream:  # the byte rename missed it (odd spacing)
-                event["model"] = self._virtual_model
-                if kept is None:
-                    kept = datas[:position]
-                kept.append(orjson.dumps(event))
-            elif kept is not None:
-                kept.append(data)
+            else:
+                passed, carried = self._parse(data, datas, position)
+                content = content or carried
+                by_ending = self._choices == 1 and self._model_known
+            if passed is not data and kept is None:
+                kept = datas[:position]
+            if kept is not None and passed is not None:
+                kept.append(passed)
             if self._finished and self._complete:
                 rest = len(datas) - 1 - position
                 if rest and kept is None:
@@ -239,6 +224,51 @@ class ChatStreamRelay:
         elif kept:
             out.append(_DATA + b"\n\ndata: ".join(kept) + _END)
         return content
+
+    def _parse(self, data: bytes, datas: list[bytes], position: int) -> tuple[bytes | None, bool]:
+        """An event read in full: what passes on (None: dropped as malformed) and whether it
+        carried content."""
+        try:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            event = None
+        if type(event) is not dict:
+            if data:  # an event with no data (a named ping) is not malformed
+                self._on_malformed()
+                log.warning("upstream_malformed_event", request_id=self._request_id)
+            return None, False
+        if "error" in event:
+            raise UpstreamProtocolError(f"provider sent an error event: {_error_text(event)}")
+        content = False
+        choices = event.get("choices")
+        if choices:
+            content = self._look_at_choices(choices) or self._has_content(choices)
+        usage = event.get("usage")
+        if usage:
+            self._usage_seen = True
+            self._record.take_usage(usage)
+            content = True
+        virtual = self._virtual_model
+        model = event.get("model", virtual)
+        if model == virtual:
+            self._model_known = True
+            return data, content
+        # Another name, or the byte replacement missed it (other spacing).
+        if type(model) is str and self._rename.pattern(model) != self._pattern:
+            self._learn(model, datas, position + 1)
+            self._model_known = True
+        event["model"] = virtual
+        return orjson.dumps(event), content
+
+    def _learn(self, model: str, datas: list[bytes], start: int) -> bytes:
+        """Remember the provider's name for the model for the byte replacement, and apply it
+        to the events of this chunk still to come."""
+        pattern = self._pattern = self._rename.pattern(model)
+        self._rename.reported[self._route.upstream_model] = pattern
+        replacement = self._replacement
+        for index in range(start, len(datas)):
+            datas[index] = datas[index].replace(pattern, replacement)
+        return pattern
 
     def _look_at_choices(self, choices: Any) -> bool:
         """Record finished choices; True if any choice finished."""
@@ -264,6 +294,11 @@ class ChatStreamRelay:
                 if type(delta) is dict and any(delta.get(f) for f in _CONTENT_FIELDS):
                     return True
         return False
+
+
+def _has_text(data: bytes) -> bool:
+    """A delta with non-empty `content` (the first such event commits a stream)."""
+    return b'"content":"' in data and b'"content":""' not in data
 
 
 def _error_text(chunk: dict[str, Any]) -> str:

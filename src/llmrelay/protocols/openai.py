@@ -49,31 +49,48 @@ def upstream_error_message(body: bytes) -> str | None:
 
 
 class ModelRename:
-    """Renames the upstream model to the virtual one in an answer's bytes.
+    """Names the virtual model in a provider's answers, whatever model the provider reports
+    (OpenAI, asked for `gpt-4o-mini`, answers with a dated snapshot such as
+    `gpt-4o-mini-2024-07-18`).
 
-    When the parsed body says `model` is the upstream model and its exact JSON form appears
-    once in the bytes, the bytes are patched in place: no re-serialisation, so the answer is
-    the provider's bytes with one value changed. Otherwise (unusual spacing, a nested
-    "model" key) the parsed body is re-serialised.
+    The answer's bytes are patched where the reported model's exact JSON form appears once:
+    no re-serialisation, so the answer is the provider's bytes with one value changed.
+    Otherwise (unusual spacing, a nested "model" key) the parsed body is re-serialised.
+    Inside JSON strings a quote is always escaped, so a `"model":...` pattern can only match
+    a real `model` key.
     """
 
-    __slots__ = ("_pattern", "_replacement", "_upstream", "_virtual")
+    __slots__ = ("_patterns", "replacement", "reported", "virtual")
 
-    def __init__(self, upstream: str, virtual: str) -> None:
-        self._upstream = upstream
-        self._virtual = virtual
-        self._pattern = b'"model":' + orjson.dumps(upstream)
-        self._replacement = b'"model":' + orjson.dumps(virtual)
+    def __init__(self, virtual: str) -> None:
+        self.virtual = virtual
+        self.replacement = b'"model":' + orjson.dumps(virtual)
+        self._patterns: dict[str, bytes] = {}
+        #: upstream model asked for -> the pattern of the name its provider reported last
+        #: time, so a stream can rename from its first byte (see gateway.relay)
+        self.reported: dict[str, bytes] = {}
 
-    def in_bytes(self, raw: bytes) -> bytes:
-        """Every `"model":"<upstream>"` in a chunk of stream events. Inside JSON strings a
-        quote is always escaped, so the pattern can only match a real `model` key."""
-        return raw.replace(self._pattern, self._replacement)
+    def pattern(self, reported: str) -> bytes:
+        """`"model":"<reported>"` as compact JSON writes it (cached: a route's provider
+        reports one or two names)."""
+        pattern = self._patterns.get(reported)
+        if pattern is None:
+            if len(self._patterns) >= 64:
+                self._patterns.clear()
+                self.reported.clear()
+            pattern = self._patterns[reported] = b'"model":' + orjson.dumps(reported)
+        return pattern
 
     def apply(self, raw: bytes, parsed: dict[str, Any]) -> bytes:
+        """A whole (non-streamed) answer with its top-level `model` renamed."""
         if "model" not in parsed:
             return raw
-        if parsed["model"] == self._upstream and raw.count(self._pattern) == 1:
-            return raw.replace(self._pattern, self._replacement)
-        parsed["model"] = self._virtual
+        model = parsed["model"]
+        if model == self.virtual:
+            return raw
+        if type(model) is str:
+            pattern = self.pattern(model)
+            if raw.count(pattern) == 1:
+                return raw.replace(pattern, self.replacement)
+        parsed["model"] = self.virtual
         return orjson.dumps(parsed)
