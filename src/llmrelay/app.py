@@ -21,6 +21,7 @@ from llmrelay.gateway.asgi import send_json
 from llmrelay.gateway.endpoints import DataPlane, Runtime
 from llmrelay.gateway.endpoints import Handler as DataHandler
 from llmrelay.gateway.errors import GatewayError, NotFound
+from llmrelay.gateway.executor import Executor
 from llmrelay.gateway.ingress import IngressMiddleware, RequestContext, begin, refuse_too_large
 from llmrelay.gateway.recorder import Recorder
 from llmrelay.gateway.watch import ClientWatches
@@ -30,8 +31,11 @@ from llmrelay.observability.metrics import Metrics
 from llmrelay.protocols.openai import error_body
 from llmrelay.providers.http import HttpTransport
 from llmrelay.providers.registry import ProviderRegistry
+from llmrelay.routing.breaker import Breakers
+from llmrelay.routing.strategies import Router
 from llmrelay.settings import Settings, resolve_secret_key
 from llmrelay.snapshot.holder import SnapshotHolder
+from llmrelay.snapshot.model import Snapshot
 from llmrelay.store import migrate
 from llmrelay.store.crypto import Sealer
 from llmrelay.store.db import create_engine, session_factory
@@ -131,6 +135,7 @@ def create_app(settings: Settings) -> GatewayApp:
             loop = asyncio.get_running_loop()
             deadlines = Deadlines(loop)
             registry = ProviderRegistry(HttpTransport(deadlines))
+            executor = _executor(registry, snapshots, metrics)
             recorder = Recorder(engine, max_queue=settings.record_queue_size)
             recorder.start()
             metrics.watch(metrics.record_queue_depth, lambda: recorder.depth)
@@ -138,7 +143,7 @@ def create_app(settings: Settings) -> GatewayApp:
             metrics.watch(metrics.snapshot_build_failures, lambda: snapshots.failed_builds)
             dataplane.runtime = Runtime(
                 snapshots,
-                registry,
+                executor,
                 recorder,
                 metrics,
                 settings.max_body_bytes,
@@ -183,6 +188,31 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         error.code = "method_not_allowed"
         error.message = f"{request.method} is not allowed on {request.url.path}"
     return Response(error_body(error, request_id), exc.status_code, media_type="application/json")
+
+
+def _executor(registry: ProviderRegistry, snapshots: SnapshotHolder, metrics: Metrics) -> Executor:
+    """The executor with its breakers and router; both follow config reloads."""
+
+    def count(route: str, from_state: str, to_state: str) -> None:
+        metrics.breaker_transitions.labels(route, from_state, to_state).inc()
+
+    breakers = Breakers(snapshots.current.breaker, on_transition=count)
+    router = Router()
+    metrics.watch_breakers(breakers.states)
+
+    def follow(snapshot: Snapshot) -> None:
+        breakers.update_settings(snapshot.breaker)
+        routes = {
+            route.id
+            for models in snapshot.models.values()
+            for model in models.values()
+            for route in model.routes
+        }
+        breakers.forget(routes)
+        router.latency.forget(routes)
+
+    snapshots.listeners.append(follow)
+    return Executor(registry, breakers, router)
 
 
 def settle_garbage_collector() -> None:

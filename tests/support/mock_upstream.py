@@ -13,6 +13,8 @@ upstream model name the gateway sends (see `_behaviour`):
     malformed          stream with one malformed event in the middle
     burst              stream the whole answer in one write (all events in one TCP chunk)
     redirect           answer 307 to another path (a gateway must not follow it)
+    fail-first-N       answer 503 to the first N requests for this model, then echo
+    throttle-first-N   answer 429 with `Retry-After: 1` to the first N requests, then echo
 
 Like OpenAI, which answers a request for `gpt-4o-mini` as `gpt-4o-mini-2024-07-18`, every
 answer names a dated snapshot of the model asked for (`reported_model`): the gateway must
@@ -49,6 +51,8 @@ class MockUpstream:
     requests: list[ReceivedRequest] = field(default_factory=list)
     #: Upstream models whose client (the gateway) went away before the answer was complete.
     abandoned: list[str] = field(default_factory=list)
+    #: Requests seen per upstream model (for the fail-first / throttle-first behaviours).
+    seen: dict[str, int] = field(default_factory=dict)
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
     _runner: web.AppRunner | None = None
@@ -113,6 +117,11 @@ class MockUpstream:
         kind, arg = _behaviour(str(body.get("model", "")))
         if kind == "status":
             return _error(arg)
+        if kind in ("fail-first", "throttle-first"):
+            model = str(body.get("model"))
+            self.seen[model] = self.seen.get(model, 0) + 1
+            if self.seen[model] <= arg:
+                return _error(503) if kind == "fail-first" else _error(429, retry_after="1")
         if kind == "redirect":
             raise web.HTTPTemporaryRedirect("/elsewhere/chat/completions")
         if kind == "slow" and not await _wait_unless_gone(request, arg / 1000):
@@ -168,6 +177,11 @@ class MockUpstream:
         kind, arg = _behaviour(str(body.get("model", "")))
         if kind == "status":
             return _error(arg)
+        if kind in ("fail-first", "throttle-first"):
+            model = str(body.get("model"))
+            self.seen[model] = self.seen.get(model, 0) + 1
+            if self.seen[model] <= arg:
+                return _error(503) if kind == "fail-first" else _error(429, retry_after="1")
         inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
         as_base64 = body.get("encoding_format") == "base64"
         data = []
@@ -213,6 +227,8 @@ def _behaviour(model: str) -> tuple[str, int]:
         ("slow-", "slow"),
         ("drop-after-", "drop"),
         ("stall-after-", "stall"),
+        ("fail-first-", "fail-first"),
+        ("throttle-first-", "throttle-first"),
     ):
         if model.startswith(prefix):
             return kind, int(model[len(prefix) :])
@@ -281,7 +297,7 @@ def _event(payload: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(payload) + b"\n\n"
 
 
-def _error(status: int) -> web.Response:
+def _error(status: int, *, retry_after: str | None = None) -> web.Response:
     code = "context_length_exceeded" if status == 400 else None
     return web.json_response(
         {
@@ -294,4 +310,5 @@ def _error(status: int) -> web.Response:
         },
         status=status,
         dumps=_dumps,
+        headers={"Retry-After": retry_after} if retry_after else None,
     )

@@ -32,7 +32,9 @@ class CallRecord:
     """Mutable on purpose: filled in step by step, then turned into one row."""
 
     __slots__ = (
+        "attempts",
         "completion_tokens",
+        "counted_route",
         "created",
         "endpoint",
         "error_code",
@@ -67,6 +69,10 @@ class CallRecord:
         self.ttfb_ms: float | None = None
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
+        #: Upstream attempts made (retries and failovers included).
+        self.attempts = 0
+        #: The route whose in-flight count this call holds (strategy load_balance).
+        self.counted_route: str | None = None
 
     def mark_first_byte(self) -> None:
         if self.ttfb_ms is None:

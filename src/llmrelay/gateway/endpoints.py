@@ -8,6 +8,7 @@ virtual model, and queue one record. Errors are rendered in one place (`model_ca
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -22,9 +23,10 @@ from llmrelay.gateway import requests as checks
 from llmrelay.gateway.asgi import read_body, send_json, send_sse
 from llmrelay.gateway.auth import authenticate
 from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
-from llmrelay.gateway.errors import ClientDisconnected, GatewayError
-from llmrelay.gateway.executor import UpstreamRejected, candidates, execute
+from llmrelay.gateway.errors import ClientDisconnected, GatewayError, UpstreamTimeout
+from llmrelay.gateway.executor import Executor, Finisher, UpstreamRejected, candidates
 from llmrelay.gateway.ingress import RequestContext
+from llmrelay.gateway.planner import serve
 from llmrelay.gateway.recorder import Recorder
 from llmrelay.gateway.relay import ChatStreamRelay
 from llmrelay.gateway.watch import ClientWatches
@@ -33,9 +35,8 @@ from llmrelay.protocols import openai as wire
 from llmrelay.providers.base import Operation, UpstreamResponse
 from llmrelay.providers.errors import UpstreamProtocolError
 from llmrelay.providers.headers import forwardable
-from llmrelay.providers.registry import ProviderRegistry
 from llmrelay.snapshot.holder import SnapshotHolder
-from llmrelay.snapshot.model import KeySnap, ModelSnap, RouteSnap
+from llmrelay.snapshot.model import KeySnap, ModelSnap, RouteSnap, Snapshot
 
 Handler = Callable[[Scope, Receive, Send, RequestContext], Awaitable[None]]
 
@@ -45,7 +46,7 @@ class Runtime:
     """What handlers share, built once at start-up (see app.py)."""
 
     snapshots: SnapshotHolder
-    registry: ProviderRegistry
+    executor: Executor
     recorder: Recorder
     metrics: Metrics
     max_body_bytes: int
@@ -116,24 +117,20 @@ class DataPlane:
                 snapshot, principal, payload["model"], embedding=operation is Operation.EMBEDDINGS
             )
             record.virtual_model = model.name
-            headers.append((b"x-llmrelay-model", model.name.encode()))
-            routes = candidates(model, pinned)
             forwarded = forwardable(scope["headers"])
             forwarded["x-request-id"] = context.request_id  # correlates provider-side logs
+            call = _Call(runtime, operation, payload, forwarded, record, context.route_tag)
             if operation is Operation.CHAT and payload.get("stream") is True:
                 record.stream = streaming = True
-                relay = await self._open_stream(
-                    runtime, receive, model, routes, payload, forwarded, record
-                )
+                served, relay = await self._answer(call, receive, snapshot, model, pinned)
+                headers.append((b"x-llmrelay-model", served.name.encode()))
                 headers.append((b"x-llmrelay-provider", (record.provider or "").encode()))
                 await send_sse(receive, send, relay.events(), headers, runtime.client_watches)
                 return
-            with runtime.client_watches.watch(receive):
-                answer = await execute(
-                    runtime.registry, operation, routes, payload, forwarded, record, _read_json
-                )
-            body = self.rename(model.name).apply(answer.raw, answer.body)
+            served, answer = await self._answer(call, receive, snapshot, model, pinned)
+            body = self.rename(served.name).apply(answer.raw, answer.body)
             record.take_usage(answer.body.get("usage"))
+            headers.append((b"x-llmrelay-model", served.name.encode()))
             headers.append((b"x-llmrelay-provider", answer.route.provider.slug.encode()))
             await send_json(send, 200, body, headers)
         except UpstreamRejected as error:
@@ -143,6 +140,7 @@ class DataPlane:
         except GatewayError as error:
             streaming = False
             record.fail(error.status, error.code)
+            headers.extend((k.lower().encode(), v.encode()) for k, v in error.headers.items())
             await send_json(send, error.status, wire.error_body(error, context.request_id), headers)
         except ClientDisconnected:
             streaming = False
@@ -151,27 +149,71 @@ class DataPlane:
             if not streaming:
                 self._finish(record)
 
-    async def _open_stream(
+    async def _answer(
         self,
-        runtime: Runtime,
+        call: _Call,
         receive: Receive,
+        snapshot: Snapshot,
         model: ModelSnap,
-        routes: list[RouteSnap],
-        payload: dict[str, Any],
-        forwarded: dict[str, str],
-        record: CallRecord,
-    ) -> ChatStreamRelay:
+        pinned: str | None,
+    ) -> tuple[ModelSnap, Any]:
+        """The model that served and its answer (a read JSON answer, or a primed stream
+        relay), within the asked model's overall deadline (it bounds the time until the
+        answer starts; a stream then runs under its idle limit)."""
+        runtime = call.runtime
+        deadline = runtime.deadlines.watch(model.deadline_s, "request")
+        deadline_at = runtime.executor.clock() + model.deadline_s
+        try:
+            with runtime.client_watches.watch(receive):
+                if pinned is None and (model.fallbacks or model.context_fallbacks):
+                    attempt = partial(self._attempt, call, deadline_at)
+                    tenant = call.record.tenant_id or ""
+                    return await serve(snapshot, tenant, model, pinned, attempt)
+                routes = candidates(model, pinned)
+                return model, await self._attempt(call, deadline_at, model, routes)
+        except asyncio.CancelledError:
+            if deadline.claim():
+                raise UpstreamTimeout(
+                    f"no answer within the model's deadline of {model.deadline_s:g}s"
+                ) from None
+            raise
+        finally:
+            deadline.stop()
+
+    def _attempt(
+        self, call: _Call, deadline_at: float, model: ModelSnap, routes: list[RouteSnap]
+    ) -> Awaitable[Any]:
+        """Serve from one model's routes, in the order its strategy gives (a plain function
+        returning the executor's coroutine: no extra frame per call)."""
+        executor = call.runtime.executor
+        ordered = executor.router.order(model, routes, tag=call.route_tag)
+        finish = self._stream_primer(call, model) if call.record.stream else _read_json
+        return executor.execute(
+            call.operation,
+            model,
+            ordered,
+            call.payload,
+            call.forwarded,
+            call.record,
+            finish,
+            deadline_at=deadline_at,
+        )
+
+    def _stream_primer(self, call: _Call, model: ModelSnap) -> Finisher[ChatStreamRelay]:
+        """The finisher that opens a stream relay for `model` and reads to its first content."""
+        runtime = call.runtime
+        payload = call.payload
         options = payload.get("stream_options")
         usage_requested = isinstance(options, dict) and options.get("include_usage") is True
         n = payload.get("n") or 1
-        request_id = record.request_id
+        record = call.record
 
         async def prime(route: RouteSnap, response: UpstreamResponse) -> ChatStreamRelay:
             slug = route.provider.slug
             relay = ChatStreamRelay(
                 route,
                 response,
-                request_id=request_id,
+                request_id=record.request_id,
                 choices=n,
                 usage_requested=usage_requested,
                 record=record,
@@ -182,13 +224,12 @@ class DataPlane:
             await relay.prime(runtime.deadlines)
             return relay
 
-        with runtime.client_watches.watch(receive):
-            return await execute(
-                runtime.registry, Operation.CHAT, routes, payload, forwarded, record, prime
-            )
+        return prime
 
     def _finish(self, record: CallRecord) -> None:
         runtime = self._runtime()
+        if record.counted_route is not None:
+            runtime.executor.router.in_flight.end(record.counted_route)
         latency_ms = record.latency_ms()
         runtime.recorder.record(record.row(latency_ms))
         runtime.metrics.count_request(
@@ -216,6 +257,18 @@ class DataPlane:
 
 
 _ENDPOINTS = {Operation.CHAT: "chat.completions", Operation.EMBEDDINGS: "embeddings"}
+
+
+@dataclass(slots=True)
+class _Call:
+    """One model call's inputs, as the planner's attempts need them."""
+
+    runtime: Runtime
+    operation: Operation
+    payload: dict[str, Any]
+    forwarded: dict[str, str]
+    record: CallRecord
+    route_tag: str | None
 
 
 def _name(model: ModelSnap) -> str:

@@ -1,36 +1,53 @@
-"""Sending a call to the model's routes until one answers.
+"""Sending one call to a virtual model's routes, in the order the router gave, until one
+answers: retries on the same route, failover to the next, and the circuit breakers.
 
-For now routes are tried in priority order (then declaration order); the routing issue
-replaces `candidates` with the strategies and adds retries and breakers. The rules for
-what moves on to the next route are the contract's, so they stay:
-- transport errors, timeouts, 429 and 5xx: next route;
-- 401/403/404: the route is misconfigured: next route, and never a 401 to the client;
+The contract's rules (docs/api.md, "Failover"):
+- connection errors, 429 and 5xx: retried on the same route while `retry.attempts` allows,
+  waiting for the provider's `Retry-After` when it fits the request's deadline, else an
+  exponential backoff with full jitter (never less than MIN_RETRY_GAP_S: a failing route gets
+  a few attempts per second at most); then the next route;
+- timeouts (connect, first byte, first token): the next route at once, never the same one;
+- 401/403/404: the route is misconfigured: its breaker opens at once, next route, and never a
+  401 to the client;
 - 400/413/422: about the request itself: returned to the client as they are.
+
+The first attempt costs a breaker admission and a clock read more than a plain call; the
+retry machinery runs only once something failed.
 """
 
 from __future__ import annotations
 
+import asyncio
+import math
+import random
 import re
+import time
 from collections.abc import Awaitable, Callable, Mapping
+from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 
 from llmrelay.gateway.call import CallRecord
-from llmrelay.gateway.errors import (
-    GatewayError,
-    NoCandidate,
-    UpstreamFailed,
-    UpstreamTimeout,
-)
+from llmrelay.gateway.errors import GatewayError, NoCandidate, UpstreamFailed, UpstreamTimeout
 from llmrelay.protocols.openai import upstream_error_message
 from llmrelay.providers.base import Operation, UpstreamResponse
-from llmrelay.providers.errors import UpstreamError, UpstreamTimeoutError
+from llmrelay.providers.errors import (
+    UpstreamConnectError,
+    UpstreamError,
+    UpstreamTimeoutError,
+)
 from llmrelay.providers.registry import ProviderRegistry, UnsupportedProvider
+from llmrelay.routing.breaker import Breakers
+from llmrelay.routing.strategies import Router
 from llmrelay.snapshot.model import ModelSnap, RouteSnap
 
 _CLIENT_FAULT = frozenset({400, 413, 422})
 _MISCONFIGURED = frozenset({401, 403, 404})
 _SECRETISH = re.compile(r"\b(sk|pk|key|token|bearer)[-_ ]?[A-Za-z0-9*._-]{6,}", re.IGNORECASE)
 _MESSAGE_LIMIT = 300
+#: The shortest wait between two attempts on one route.
+MIN_RETRY_GAP_S = 0.25
+#: The longest backoff between two attempts on one route (before the deadline check).
+MAX_BACKOFF_S = 10.0
 
 
 class UpstreamRejected(GatewayError):
@@ -44,6 +61,12 @@ class UpstreamRejected(GatewayError):
         self.status = status
         self.body = body
 
+    @property
+    def context_too_long(self) -> bool:
+        """The provider's "context length exceeded" (OpenAI's code, or its message)."""
+        text = self.body[:4000].lower()
+        return b"context_length_exceeded" in text or b"maximum context length" in text
+
 
 T = TypeVar("T")
 #: Takes over a successful response head: reads the answer (or a stream's first content)
@@ -52,6 +75,7 @@ Finisher = Callable[[RouteSnap, UpstreamResponse], Awaitable[T]]
 
 
 def candidates(model: ModelSnap, pinned_provider: str | None) -> list[RouteSnap]:
+    """The routes that may be tried: enabled ones, only the pinned provider's if pinned."""
     routes = [r for r in model.routes if not r.disabled]
     if pinned_provider is not None:
         routes = [r for r in routes if r.provider.slug == pinned_provider]
@@ -64,68 +88,222 @@ def summarise(text: str) -> str:
     return text if len(text) <= _MESSAGE_LIMIT else text[: _MESSAGE_LIMIT - 1] + "…"
 
 
-async def execute(
-    registry: ProviderRegistry,
-    operation: Operation,
-    routes: list[RouteSnap],
-    payload: dict[str, Any],
-    forwarded_headers: Mapping[str, str],
-    record: CallRecord,
-    finish: Finisher[T],
-) -> T:
-    """The first route that answers and whose answer `finish` accepts; else the contract's
-    error for the last failure."""
-    last: GatewayError | None = None
-    for route in routes:
-        provider = route.provider
-        record.provider = provider.slug
-        record.upstream_model = route.upstream_model
-        try:
-            adapter = registry.adapter(provider.type)
-        except UnsupportedProvider as exc:
-            last = UpstreamFailed(f"provider {provider.slug}: {exc}", code="provider_unsupported")
-            continue
-        request = adapter.build_request(operation, route, payload, forwarded_headers)
-        try:
-            response = await registry.transport(provider.type).send(request, provider)
-        except UpstreamTimeoutError as exc:
-            last = UpstreamTimeout(f"provider {provider.slug}: {exc}")
-            continue
-        except UpstreamError as exc:
-            last = UpstreamFailed(f"provider {provider.slug}: {exc}", code="upstream_unreachable")
-            continue
-        record.mark_first_byte()
-        if response.status >= 300:
-            last = await _refusal(response, provider.slug)
-            continue
-        try:
-            return await finish(route, response)
-        except UpstreamTimeoutError as exc:
-            response.release()
-            last = UpstreamTimeout(f"provider {provider.slug}: {exc}")
-        except UpstreamError as exc:
-            response.release()
-            last = UpstreamFailed(f"provider {provider.slug}: {exc}", code="upstream_error")
-    if last is None:
-        raise NoCandidate("no enabled route for this model")
-    raise last
+def backoff_s(attempt: int, base_s: float, rng: random.Random) -> float:
+    """Exponential backoff with full jitter (tenacity's `wait_random_exponential` formula:
+    uniform between 0 and base * 2^(attempt - 1), capped), never under MIN_RETRY_GAP_S."""
+    ceiling = min(MAX_BACKOFF_S, base_s * 2 ** (attempt - 1))
+    return max(MIN_RETRY_GAP_S, rng.uniform(0.0, ceiling))
 
 
-async def _refusal(response: UpstreamResponse, provider: str) -> GatewayError:
-    """Read an error answer and decide: raise now (client fault) or return it to move on."""
-    status = response.status
+def retry_after_s(value: str | None, now: float | None = None) -> float | None:
+    """An HTTP `Retry-After` (seconds, or an HTTP date) in seconds from now."""
+    if not value:
+        return None
+    value = value.strip()
     try:
-        body = await response.read()
-    except UpstreamError:
-        body = b""
-    finally:
-        response.release()
-    if status in _CLIENT_FAULT:
-        raise UpstreamRejected(status, body, provider)
-    detail = summarise(upstream_error_message(body) or body.decode("utf-8", "replace")[:200])
-    if status in _MISCONFIGURED:
-        return UpstreamFailed(
-            f"provider {provider} refused the gateway's request ({status}): {detail}",
-            code="upstream_refused",
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    if math.isnan(seconds) or seconds < 0:
+        return 0.0 if not math.isnan(seconds) else None
+    return seconds
+
+
+class _Retry(Exception):
+    """This attempt failed in a way worth repeating on the same route."""
+
+    def __init__(self, error: GatewayError, wait_s: float | None = None) -> None:
+        self.error = error
+        self.wait_s = wait_s
+
+
+class _NextRoute(Exception):
+    """This route is done for this request; try the next one at once."""
+
+    def __init__(self, error: GatewayError) -> None:
+        self.error = error
+
+
+class Executor:
+    """Built once per process (the breakers and the router's statistics live here)."""
+
+    def __init__(
+        self,
+        registry: ProviderRegistry,
+        breakers: Breakers,
+        router: Router,
+        *,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.registry = registry
+        self.breakers = breakers
+        self.router = router
+        self._rng = rng or random.Random()
+        self.clock = clock
+
+    async def execute(
+        self,
+        operation: Operation,
+        model: ModelSnap,
+        routes: list[RouteSnap],
+        payload: dict[str, Any],
+        forwarded_headers: Mapping[str, str],
+        record: CallRecord,
+        finish: Finisher[T],
+        *,
+        deadline_at: float,
+    ) -> T:
+        """The first route (in `routes` order) that answers and whose answer `finish`
+        accepts; else the contract's error for the last failure (502/504), or 503 with
+        `Retry-After` when every route was cooling down."""
+        last: GatewayError | None = None
+        cooling: list[float] = []
+        for route in routes:
+            ticket = self.breakers.admit(route.id)
+            if ticket is None:
+                cooling.append(self.breakers.retry_after(route.id) or 1.0)
+                continue
+            attempt = 1
+            while True:
+                try:
+                    return await self._attempt(
+                        operation, model, route, ticket, payload, forwarded_headers, record, finish
+                    )
+                except _NextRoute as failure:
+                    last = failure.error
+                    break
+                except _Retry as failure:
+                    last = failure.error
+                    if attempt >= model.retry_attempts:
+                        break
+                    wait = failure.wait_s
+                    if wait is None:
+                        wait = backoff_s(attempt, model.retry_backoff_ms / 1000, self._rng)
+                    if self.clock() + wait >= deadline_at:
+                        break  # no time left to wait for this route: the next one
+                    await asyncio.sleep(wait)
+                    ticket = self.breakers.admit(route.id)  # it may have opened meanwhile
+                    if ticket is None:
+                        break
+                    attempt += 1
+        if last is None:
+            if cooling:
+                retry = max(1, math.ceil(min(cooling)))
+                raise NoCandidate(
+                    "every route of this model is cooling down after failures",
+                    code="routes_cooling_down",
+                    headers={"Retry-After": str(retry)},
+                )
+            raise NoCandidate("no enabled route for this model")
+        raise last
+
+    async def _attempt(
+        self,
+        operation: Operation,
+        model: ModelSnap,
+        route: RouteSnap,
+        ticket: Any,
+        payload: dict[str, Any],
+        forwarded_headers: Mapping[str, str],
+        record: CallRecord,
+        finish: Finisher[T],
+    ) -> T:
+        provider = route.provider
+        slug = provider.slug
+        record.provider = slug
+        record.upstream_model = route.upstream_model
+        record.attempts += 1
+        breakers = self.breakers
+        try:
+            adapter = self.registry.adapter(provider.type)
+        except UnsupportedProvider as exc:
+            breakers.failed(ticket, misconfigured=True)
+            error = UpstreamFailed(f"provider {slug}: {exc}", code="provider_unsupported")
+            raise _NextRoute(error) from None
+        request = adapter.build_request(operation, route, payload, forwarded_headers)
+        # Latency and in-flight counts are kept only for the strategies that read them.
+        timed = model.strategy == "least_time"
+        counted = model.strategy == "load_balance"
+        started = self.clock() if timed else 0.0
+        in_flight = self.router.in_flight
+        if counted:
+            in_flight.start(route.id)
+        committed = False
+        try:
+            try:
+                response = await self.registry.transport(provider.type).send(request, provider)
+            except UpstreamTimeoutError as exc:
+                breakers.failed(ticket)
+                raise _NextRoute(UpstreamTimeout(f"provider {slug}: {exc}")) from None
+            except UpstreamError as exc:
+                breakers.failed(ticket)
+                error = UpstreamFailed(f"provider {slug}: {exc}", code="upstream_unreachable")
+                raise _Retry(error) from None
+            record.mark_first_byte()
+            if response.status >= 300:
+                await self._refused(response, slug, ticket)
+            try:
+                result = await finish(route, response)
+            except UpstreamTimeoutError as exc:
+                response.release()
+                breakers.failed(ticket)
+                raise _NextRoute(UpstreamTimeout(f"provider {slug}: {exc}")) from None
+            except UpstreamConnectError as exc:
+                response.release()
+                breakers.failed(ticket)
+                error = UpstreamFailed(f"provider {slug}: {exc}", code="upstream_error")
+                raise _Retry(error) from None
+            except UpstreamError as exc:
+                response.release()
+                breakers.failed(ticket)
+                error = UpstreamFailed(f"provider {slug}: {exc}", code="upstream_error")
+                raise _NextRoute(error) from None
+            breakers.succeeded(ticket)
+            if timed:
+                now = self.clock()
+                self.router.latency.observe(route.id, now - started, now)
+            if counted:
+                record.counted_route = route.id  # ended when the call ends (DataPlane._finish)
+            committed = True
+            return result
+        except asyncio.CancelledError:
+            breakers.abandon(ticket)  # the client left, or the request's deadline passed
+            raise
+        finally:
+            if counted and not committed:
+                in_flight.end(route.id)
+
+    async def _refused(self, response: UpstreamResponse, provider: str, ticket: Any) -> None:
+        """An error answer: raise what the executor does next (always raises)."""
+        status = response.status
+        wait = retry_after_s(response.header("retry-after"))
+        try:
+            body = await response.read()
+        except UpstreamError:
+            body = b""
+        finally:
+            response.release()
+        if status in _CLIENT_FAULT:
+            self.breakers.succeeded(ticket)  # the provider is fine; the request is not
+            raise UpstreamRejected(status, body, provider)
+        detail = summarise(upstream_error_message(body) or body.decode("utf-8", "replace")[:200])
+        if status in _MISCONFIGURED:
+            self.breakers.failed(ticket, misconfigured=True)
+            raise _NextRoute(
+                UpstreamFailed(
+                    f"provider {provider} refused the gateway's request ({status}): {detail}",
+                    code="upstream_refused",
+                )
+            )
+        self.breakers.failed(ticket)
+        error = UpstreamFailed(
+            f"provider {provider} answered {status}: {detail}", code="upstream_error"
         )
-    return UpstreamFailed(f"provider {provider} answered {status}: {detail}", code="upstream_error")
+        if status == 429 or status >= 500:
+            raise _Retry(error, wait)
+        raise _NextRoute(error)

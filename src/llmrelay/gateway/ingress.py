@@ -28,6 +28,8 @@ class RequestContext:
     request_id: str
     client_ip: str | None
     started: float
+    #: `x-llmrelay-route-tag`, for the `tag` routing strategy
+    route_tag: str | None = None
 
 
 def choose_request_id(client_value: bytes | None) -> str:
@@ -74,6 +76,7 @@ def begin(scope: Scope, trusted_proxies: Sequence[IPNetwork]) -> tuple[RequestCo
     given_id = None
     forwarded_for = None
     content_length = None
+    route_tag = None
     for name, value in scope["headers"]:
         if name == b"x-request-id":
             given_id = value
@@ -81,11 +84,14 @@ def begin(scope: Scope, trusted_proxies: Sequence[IPNetwork]) -> tuple[RequestCo
             forwarded_for = value
         elif name == b"content-length":
             content_length = value
+        elif name == b"x-llmrelay-route-tag":
+            route_tag = value.decode("latin-1").strip() or None
     client = scope.get("client")
     context = RequestContext(
         request_id=choose_request_id(given_id),
         client_ip=client_ip(client[0] if client else None, forwarded_for, trusted_proxies),
         started=time.perf_counter(),
+        route_tag=route_tag,
     )
     declared = None
     if content_length is not None:

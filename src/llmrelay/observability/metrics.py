@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 from llmrelay.observability.request_stats import RequestStats
 
@@ -41,6 +42,18 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.breaker_transitions = Counter(
+            "llmrelay_breaker_transitions",
+            "Circuit breaker state changes per route (closed, open, half_open).",
+            ("route", "from_state", "to_state"),
+            registry=self.registry,
+        )
+
+    def watch_breakers(self, states: Callable[[], Mapping[str, str]]) -> None:
+        """`llmrelay_breaker_state{route}`: 0 closed, 1 half-open, 2 open (routes that ever
+        failed; the rest are closed)."""
+        self.registry.register(_BreakerStates(states))
+
     def watch(self, gauge: Gauge, read: Callable[[], float]) -> None:
         gauge.set_function(read)
 
@@ -48,3 +61,21 @@ class Metrics:
         self, endpoint: str, model: str, provider: str, status: int, seconds: float
     ) -> None:
         self.request_stats.observe(endpoint, model, provider, status, seconds)
+
+
+_STATE_VALUES = {"closed": 0.0, "half_open": 1.0, "open": 2.0}
+
+
+class _BreakerStates:
+    def __init__(self, states: Callable[[], Mapping[str, str]]) -> None:
+        self._states = states
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "llmrelay_breaker_state",
+            "Circuit breaker state per route: 0 closed, 1 half-open, 2 open.",
+            labels=("route",),
+        )
+        for route, state in sorted(self._states().items()):
+            family.add_metric((route,), _STATE_VALUES.get(state, 0.0))
+        yield family

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -28,6 +29,8 @@ class SnapshotHolder:
         self._current: Snapshot | None = None
         self.failed_builds = 0
         self.last_error: str | None = None
+        #: Called with each newly installed snapshot (state keyed by route follows config).
+        self.listeners: list[Callable[[Snapshot], None]] = []
 
     @property
     def loaded(self) -> bool:
@@ -50,6 +53,8 @@ class SnapshotHolder:
         self._current = snapshot
         self.last_error = None
         log.info("snapshot_loaded", generation=snapshot.generation)
+        for listener in self.listeners:
+            listener(snapshot)
         return snapshot
 
     async def refresh_if_changed(self) -> bool:

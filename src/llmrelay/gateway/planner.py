@@ -1,0 +1,70 @@
+"""Which virtual models may serve a request, in order.
+
+The model asked for first. When every route of it failed, its `fallbacks` are tried in
+order, each with its own routes and strategy; when a provider said the prompt is too long
+for it ("context length exceeded", a 400 that is never resent unchanged), its
+`context_fallbacks` are tried instead, and if none serves, the provider's own error is
+returned. A pinned request (`MODEL:PROVIDER`) never leaves that provider, so it has no
+fallbacks. The answer names the model that served.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from llmrelay.gateway.errors import GatewayError, NoCandidate, UpstreamFailed, UpstreamTimeout
+from llmrelay.gateway.executor import UpstreamRejected, candidates
+from llmrelay.snapshot.model import ModelSnap, RouteSnap, Snapshot
+
+T = TypeVar("T")
+#: Serves the request from one model's candidate routes (raises the executor's errors).
+Attempt = Callable[[ModelSnap, list[RouteSnap]], Awaitable[T]]
+
+_ALL_FAILED = (UpstreamFailed, UpstreamTimeout, NoCandidate)
+
+
+async def serve(
+    snapshot: Snapshot,
+    tenant_id: str,
+    model: ModelSnap,
+    pinned: str | None,
+    attempt: Attempt[T],
+) -> tuple[ModelSnap, T]:
+    """The model that served, and what `attempt` returned for it."""
+    try:
+        return model, await attempt(model, candidates(model, pinned))
+    except UpstreamRejected as rejected:
+        if pinned is not None or not rejected.context_too_long or not model.context_fallbacks:
+            raise
+        return await _fall_back(
+            snapshot, tenant_id, model, model.context_fallbacks, rejected, attempt
+        )
+    except _ALL_FAILED as failed:
+        if pinned is not None or not model.fallbacks:
+            raise
+        return await _fall_back(snapshot, tenant_id, model, model.fallbacks, failed, attempt)
+
+
+async def _fall_back(
+    snapshot: Snapshot,
+    tenant_id: str,
+    model: ModelSnap,
+    names: tuple[str, ...],
+    first: GatewayError,
+    attempt: Attempt[T],
+) -> tuple[ModelSnap, T]:
+    context = isinstance(first, UpstreamRejected)
+    last = first
+    for name in names:
+        other = snapshot.model(tenant_id, name)
+        if other is None or other.embedding != model.embedding or other is model:
+            continue
+        try:
+            return other, await attempt(other, candidates(other, None))
+        except UpstreamRejected as rejected:
+            if not (context and rejected.context_too_long):
+                raise
+        except _ALL_FAILED as failed:
+            last = failed
+    raise first if context else last

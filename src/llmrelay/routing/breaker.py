@@ -1,0 +1,196 @@
+"""Per-route circuit breakers: stop sending attempts to a route that keeps failing.
+
+A route (provider + credential + upstream model) is named by an opaque route id. Each breaker is
+*closed* (attempts flow), *open* (attempts skip the route until a cooldown ends) or *half_open*
+(one trial attempt probes the route; everyone else skips it until the trial reports).
+
+- closed -> open after `failures` consecutive retryable failures, or at once on a misconfigured
+  failure (the provider answered 401/403/404: retrying the same credential cannot help).
+- open -> half_open lazily, on the first `admit` after the cooldown; that caller gets the trial.
+- half_open -> closed when the trial succeeds (the cooldown resets to `cooldown_s`);
+  half_open -> open when it fails, with the cooldown doubled up to `max_cooldown_s`.
+
+Every admission returns a `Ticket` carrying the breaker's epoch. The epoch moves on every
+transition and on every trial claim, and a report whose ticket is from another epoch is ignored:
+a request admitted before the trip cannot close the breaker by succeeding late, and a trial
+superseded after it went quiet cannot decide the route's fate. A trial that never reports (its
+task was cancelled) frees the slot when its caller calls `abandon`, or by itself once the current
+cooldown has passed again, so a lost trial never blocks a route for good.
+
+The breaker holds no "disabled" state and offers nothing that enables a route: administrator-
+disabled routes are filtered out before the breaker is asked, so it can never readmit them.
+
+Why the shape: `admit` runs for every candidate of every request. For a closed breaker it is one
+dict lookup and one comparison, returning a ticket cached per breaker epoch (no allocation).
+Methods never await, so under asyncio each call is atomic; breakers are not thread-safe.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import structlog
+
+from llmrelay.snapshot.model import BreakerSettings
+
+log = structlog.get_logger(__name__)
+
+State = Literal["closed", "open", "half_open"]
+CLOSED: State = "closed"
+OPEN: State = "open"
+HALF_OPEN: State = "half_open"
+
+#: `on_transition(route_id, from_state, to_state)`; called after the state has changed.
+TransitionHook = Callable[[str, str, str], None]
+
+_NEVER = float("-inf")
+
+
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    """Permission for one attempt on one route; hand it back to `succeeded`/`failed`/`abandon`."""
+
+    route_id: str
+    epoch: int
+    trial: bool
+    _breaker: _Breaker = field(repr=False, compare=False)
+
+
+class _Breaker:
+    __slots__ = (
+        "epoch",
+        "failures",
+        "reopen_at",
+        "route_id",
+        "state",
+        "ticket",
+        "trial_until",
+        "window",
+    )
+
+    def __init__(self, route_id: str, window: float) -> None:
+        self.route_id = route_id
+        self.state: State = CLOSED
+        self.epoch = 0
+        self.ticket = Ticket(route_id, 0, False, self)  # shared by all closed-state admissions
+        self.failures = 0  # consecutive, while closed
+        self.window = window  # current cooldown length, while open or half-open
+        self.reopen_at = _NEVER  # while open: when a trial may be claimed
+        self.trial_until = _NEVER  # while half-open: when an unreported trial stops counting
+
+
+class Breakers:
+    """The breakers of all routes, created closed on first sight of a route id."""
+
+    def __init__(
+        self,
+        settings: BreakerSettings,
+        clock: Callable[[], float] = time.monotonic,
+        on_transition: TransitionHook | None = None,
+    ) -> None:
+        self._settings = settings
+        self._clock = clock
+        self._on_transition = on_transition
+        self._breakers: dict[str, _Breaker] = {}
+
+    def admit(self, route_id: str) -> Ticket | None:
+        """A ticket for one attempt on the route, or None: skip the route for now."""
+        breaker = self._breakers.get(route_id)
+        if breaker is not None and breaker.state is CLOSED:  # states are the module constants
+            return breaker.ticket
+        return self._admit_slow(route_id, breaker)
+
+    def succeeded(self, ticket: Ticket) -> None:
+        breaker = ticket._breaker
+        if ticket.epoch != breaker.epoch:
+            return
+        if breaker.state is CLOSED:
+            breaker.failures = 0
+        elif breaker.state is HALF_OPEN:
+            breaker.window = self._settings.cooldown_s
+            self._move(breaker, CLOSED)
+
+    def failed(self, ticket: Ticket, *, misconfigured: bool = False) -> None:
+        """Report a retryable failure, or with `misconfigured` a 401/403/404 from the provider."""
+        breaker = ticket._breaker
+        if ticket.epoch != breaker.epoch:
+            return
+        if breaker.state is CLOSED:
+            breaker.failures += 1
+            if misconfigured or breaker.failures >= self._settings.failures:
+                self._open(breaker, self._settings.cooldown_s)
+        elif breaker.state is HALF_OPEN:
+            self._open(breaker, min(breaker.window * 2, self._settings.max_cooldown_s))
+
+    def abandon(self, ticket: Ticket) -> None:
+        """The attempt will never report (cancelled); a trial's slot goes to the next caller."""
+        breaker = ticket._breaker
+        if ticket.epoch == breaker.epoch and breaker.state is HALF_OPEN:
+            breaker.epoch += 1
+            breaker.trial_until = _NEVER
+
+    def state(self, route_id: str) -> State:
+        breaker = self._breakers.get(route_id)
+        return CLOSED if breaker is None else breaker.state
+
+    def retry_after(self, route_id: str) -> float | None:
+        """Seconds until an open breaker lets a trial through; None unless open."""
+        breaker = self._breakers.get(route_id)
+        if breaker is None or breaker.state is not OPEN:
+            return None
+        return max(0.0, breaker.reopen_at - self._clock())
+
+    def states(self) -> dict[str, State]:
+        return {route_id: breaker.state for route_id, breaker in self._breakers.items()}
+
+    def update_settings(self, settings: BreakerSettings) -> None:
+        """Apply reloaded settings; open windows longer than the new maximum are shortened."""
+        self._settings = settings
+        latest = self._clock() + settings.max_cooldown_s
+        for breaker in self._breakers.values():
+            breaker.window = min(breaker.window, settings.max_cooldown_s)
+            breaker.reopen_at = min(breaker.reopen_at, latest)
+            breaker.trial_until = min(breaker.trial_until, latest)
+
+    def forget(self, keep: Iterable[str]) -> None:
+        """Drop the breakers of routes not in `keep` (after a config reload); their tickets die."""
+        keep = set(keep)
+        for route_id in [route_id for route_id in self._breakers if route_id not in keep]:
+            self._breakers.pop(route_id).epoch = -1  # epochs are never negative: reports ignored
+
+    def _admit_slow(self, route_id: str, breaker: _Breaker | None) -> Ticket | None:
+        if breaker is None:
+            breaker = self._breakers[route_id] = _Breaker(route_id, self._settings.cooldown_s)
+            return breaker.ticket
+        now = self._clock()
+        if breaker.state is OPEN:
+            if now < breaker.reopen_at:
+                return None
+            self._move(breaker, HALF_OPEN)
+        elif now < breaker.trial_until:
+            return None  # a trial is in flight
+        breaker.epoch += 1  # a fresh epoch per trial: an earlier, lapsed trial cannot report
+        breaker.trial_until = now + breaker.window
+        return Ticket(route_id, breaker.epoch, True, breaker)
+
+    def _open(self, breaker: _Breaker, window: float) -> None:
+        breaker.window = window
+        breaker.reopen_at = self._clock() + window
+        self._move(breaker, OPEN)
+
+    def _move(self, breaker: _Breaker, to_state: State) -> None:
+        from_state = breaker.state
+        breaker.state = to_state
+        breaker.epoch += 1
+        breaker.failures = 0
+        breaker.trial_until = _NEVER
+        if to_state is CLOSED:
+            breaker.ticket = Ticket(breaker.route_id, breaker.epoch, False, breaker)
+        log.info(
+            "breaker_transition", route=breaker.route_id, from_state=from_state, to_state=to_state
+        )
+        if self._on_transition is not None:
+            self._on_transition(breaker.route_id, from_state, to_state)

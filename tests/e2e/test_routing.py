@@ -1,0 +1,241 @@
+"""Retries, circuit breakers, pinning, model fallbacks, tags and the overall deadline, through
+a real gateway process, a real mock upstream and the official openai SDK."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import httpx2
+import openai
+import pytest
+
+from tests.support.gateway_process import GatewayProcess
+from tests.support.mock_upstream import MockUpstream
+
+KEY = "e2e-routing-key-0123456789"
+
+
+def routing_config(upstream: MockUpstream) -> str:
+    return f"""
+providers:
+  - slug: up
+    type: openai_compatible
+    base_url: {upstream.base_url}
+    timeout_s: 10
+  - slug: up2
+    type: openai_compatible
+    base_url: {upstream.base_url}
+    timeout_s: 10
+routing:
+  breaker: {{failures: 2, cooldown_s: 30, max_cooldown_s: 60}}
+models:
+  - name: retrying
+    retry: {{attempts: 3, backoff_ms: 10}}
+    routes: [{{provider: up, upstream_model: fail-first-1}}]
+  - name: retrying-too-long
+    retry: {{attempts: 5, backoff_ms: 10}}
+    routes: [{{provider: up, upstream_model: fail-first-9}}]
+  - name: throttled
+    retry: {{attempts: 2, backoff_ms: 10}}
+    routes: [{{provider: up, upstream_model: throttle-first-1}}]
+  - name: breaking
+    routes:
+      - {{provider: up, upstream_model: status-500, priority: 0}}
+      - {{provider: up2, upstream_model: echo-behind, priority: 1}}
+  - name: doomed
+    routes: [{{provider: up, upstream_model: status-502}}]
+  - name: pinning
+    routes:
+      - {{provider: up, upstream_model: status-503, priority: 0}}
+      - {{provider: up2, upstream_model: echo-pin, priority: 1}}
+  - name: primary
+    fallbacks: [backup]
+    routes: [{{provider: up, upstream_model: status-504}}]
+  - name: backup
+    routes: [{{provider: up2, upstream_model: echo-backup}}]
+  - name: short
+    context_fallbacks: [long]
+    routes: [{{provider: up, upstream_model: status-400}}]
+  - name: long
+    routes: [{{provider: up2, upstream_model: echo-long}}]
+  - name: tagged
+    strategy: tag
+    routes:
+      - {{provider: up, upstream_model: echo-default, priority: 0}}
+      - {{provider: up2, upstream_model: echo-special, priority: 1, tag: special}}
+  - name: hurried
+    deadline_s: 1
+    routes: [{{provider: up, upstream_model: slow-3000}}]
+projects:
+  - name: routing
+    keys:
+      - {{name: k, key: {KEY}}}
+"""
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[MockUpstream]:
+    server = MockUpstream().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    upstream: MockUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GatewayProcess]:
+    folder: Path = tmp_path_factory.mktemp("routing")
+    process = GatewayProcess(folder, config=routing_config(upstream)).start()
+    yield process
+    assert process.stop() == 0, process.logs()
+
+
+@pytest.fixture
+def client(gateway: GatewayProcess) -> openai.OpenAI:
+    return openai.OpenAI(api_key=KEY, base_url=gateway.base_url, max_retries=0, timeout=15)
+
+
+def _ask(
+    client: openai.OpenAI, model: str, extra_headers: dict[str, str] | None = None
+) -> httpx2.Response:
+    raw = client.chat.completions.with_raw_response.create(
+        model=model,
+        messages=[{"role": "user", "content": "hello there"}],
+        extra_headers=extra_headers,
+    )
+    return raw.http_response
+
+
+def _sent(upstream: MockUpstream, model: str) -> int:
+    return sum(1 for r in upstream.chat_requests() if r.body.get("model") == model)
+
+
+def test_a_5xx_is_retried_on_the_same_route_until_it_answers(
+    client: openai.OpenAI, upstream: MockUpstream
+) -> None:
+    started = time.monotonic()
+    completion = client.chat.completions.create(
+        model="retrying", messages=[{"role": "user", "content": "again"}]
+    )
+    assert completion.choices[0].message.content == "again"
+    assert _sent(upstream, "fail-first-1") == 2
+    assert time.monotonic() - started >= 0.25  # a wait of at least 0.25 s: no tight loop
+
+
+def test_retries_stop_when_the_routes_breaker_opens(
+    client: openai.OpenAI, upstream: MockUpstream
+) -> None:
+    with pytest.raises(openai.APIStatusError) as failed:
+        client.chat.completions.create(
+            model="retrying-too-long", messages=[{"role": "user", "content": "x"}]
+        )
+    assert failed.value.status_code == 502
+    assert _sent(upstream, "fail-first-9") == 2  # breaker failures: 2, though attempts: 5
+
+
+def test_retry_after_from_the_provider_is_honoured(
+    client: openai.OpenAI, upstream: MockUpstream
+) -> None:
+    started = time.monotonic()
+    completion = client.chat.completions.create(
+        model="throttled", messages=[{"role": "user", "content": "patience"}]
+    )
+    assert completion.choices[0].message.content == "patience"
+    assert _sent(upstream, "throttle-first-1") == 2
+    assert time.monotonic() - started >= 1.0
+
+
+def test_the_breaker_opens_after_failures_and_the_route_is_skipped(
+    client: openai.OpenAI, upstream: MockUpstream, gateway: GatewayProcess
+) -> None:
+    for _ in range(2):
+        response = _ask(client, "breaking")
+        assert response.headers["x-llmrelay-provider"] == "up2"
+    assert _sent(upstream, "status-500") == 2
+    response = _ask(client, "breaking")
+    assert response.status_code == 200 and response.headers["x-llmrelay-provider"] == "up2"
+    assert _sent(upstream, "status-500") == 2  # open: not tried again
+    metrics = httpx.get(f"{gateway.url}/metrics", timeout=5).text
+    open_routes = [
+        line for line in metrics.splitlines() if line.startswith("llmrelay_breaker_state{")
+    ]
+    assert any(line.endswith(" 2.0") for line in open_routes), open_routes
+    assert 'to_state="open"' in metrics
+
+
+def test_every_route_cooling_down_answers_503_with_retry_after(
+    client: openai.OpenAI, upstream: MockUpstream
+) -> None:
+    for _ in range(2):
+        with pytest.raises(openai.APIStatusError) as failed:
+            client.chat.completions.create(
+                model="doomed", messages=[{"role": "user", "content": "x"}]
+            )
+        assert failed.value.status_code == 502
+    with pytest.raises(openai.APIStatusError) as cooling:
+        client.chat.completions.create(model="doomed", messages=[{"role": "user", "content": "x"}])
+    assert cooling.value.status_code == 503
+    assert 1 <= int(cooling.value.response.headers["retry-after"]) <= 30
+    assert cooling.value.code == "routes_cooling_down"
+    assert _sent(upstream, "status-502") == 2
+
+
+def test_a_pinned_request_never_crosses_to_another_provider(
+    client: openai.OpenAI, upstream: MockUpstream
+) -> None:
+    statuses = []
+    for _ in range(3):
+        with pytest.raises(openai.APIStatusError) as failed:
+            client.chat.completions.create(
+                model="pinning:up", messages=[{"role": "user", "content": "x"}]
+            )
+        statuses.append(failed.value.status_code)
+    assert statuses == [502, 502, 503]
+    assert _sent(upstream, "echo-pin") == 0
+    unpinned = _ask(client, "pinning")  # without the pin the other provider serves
+    assert unpinned.headers["x-llmrelay-provider"] == "up2"
+
+
+def test_model_fallbacks_serve_and_the_answer_names_the_model_that_served(
+    client: openai.OpenAI,
+) -> None:
+    response = _ask(client, "primary")
+    assert response.headers["x-llmrelay-model"] == "backup"
+    assert response.json()["model"] == "backup"
+    chunks = list(
+        client.chat.completions.create(
+            model="primary", messages=[{"role": "user", "content": "stream me"}], stream=True
+        )
+    )
+    assert {c.model for c in chunks} == {"backup"}
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "stream me"
+
+
+def test_context_too_long_tries_the_context_fallbacks(
+    client: openai.OpenAI, upstream: MockUpstream
+) -> None:
+    response = _ask(client, "short")
+    assert response.headers["x-llmrelay-model"] == "long"
+    assert _sent(upstream, "echo-long") >= 1
+
+
+def test_the_tag_header_picks_the_tagged_route(
+    client: openai.OpenAI, upstream: MockUpstream
+) -> None:
+    tagged = _ask(client, "tagged", extra_headers={"x-llmrelay-route-tag": "special"})
+    assert tagged.headers["x-llmrelay-provider"] == "up2"
+    assert upstream.chat_requests()[-1].body["model"] == "echo-special"
+    plain = _ask(client, "tagged")
+    assert plain.headers["x-llmrelay-provider"] == "up"
+    assert upstream.chat_requests()[-1].body["model"] == "echo-default"
+
+
+def test_the_model_deadline_bounds_the_whole_request(client: openai.OpenAI) -> None:
+    started = time.monotonic()
+    with pytest.raises(openai.APIStatusError) as failed:
+        client.chat.completions.create(model="hurried", messages=[{"role": "user", "content": "x"}])
+    assert failed.value.status_code == 504
+    assert time.monotonic() - started < 2.5
