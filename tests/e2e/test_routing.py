@@ -3,9 +3,11 @@ a real gateway process, a real mock upstream and the official openai SDK."""
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import httpx2
@@ -45,6 +47,10 @@ models:
     routes:
       - {{provider: up, upstream_model: status-500, priority: 0}}
       - {{provider: up2, upstream_model: echo-behind, priority: 1}}
+  - name: recorded
+    routes:
+      - {{provider: up, upstream_model: status-500-rec, priority: 0}}
+      - {{provider: up2, upstream_model: echo-rec, priority: 1}}
   - name: doomed
     routes: [{{provider: up, upstream_model: status-502}}]
   - name: pinning
@@ -114,15 +120,54 @@ def _sent(upstream: MockUpstream, model: str) -> int:
 
 
 def test_a_5xx_is_retried_on_the_same_route_until_it_answers(
-    client: openai.OpenAI, upstream: MockUpstream
+    client: openai.OpenAI, upstream: MockUpstream, gateway: GatewayProcess
 ) -> None:
     started = time.monotonic()
-    completion = client.chat.completions.create(
-        model="retrying", messages=[{"role": "user", "content": "again"}]
-    )
-    assert completion.choices[0].message.content == "again"
+    response = _ask(client, "retrying")
+    assert response.json()["choices"][0]["message"]["content"] == "hello there"
     assert _sent(upstream, "fail-first-1") == 2
     assert time.monotonic() - started >= 0.25  # a wait of at least 0.25 s: no tight loop
+    record, attempts = _stored(gateway, response.headers["x-request-id"])
+    assert record[0] == 2
+    assert [tuple(a) for a in attempts] == [
+        (1, "first", 503, "upstream_error", "up"),
+        (2, "retry", 200, "ok", "up"),
+    ]
+
+
+def _stored(gateway: GatewayProcess, request_id: str, timeout_s: float = 5) -> tuple[Any, ...]:
+    """(attempts, route_id) of the request's record and its attempt rows, once written."""
+    path = gateway.database_url.removeprefix("sqlite:///")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with sqlite3.connect(path) as conn:
+            record = conn.execute(
+                "SELECT attempts, route_id FROM request_records WHERE request_id = ?",
+                (request_id,),
+            ).fetchone()
+            attempts = conn.execute(
+                "SELECT attempt, kind, status_code, outcome, provider FROM request_attempts"
+                " WHERE request_id = ? ORDER BY attempt",
+                (request_id,),
+            ).fetchall()
+        if record is not None or time.monotonic() > deadline:
+            return record, attempts
+        time.sleep(0.1)
+
+
+def test_a_failover_is_recorded_attempt_by_attempt(
+    client: openai.OpenAI, gateway: GatewayProcess
+) -> None:
+    failed_over = _ask(client, "recorded")
+    record, attempts = _stored(gateway, failed_over.headers["x-request-id"])
+    assert record[0] == 2 and record[1] is not None
+    assert [tuple(a) for a in attempts] == [
+        (1, "first", 500, "upstream_error", "up"),
+        (2, "fallback", 200, "ok", "up2"),
+    ]
+    answered = _ask(client, "backup")
+    record, attempts = _stored(gateway, answered.headers["x-request-id"])
+    assert record[0] == 1 and attempts == []  # answered at once: the record says it all
 
 
 def test_retries_stop_when_the_routes_breaker_opens(

@@ -7,10 +7,10 @@ import time
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from llmrelay.gateway.call import CallRecord
+from llmrelay.gateway.call import RECORD_COLUMNS, CallRecord
 from llmrelay.gateway.recorder import Recorder
 from llmrelay.store.db import session_factory
-from llmrelay.store.models import RequestRecord
+from llmrelay.store.models import RequestAttempt, RequestRecord
 
 
 def _record(request_id: str) -> CallRecord:
@@ -38,10 +38,42 @@ async def test_rows_are_written_once_each_and_read_back_by_the_orm(engine: Async
     assert recorder.written == 701 and recorder.dropped == 0
 
 
-async def test_sqlite_batches_use_a_handful_of_statement_shapes(engine: AsyncEngine) -> None:
+async def test_batches_use_a_handful_of_statement_shapes(engine: AsyncEngine) -> None:
     recorder = Recorder(engine)
+    insert = recorder._records
     for count in range(1, 600):
         rows = [_record(f"r{i}").row(1.0) for i in range(count)]
-        statements = recorder._statements(recorder._prepare(rows))
-        assert sum(len(params) for _, params in statements) == count * 16
-    assert len(recorder._multi_sql) <= 5
+        statements = insert.statements(recorder._prepare(rows, insert.created_at))
+        if insert.multi_row:  # SQLite: flat parameters of multi-row statements
+            assert sum(len(params) for _, params in statements) == count * len(RECORD_COLUMNS)
+        else:  # PostgreSQL: one executemany
+            assert len(statements) == 1 and len(statements[0][1]) == count
+    assert len(insert._multi_sql) <= 5
+
+
+async def test_attempts_are_written_with_their_record_once_each(engine: AsyncEngine) -> None:
+    recorder = Recorder(engine, gather_s=0.01)
+    recorder.start()
+    record = _record("req-attempts")
+    for kind, status, outcome in (
+        ("first", 503, "upstream_error"),
+        ("retry", None, "upstream_unreachable"),
+        ("fallback", 200, "ok"),
+    ):
+        record.attempts += 1
+        record.route_id = f"route-{kind}"
+        record.provider = f"p-{kind}"
+        record.log_attempt(kind, status, outcome, 1.5)
+    recorder.record(record.row(9.0), record.attempt_log)
+    recorder.record(record.row(9.0), record.attempt_log)  # written again: no duplicates
+    await recorder.stop(timeout_s=10)
+    async with session_factory(engine)() as session:
+        rows = (await session.scalars(select(RequestRecord))).all()
+        attempts = (await session.scalars(select(RequestAttempt))).all()
+    assert [(r.attempts, r.route_id) for r in rows] == [(3, "route-fallback")]
+    assert sorted((a.attempt, a.kind, a.status_code, a.outcome, a.provider) for a in attempts) == [
+        (1, "first", 503, "upstream_error", "p-first"),
+        (2, "retry", None, "upstream_unreachable", "p-retry"),
+        (3, "fallback", 200, "ok", "p-fallback"),
+    ]
+    assert all(a.request_id == "req-attempts" and a.created_at.tzinfo for a in attempts)

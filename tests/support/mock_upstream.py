@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import re
 import struct
 import threading
 import time
@@ -230,8 +231,9 @@ def _behaviour(model: str) -> tuple[str, int]:
         ("fail-first-", "fail-first"),
         ("throttle-first-", "throttle-first"),
     ):
-        if model.startswith(prefix):
-            return kind, int(model[len(prefix) :])
+        if model.startswith(prefix):  # the number, then anything (to tell routes apart)
+            digits = re.match(r"\d+", model[len(prefix) :])
+            return kind, int(digits.group()) if digits else 0
     if model in ("no-done", "malformed", "redirect", "burst"):
         return model, 0
     return "echo", 0

@@ -25,6 +25,22 @@ RECORD_COLUMNS = (
     "ttfb_ms",
     "prompt_tokens",
     "completion_tokens",
+    "attempts",
+    "route_id",
+)
+
+#: The order of the attempt rows a record carries (see CallRecord.log_attempt).
+ATTEMPT_COLUMNS = (
+    "request_id",
+    "attempt",
+    "created_at",
+    "route_id",
+    "provider",
+    "upstream_model",
+    "kind",
+    "status_code",
+    "outcome",
+    "latency_ms",
 )
 
 
@@ -32,6 +48,7 @@ class CallRecord:
     """Mutable on purpose: filled in step by step, then turned into one row."""
 
     __slots__ = (
+        "attempt_log",
         "attempts",
         "completion_tokens",
         "counted_route",
@@ -43,6 +60,7 @@ class CallRecord:
         "prompt_tokens",
         "provider",
         "request_id",
+        "route_id",
         "started",
         "status_code",
         "stream",
@@ -69,8 +87,11 @@ class CallRecord:
         self.ttfb_ms: float | None = None
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
-        #: Upstream attempts made (retries and failovers included).
+        #: Upstream attempts made (retries and failovers included), the route of the last
+        #: one, and rows for the attempts table once an attempt failed (see log_attempt).
         self.attempts = 0
+        self.route_id: str | None = None
+        self.attempt_log: list[tuple[Any, ...]] | None = None
         #: The route whose in-flight count this call holds (strategy load_balance).
         self.counted_route: str | None = None
 
@@ -86,6 +107,27 @@ class CallRecord:
                 self.prompt_tokens = prompt
             if isinstance(completion, int):
                 self.completion_tokens = completion
+
+    def log_attempt(self, kind: str, status: int | None, outcome: str, latency_ms: float) -> None:
+        """A row for the attempts table about the current attempt (ATTEMPT_COLUMNS order).
+        Only failed attempts and the one that answered after them are logged: a request
+        its first attempt answered is fully described by its record."""
+        if self.attempt_log is None:
+            self.attempt_log = []
+        self.attempt_log.append(
+            (
+                self.request_id,
+                self.attempts,
+                time.time(),
+                self.route_id,
+                self.provider,
+                self.upstream_model,
+                kind,
+                status,
+                outcome,
+                latency_ms,
+            )
+        )
 
     def fail(self, status: int, code: str) -> None:
         self.status_code = status
@@ -113,4 +155,6 @@ class CallRecord:
             self.ttfb_ms,
             self.prompt_tokens,
             self.completion_tokens,
+            self.attempts,
+            self.route_id,
         )

@@ -231,7 +231,7 @@ class DataPlane:
         if record.counted_route is not None:
             runtime.executor.router.in_flight.end(record.counted_route)
         latency_ms = record.latency_ms()
-        runtime.recorder.record(record.row(latency_ms))
+        runtime.recorder.record(record.row(latency_ms), record.attempt_log)
         runtime.metrics.count_request(
             record.endpoint,
             record.virtual_model or "",

@@ -116,16 +116,20 @@ def retry_after_s(value: str | None, now: float | None = None) -> float | None:
 class _Retry(Exception):
     """This attempt failed in a way worth repeating on the same route."""
 
-    def __init__(self, error: GatewayError, wait_s: float | None = None) -> None:
+    def __init__(
+        self, error: GatewayError, wait_s: float | None = None, *, status: int | None = None
+    ) -> None:
         self.error = error
         self.wait_s = wait_s
+        self.status = status
 
 
 class _NextRoute(Exception):
     """This route is done for this request; try the next one at once."""
 
-    def __init__(self, error: GatewayError) -> None:
+    def __init__(self, error: GatewayError, status: int | None = None) -> None:
         self.error = error
+        self.status = status
 
 
 class Executor:
@@ -213,11 +217,48 @@ class Executor:
         record: CallRecord,
         finish: Finisher[T],
     ) -> T:
+        if record.attempts == 0:
+            kind = "first"
+        else:
+            kind = "retry" if record.route_id == route.id else "fallback"
+        record.attempts += 1
+        record.route_id = route.id
+        started = self.clock()
+        try:
+            result, status = await self._call(
+                operation, model, route, ticket, payload, forwarded_headers, record, finish
+            )
+        except (_Retry, _NextRoute) as failure:
+            latency_ms = (self.clock() - started) * 1000.0
+            record.log_attempt(kind, failure.status, failure.error.code, latency_ms)
+            raise
+        except UpstreamRejected as rejected:
+            latency_ms = (self.clock() - started) * 1000.0
+            record.log_attempt(kind, rejected.status, rejected.code, latency_ms)
+            raise
+        if record.attempt_log is not None:  # it answered after failed attempts
+            record.log_attempt(kind, status, "ok", (self.clock() - started) * 1000.0)
+        if model.strategy == "least_time":
+            now = self.clock()
+            self.router.latency.observe(route.id, now - started, now)
+        return result
+
+    async def _call(
+        self,
+        operation: Operation,
+        model: ModelSnap,
+        route: RouteSnap,
+        ticket: Any,
+        payload: dict[str, Any],
+        forwarded_headers: Mapping[str, str],
+        record: CallRecord,
+        finish: Finisher[T],
+    ) -> tuple[T, int]:
+        """One upstream call; the finisher's result and the provider's status."""
         provider = route.provider
         slug = provider.slug
         record.provider = slug
         record.upstream_model = route.upstream_model
-        record.attempts += 1
         breakers = self.breakers
         try:
             adapter = self.registry.adapter(provider.type)
@@ -226,10 +267,8 @@ class Executor:
             error = UpstreamFailed(f"provider {slug}: {exc}", code="provider_unsupported")
             raise _NextRoute(error) from None
         request = adapter.build_request(operation, route, payload, forwarded_headers)
-        # Latency and in-flight counts are kept only for the strategies that read them.
-        timed = model.strategy == "least_time"
+        # In-flight counts are kept only for the strategy that reads them.
         counted = model.strategy == "load_balance"
-        started = self.clock() if timed else 0.0
         in_flight = self.router.in_flight
         if counted:
             in_flight.start(route.id)
@@ -245,32 +284,31 @@ class Executor:
                 error = UpstreamFailed(f"provider {slug}: {exc}", code="upstream_unreachable")
                 raise _Retry(error) from None
             record.mark_first_byte()
-            if response.status >= 300:
+            status = response.status
+            if status >= 300:
                 await self._refused(response, slug, ticket)
             try:
                 result = await finish(route, response)
             except UpstreamTimeoutError as exc:
                 response.release()
                 breakers.failed(ticket)
-                raise _NextRoute(UpstreamTimeout(f"provider {slug}: {exc}")) from None
+                timeout = UpstreamTimeout(f"provider {slug}: {exc}")
+                raise _NextRoute(timeout, status) from None
             except UpstreamConnectError as exc:
                 response.release()
                 breakers.failed(ticket)
                 error = UpstreamFailed(f"provider {slug}: {exc}", code="upstream_error")
-                raise _Retry(error) from None
+                raise _Retry(error, status=status) from None
             except UpstreamError as exc:
                 response.release()
                 breakers.failed(ticket)
                 error = UpstreamFailed(f"provider {slug}: {exc}", code="upstream_error")
-                raise _NextRoute(error) from None
+                raise _NextRoute(error, status) from None
             breakers.succeeded(ticket)
-            if timed:
-                now = self.clock()
-                self.router.latency.observe(route.id, now - started, now)
             if counted:
                 record.counted_route = route.id  # ended when the call ends (DataPlane._finish)
             committed = True
-            return result
+            return result, status
         except asyncio.CancelledError:
             breakers.abandon(ticket)  # the client left, or the request's deadline passed
             raise
@@ -298,12 +336,13 @@ class Executor:
                 UpstreamFailed(
                     f"provider {provider} refused the gateway's request ({status}): {detail}",
                     code="upstream_refused",
-                )
+                ),
+                status,
             )
         self.breakers.failed(ticket)
         error = UpstreamFailed(
             f"provider {provider} answered {status}: {detail}", code="upstream_error"
         )
         if status == 429 or status >= 500:
-            raise _Retry(error, wait)
-        raise _NextRoute(error)
+            raise _Retry(error, wait, status=status)
+        raise _NextRoute(error, status)

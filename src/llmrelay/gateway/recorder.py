@@ -26,13 +26,12 @@ import structlog
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from llmrelay.gateway.call import RECORD_COLUMNS
-from llmrelay.store.models import RequestRecord
+from llmrelay.gateway.call import ATTEMPT_COLUMNS, RECORD_COLUMNS
+from llmrelay.store.models import RequestAttempt, RequestRecord
 
 log = structlog.get_logger(__name__)
 
 _RETRY_DELAYS_S = (0.1, 0.5, 1.0, 2.0, 5.0)
-_CREATED_AT = RECORD_COLUMNS.index("created_at")
 #: Rows per SQLite statement, largest first: a batch is cut greedily into these sizes, so
 #: only this many distinct statements exist. (Every distinct SQL text is a prepared statement
 #: in sqlite3's cache, and one with thousands of parameters is big: one text per batch size
@@ -65,6 +64,47 @@ def _aware_time(timestamp: float) -> datetime:
     return datetime.fromtimestamp(timestamp, UTC)
 
 
+class _Insert:
+    """One table's idempotent INSERT, compiled once, and its multi-row forms for SQLite."""
+
+    def __init__(
+        self, engine: AsyncEngine, table: Any, columns: tuple[str, ...], unique: list[str]
+    ) -> None:
+        is_postgres = engine.dialect.name == "postgresql"
+        dialect = postgresql if is_postgres else sqlite
+        statement = dialect.insert(table).on_conflict_do_nothing(index_elements=unique)
+        compiled = statement.compile(dialect=engine.dialect, column_keys=list(columns))
+        assert tuple(compiled.positiontup or ()) == columns, compiled.positiontup
+        self.sql = str(compiled)
+        self.multi_row = not is_postgres
+        self.created_at = columns.index("created_at")
+        head, _, rest = self.sql.partition(" VALUES ")
+        group, _, tail = rest.partition(")")
+        self._parts = (head + " VALUES ", group + ")", tail)
+        self._multi_sql: dict[int, str] = {}
+
+    def statements(self, rows: list[tuple[Any, ...]]) -> list[tuple[str, Any]]:
+        """SQLite: multi-row INSERTs covering `rows`, sized from _SQLITE_STATEMENT_ROWS.
+        PostgreSQL: one executemany."""
+        if not self.multi_row:
+            return [(self.sql, rows)] if rows else []
+        out: list[tuple[str, Any]] = []
+        start = 0
+        for size in _SQLITE_STATEMENT_ROWS:
+            while len(rows) - start >= size:
+                part = rows[start : start + size]
+                out.append((self._statement_for(size), tuple(chain.from_iterable(part))))
+                start += size
+        return out
+
+    def _statement_for(self, count: int) -> str:
+        sql = self._multi_sql.get(count)
+        if sql is None:
+            head, group, tail = self._parts
+            sql = self._multi_sql[count] = head + ", ".join([group] * count) + tail
+        return sql
+
+
 class Recorder:
     def __init__(
         self,
@@ -79,31 +119,29 @@ class Recorder:
         self._batch_size = batch_size
         self._gather_s = gather_s
         self._stopping = False
-        is_postgres = engine.dialect.name == "postgresql"
-        dialect = postgresql if is_postgres else sqlite
-        statement = dialect.insert(RequestRecord.__table__).on_conflict_do_nothing(
-            index_elements=["request_id"]
+        self._records = _Insert(engine, RequestRecord.__table__, RECORD_COLUMNS, ["request_id"])
+        self._attempt_rows = _Insert(
+            engine, RequestAttempt.__table__, ATTEMPT_COLUMNS, ["request_id", "attempt"]
         )
-        compiled = statement.compile(dialect=engine.dialect, column_keys=list(RECORD_COLUMNS))
-        assert tuple(compiled.positiontup or ()) == RECORD_COLUMNS, compiled.positiontup
-        self._sql = str(compiled)
-        self._multi_row = not is_postgres
-        head, _, rest = self._sql.partition(" VALUES ")
-        group, _, tail = rest.partition(")")
-        self._sql_parts = (head + " VALUES ", group + ")", tail)
-        self._multi_sql: dict[int, str] = {}
+        #: Attempt rows of queued records, written with the next batch (rare: only requests
+        #: that needed more than one attempt or failed upstream have any).
+        self._attempts: list[tuple[Any, ...]] = []
+        is_postgres = engine.dialect.name == "postgresql"
         self._time: Callable[[float], Any] = _aware_time if is_postgres else _SqliteTime()
         self._task: asyncio.Task[None] | None = None
         self.written = 0
         self.dropped = 0
 
-    def record(self, row: tuple[Any, ...]) -> None:
+    def record(self, row: tuple[Any, ...], attempts: list[tuple[Any, ...]] | None = None) -> None:
         try:
             self._queue.put_nowait(row)
         except asyncio.QueueFull:
             self.dropped += 1
             if self.dropped == 1 or self.dropped % 1000 == 0:
                 log.error("record_queue_full", dropped=self.dropped)
+            return
+        if attempts:
+            self._attempts.extend(attempts)
 
     @property
     def depth(self) -> int:
@@ -136,45 +174,28 @@ class Recorder:
                 await asyncio.sleep(self._gather_s)
             while len(batch) < self._batch_size and not self._queue.empty():
                 batch.append(self._queue.get_nowait())
+            attempts, self._attempts = self._attempts, []
             try:
-                await self._write(batch)
+                await self._write(batch, attempts)
             finally:
                 for _ in batch:
                     self._queue.task_done()
 
-    def _statements(self, rows: list[tuple[Any, ...]]) -> list[tuple[str, tuple[Any, ...]]]:
-        """Multi-row INSERTs covering `rows`, sized from _SQLITE_STATEMENT_ROWS."""
-        out = []
-        start = 0
-        for size in _SQLITE_STATEMENT_ROWS:
-            while len(rows) - start >= size:
-                part = rows[start : start + size]
-                out.append((self._statement_for(size), tuple(chain.from_iterable(part))))
-                start += size
-        return out
-
-    def _statement_for(self, count: int) -> str:
-        sql = self._multi_sql.get(count)
-        if sql is None:
-            head, group, tail = self._sql_parts
-            sql = self._multi_sql[count] = head + ", ".join([group] * count) + tail
-        return sql
-
-    def _prepare(self, batch: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    def _prepare(self, batch: list[tuple[Any, ...]], at: int) -> list[tuple[Any, ...]]:
         convert = self._time
-        at = _CREATED_AT
         return [(*row[:at], convert(row[at]), *row[at + 1 :]) for row in batch]
 
-    async def _write(self, batch: list[tuple[Any, ...]]) -> None:
-        rows = self._prepare(batch)
+    async def _write(self, batch: list[tuple[Any, ...]], attempts: list[tuple[Any, ...]]) -> None:
+        rows = self._prepare(batch, self._records.created_at)
+        statements = self._records.statements(rows)
+        if attempts:
+            prepared = self._prepare(attempts, self._attempt_rows.created_at)
+            statements += self._attempt_rows.statements(prepared)
         for attempt, delay in enumerate((*_RETRY_DELAYS_S, None)):
             try:
                 async with self._engine.begin() as conn:
-                    if self._multi_row:
-                        for sql, params in self._statements(rows):
-                            await conn.exec_driver_sql(sql, params)
-                    else:
-                        await conn.exec_driver_sql(self._sql, rows)
+                    for sql, params in statements:
+                        await conn.exec_driver_sql(sql, params)
                 self.written += len(rows)
                 return
             except asyncio.CancelledError:

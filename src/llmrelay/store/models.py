@@ -214,3 +214,29 @@ class RequestRecord(Base):
     ttfb_ms: Mapped[float | None] = mapped_column(Float)
     prompt_tokens: Mapped[int | None]
     completion_tokens: Mapped[int | None]
+    #: Upstream attempts (retries and failovers included) and the route that answered last.
+    attempts: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    route_id: Mapped[str | None] = mapped_column(String(32))
+
+
+class RequestAttempt(Base):
+    """One upstream attempt of a request that needed more than one, or whose attempt
+    failed (a request its first attempt answered is described by its record alone)."""
+
+    __tablename__ = "request_attempts"
+    __table_args__ = (UniqueConstraint("request_id", "attempt"),)
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    request_id: Mapped[str] = mapped_column(String(64), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime]
+    route_id: Mapped[str | None] = mapped_column(String(32))
+    provider: Mapped[str | None] = mapped_column(String(64))
+    upstream_model: Mapped[str | None] = mapped_column(String(200))
+    #: "first", "retry" (same route again) or "fallback" (another route or model)
+    kind: Mapped[str] = mapped_column(String(16))
+    #: The provider's HTTP status, or None when there was none (connection error, timeout)
+    status_code: Mapped[int | None] = mapped_column(Integer)
+    #: What went wrong ("ok" for the attempt that answered)
+    outcome: Mapped[str] = mapped_column(String(64))
+    latency_ms: Mapped[float] = mapped_column(Float)
