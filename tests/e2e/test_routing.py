@@ -72,6 +72,11 @@ models:
     routes:
       - {{provider: up, upstream_model: echo-default, priority: 0}}
       - {{provider: up2, upstream_model: echo-special, priority: 1, tag: special}}
+  - name: sticky
+    strategy: weighted
+    routes:
+      - {{provider: up, upstream_model: echo-s1, weight: 1}}
+      - {{provider: up2, upstream_model: echo-s2, weight: 1}}
   - name: hurried
     deadline_s: 1
     routes: [{{provider: up, upstream_model: slow-3000}}]
@@ -284,3 +289,11 @@ def test_the_model_deadline_bounds_the_whole_request(client: openai.OpenAI) -> N
         client.chat.completions.create(model="hurried", messages=[{"role": "user", "content": "x"}])
     assert failed.value.status_code == 504
     assert time.monotonic() - started < 2.5
+
+
+def test_a_session_stays_on_the_route_that_served_it(client: openai.OpenAI) -> None:
+    unpinned = {_ask(client, "sticky").headers["x-llmrelay-provider"] for _ in range(30)}
+    assert unpinned == {"up", "up2"}  # weighted 1:1 without a session (2^-29 to fail)
+    session = {"x-llmrelay-session-id": "conversation-42"}
+    served = {_ask(client, "sticky", session).headers["x-llmrelay-provider"] for _ in range(15)}
+    assert len(served) == 1

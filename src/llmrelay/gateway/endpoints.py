@@ -119,7 +119,15 @@ class DataPlane:
             record.virtual_model = model.name
             forwarded = forwardable(scope["headers"])
             forwarded["x-request-id"] = context.request_id  # correlates provider-side logs
-            call = _Call(runtime, operation, payload, forwarded, record, context.route_tag)
+            call = _Call(
+                runtime,
+                operation,
+                payload,
+                forwarded,
+                record,
+                context.route_tag,
+                context.session_id,
+            )
             if operation is Operation.CHAT and payload.get("stream") is True:
                 record.stream = streaming = True
                 served, relay = await self._answer(call, receive, snapshot, model, pinned)
@@ -168,9 +176,15 @@ class DataPlane:
                 if pinned is None and (model.fallbacks or model.context_fallbacks):
                     attempt = partial(self._attempt, call, deadline_at)
                     tenant = call.record.tenant_id or ""
-                    return await serve(snapshot, tenant, model, pinned, attempt)
-                routes = candidates(model, pinned)
-                return model, await self._attempt(call, deadline_at, model, routes)
+                    served, answer = await serve(snapshot, tenant, model, pinned, attempt)
+                else:
+                    routes = candidates(model, pinned)
+                    served = model
+                    answer = await self._attempt(call, deadline_at, model, routes)
+            if call.session_id is not None and call.record.route_id is not None:
+                session = f"{served.id}:{call.session_id}"
+                runtime.executor.affinity.remember(session, call.record.route_id)
+            return served, answer
         except asyncio.CancelledError:
             if deadline.claim():
                 raise UpstreamTimeout(
@@ -187,6 +201,9 @@ class DataPlane:
         returning the executor's coroutine: no extra frame per call)."""
         executor = call.runtime.executor
         ordered = executor.router.order(model, routes, tag=call.route_tag)
+        if call.session_id is not None and len(ordered) > 1:
+            session = f"{model.id}:{call.session_id}"
+            ordered = executor.affinity.prefer(session, ordered, _route_id, executor.usable)
         finish = self._stream_primer(call, model) if call.record.stream else _read_json
         return executor.execute(
             call.operation,
@@ -269,10 +286,15 @@ class _Call:
     forwarded: dict[str, str]
     record: CallRecord
     route_tag: str | None
+    session_id: str | None
 
 
 def _name(model: ModelSnap) -> str:
     return model.name
+
+
+def _route_id(route: RouteSnap) -> str:
+    return route.id
 
 
 def _bind(record: CallRecord, principal: KeySnap) -> None:

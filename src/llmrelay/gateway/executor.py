@@ -36,6 +36,7 @@ from llmrelay.providers.errors import (
     UpstreamTimeoutError,
 )
 from llmrelay.providers.registry import ProviderRegistry, UnsupportedProvider
+from llmrelay.routing.affinity import SessionAffinity
 from llmrelay.routing.breaker import Breakers
 from llmrelay.routing.strategies import Router
 from llmrelay.snapshot.model import ModelSnap, RouteSnap
@@ -147,8 +148,13 @@ class Executor:
         self.registry = registry
         self.breakers = breakers
         self.router = router
+        self.affinity = SessionAffinity()
         self._rng = rng or random.Random()
         self.clock = clock
+
+    def usable(self, route_id: str) -> bool:
+        """Whether a route's breaker is closed (a session is kept only on a healthy route)."""
+        return self.breakers.state(route_id) == "closed"
 
     async def execute(
         self,

@@ -30,6 +30,8 @@ class RequestContext:
     started: float
     #: `x-llmrelay-route-tag`, for the `tag` routing strategy
     route_tag: str | None = None
+    #: `x-llmrelay-session-id`: keeps a conversation on the route that served it
+    session_id: str | None = None
 
 
 def choose_request_id(client_value: bytes | None) -> str:
@@ -77,6 +79,7 @@ def begin(scope: Scope, trusted_proxies: Sequence[IPNetwork]) -> tuple[RequestCo
     forwarded_for = None
     content_length = None
     route_tag = None
+    session_id = None
     for name, value in scope["headers"]:
         if name == b"x-request-id":
             given_id = value
@@ -86,12 +89,15 @@ def begin(scope: Scope, trusted_proxies: Sequence[IPNetwork]) -> tuple[RequestCo
             content_length = value
         elif name == b"x-llmrelay-route-tag":
             route_tag = value.decode("latin-1").strip() or None
+        elif name == b"x-llmrelay-session-id":
+            session_id = value[:200].decode("latin-1").strip() or None
     client = scope.get("client")
     context = RequestContext(
         request_id=choose_request_id(given_id),
         client_ip=client_ip(client[0] if client else None, forwarded_for, trusted_proxies),
         started=time.perf_counter(),
         route_tag=route_tag,
+        session_id=session_id,
     )
     declared = None
     if content_length is not None:
