@@ -31,6 +31,11 @@ providers:
     type: openai_compatible
     base_url: {upstream.base_url}
     timeout_s: 10
+  - slug: quick
+    type: openai_compatible
+    base_url: {upstream.base_url}
+    timeout_s: 1
+    first_token_timeout_s: 1
 routing:
   breaker: {{failures: 2, cooldown_s: 30, max_cooldown_s: 60}}
 models:
@@ -77,6 +82,18 @@ models:
     routes:
       - {{provider: up, upstream_model: echo-s1, weight: 1}}
       - {{provider: up2, upstream_model: echo-s2, weight: 1}}
+  - name: ttft-failover
+    routes:
+      - {{provider: quick, upstream_model: stall-after-0, priority: 0}}
+      - {{provider: up2, upstream_model: echo-ttft, priority: 1}}
+  - name: slow-failover
+    routes:
+      - {{provider: quick, upstream_model: slow-3000-b, priority: 0}}
+      - {{provider: up2, upstream_model: echo-slow, priority: 1}}
+  - name: throttle-failover
+    routes:
+      - {{provider: up, upstream_model: status-429-b, priority: 0}}
+      - {{provider: up2, upstream_model: echo-429, priority: 1}}
   - name: hurried
     deadline_s: 1
     routes: [{{provider: up, upstream_model: slow-3000}}]
@@ -297,3 +314,29 @@ def test_a_session_stays_on_the_route_that_served_it(client: openai.OpenAI) -> N
     session = {"x-llmrelay-session-id": "conversation-42"}
     served = {_ask(client, "sticky", session).headers["x-llmrelay-provider"] for _ in range(15)}
     assert len(served) == 1
+
+
+def test_a_stream_silent_before_its_first_token_fails_over_invisibly(
+    client: openai.OpenAI,
+) -> None:
+    started = time.monotonic()
+    chunks = list(
+        client.chat.completions.create(
+            model="ttft-failover",
+            messages=[{"role": "user", "content": "late but whole"}],
+            stream=True,
+        )
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == (
+        "late but whole"
+    )
+    assert {c.model for c in chunks} == {"ttft-failover"}
+    assert time.monotonic() - started < 4
+
+
+@pytest.mark.parametrize("model", ["slow-failover", "throttle-failover"])
+def test_a_first_byte_timeout_or_a_429_moves_to_the_next_route(
+    client: openai.OpenAI, model: str
+) -> None:
+    response = _ask(client, model)
+    assert response.status_code == 200 and response.headers["x-llmrelay-provider"] == "up2"
