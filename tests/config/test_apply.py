@@ -11,8 +11,17 @@ from llmrelay.config.apply import ApplyResult, apply_config
 from llmrelay.config.loader import ConfigError, parse_config
 from llmrelay.store.crypto import Sealer
 from llmrelay.store.db import session_factory
-from llmrelay.store.models import ApiKey, Base, PriceVersion, Provider, Route
-from tests.config.test_loader import ENV, GOOD
+from llmrelay.store.models import (
+    ApiKey,
+    Base,
+    GatewaySetting,
+    PriceVersion,
+    Project,
+    Provider,
+    Route,
+    RoutingPolicy,
+)
+from tests.config.test_loader import ENV, GOOD, POLICIES
 
 SEALER = Sealer("test-secret-key-for-apply-tests-0123456789")
 
@@ -134,3 +143,136 @@ async def test_unknown_provider_against_the_database_is_an_error(engine: AsyncEn
         await _apply(engine, bad)
     assert str(caught.value) == "gw.yaml: models[0].routes[0].provider: unknown provider 'ghost'"
     assert (await _dump(engine))["virtual_models"] == []
+
+
+# -- routing policies -------------------------------------------------------------------
+
+
+async def _bindings(engine: AsyncEngine) -> dict[str, str | None]:
+    """Policy names by binding: "global", "project", "key" (None: not bound)."""
+    async with session_factory(engine)() as session:
+        names = {p.id: p.name for p in await session.scalars(select(RoutingPolicy))}
+        routing = await session.get(GatewaySetting, "routing")
+        project = await session.scalar(select(Project).where(Project.name == "acme"))
+        key = await session.scalar(select(ApiKey).where(ApiKey.name == "ci"))
+    assert routing is not None and project is not None and key is not None
+    return {
+        "global": names.get(routing.value.get("policy_id", "")),
+        "project": names.get(project.routing_policy_id or ""),
+        "key": names.get(key.routing_policy_id or ""),
+    }
+
+
+async def test_policies_are_stored_and_bound(engine: AsyncEngine) -> None:
+    result = await _apply(engine, POLICIES)
+    assert "created routing policy eu-only" in result.changes
+    assert "created routing policy primary-only" in result.changes
+    async with session_factory(engine)() as session:
+        policies = {p.name: p for p in await session.scalars(select(RoutingPolicy))}
+        local = await session.scalar(select(Provider).where(Provider.slug == "local"))
+    eu = policies["eu-only"]
+    assert (eu.providers, eu.tags, eu.regions, eu.strategy) == (
+        ["local"],
+        None,
+        ["eu-west"],
+        "fixed",
+    )
+    primary = policies["primary-only"]
+    assert (primary.providers, primary.tags, primary.regions, primary.strategy) == (
+        None,
+        ["primary"],
+        None,
+        None,
+    )
+    assert local is not None and local.region == "eu-west"
+    assert await _bindings(engine) == {
+        "global": "eu-only",
+        "project": "eu-only",
+        "key": "primary-only",
+    }
+
+
+async def test_applying_policies_twice_changes_nothing(engine: AsyncEngine) -> None:
+    await _apply(engine, POLICIES)
+    before = await _dump(engine)
+    again = await _apply(engine, POLICIES)
+    assert again.changes == []
+    assert again.generation == 1
+    assert await _dump(engine) == before
+
+
+async def test_a_policy_change_is_applied_and_reported(engine: AsyncEngine) -> None:
+    await _apply(engine, POLICIES)
+    changed = POLICIES.replace("strategy: fixed", "strategy: least_time").replace(
+        "      tags: [primary]\n", "      tags: [primary, backup]\n      regions: [us]\n"
+    )
+    result = await _apply(engine, changed)
+    assert sorted(result.changes) == [
+        "updated routing policy eu-only (strategy)",
+        "updated routing policy primary-only (regions, tags)",
+    ]
+    assert result.generation == 2
+
+
+async def test_bindings_left_out_are_cleared_and_policies_left_out_are_kept(
+    engine: AsyncEngine,
+) -> None:
+    """As for models and providers, a policy the file no longer names stays stored (a key
+    outside the file may be bound to it); bindings of the entries the file names follow it."""
+    await _apply(engine, POLICIES)
+    rebound = POLICIES.replace("  policy: eu-only\n", "  policy: primary-only\n").replace(
+        "        routing_policy: primary-only\n", ""
+    )
+    result = await _apply(engine, rebound)
+    assert sorted(result.changes) == [
+        "updated key acme/ci (routing_policy_id)",
+        "updated setting routing",
+    ]
+    assert await _bindings(engine) == {
+        "global": "primary-only",
+        "project": "eu-only",
+        "key": None,
+    }
+    result = await _apply(engine, GOOD)  # no policies, no bindings; a routing section
+    assert sorted(result.changes) == [
+        "updated project acme (routing_policy_id)",
+        "updated provider local (region)",
+        "updated setting routing",
+    ]
+    assert await _bindings(engine) == {"global": None, "project": None, "key": None}
+    dump = await _dump(engine)
+    assert len(dump["routing_policies"]) == 2
+    no_routing = GOOD.split("routing:")[0] + "\n"
+    rebound_again = await _apply(engine, POLICIES)
+    assert rebound_again.changed
+    assert sorted((await _apply(engine, no_routing)).changes) == [
+        "updated key acme/ci (routing_policy_id)",
+        "updated project acme (routing_policy_id)",
+        "updated provider local (region)",
+    ]
+    assert (await _bindings(engine))["global"] == "eu-only"  # no routing section: left alone
+
+
+async def test_bindings_may_name_a_policy_stored_earlier(engine: AsyncEngine) -> None:
+    await _apply(engine, POLICIES)
+    later = "projects:\n  - name: other\n    routing_policy: primary-only\n"
+    result = await _apply(engine, later)
+    assert result.changes == ["created project other"]
+    async with session_factory(engine)() as session:
+        other = await session.scalar(select(Project).where(Project.name == "other"))
+        primary = await session.scalar(
+            select(RoutingPolicy).where(RoutingPolicy.name == "primary-only")
+        )
+    assert other is not None and primary is not None
+    assert other.routing_policy_id == primary.id
+
+
+async def test_an_unknown_policy_against_the_database_is_an_error(engine: AsyncEngine) -> None:
+    await _apply(engine, POLICIES)
+    bad = "projects:\n  - name: other\n    keys: [{name: k, routing_policy: ghost}]\n"
+    with pytest.raises(ConfigError) as caught:
+        await _apply(engine, bad)
+    assert str(caught.value) == (
+        "gw.yaml: projects[0].keys[0].routing_policy: unknown routing policy 'ghost'"
+    )
+    assert len((await _dump(engine))["projects"]) == 1

@@ -173,3 +173,80 @@ def test_top_level_must_be_a_mapping_and_unreadable_file(tmp_path: Path) -> None
 def test_model_names_cannot_hold_a_colon() -> None:
     text = GOOD.replace("name: chat-backup", "name: chat:backup")
     assert any(p.startswith("gw.yaml: models[1].name:") for p in _problems(text))
+
+
+# -- routing policies -------------------------------------------------------------------
+
+POLICIES = (
+    GOOD.replace(
+        "    base_url: http://127.0.0.1:8000/v1/\n",
+        "    base_url: http://127.0.0.1:8000/v1/\n    region: eu-west\n",
+    )
+    .replace(
+        "    monthly_budget_usd: 100\n    keys:\n",
+        "    monthly_budget_usd: 100\n    routing_policy: eu-only\n    keys:\n",
+    )
+    .replace(
+        "        expires_at: 2030-01-01T00:00:00Z\n",
+        "        expires_at: 2030-01-01T00:00:00Z\n        routing_policy: primary-only\n",
+    )
+    + """  policies:
+    - name: eu-only
+      providers: [local]
+      regions: [eu-west]
+      strategy: fixed
+    - name: primary-only
+      tags: [primary]
+  policy: eu-only
+"""
+)
+
+
+def test_routing_policies_and_their_bindings_parse() -> None:
+    config = parse_config(POLICIES, "gw.yaml", ENV)
+    assert config.providers[1].region == "eu-west" and config.providers[0].region is None
+    assert config.routing is not None
+    eu, primary = config.routing.policies
+    assert (eu.name, eu.providers, eu.tags, eu.regions) == ("eu-only", ["local"], None, ["eu-west"])
+    assert eu.strategy is Strategy.FIXED and primary.strategy is None
+    assert primary.tags == ["primary"]
+    assert config.routing.policy == "eu-only"
+    assert config.projects[0].routing_policy == "eu-only"
+    assert config.projects[0].keys[0].routing_policy == "primary-only"
+    assert list(check_references(config)) == []
+
+
+def test_a_policy_naming_an_unknown_provider() -> None:
+    text = POLICIES.replace("providers: [local]", "providers: [local, azure-eu]")
+    assert _problems(text) == [
+        "gw.yaml: routing.policies[0].providers[1]: unknown provider 'azure-eu'"
+    ]
+
+
+def test_bindings_naming_an_unknown_policy() -> None:
+    text = (
+        POLICIES.replace("  policy: eu-only", "  policy: us-only")
+        .replace("    routing_policy: eu-only", "    routing_policy: nowhere")
+        .replace("routing_policy: primary-only", "routing_policy: ghost")
+    )
+    assert _problems(text) == [
+        "gw.yaml: routing.policy: unknown routing policy 'us-only'",
+        "gw.yaml: projects[0].routing_policy: unknown routing policy 'nowhere'",
+        "gw.yaml: projects[0].keys[0].routing_policy: unknown routing policy 'ghost'",
+    ]
+
+
+def test_a_duplicate_policy_name() -> None:
+    text = POLICIES.replace("- name: primary-only", "- name: eu-only")
+    assert "gw.yaml: routing.policies[1].name: duplicate routing policy name 'eu-only'" in (
+        _problems(text)
+    )
+
+
+def test_a_policy_strategy_and_fields_are_checked() -> None:
+    text = POLICIES.replace("strategy: fixed", "strategy: cheapest").replace(
+        "tags: [primary]", "tags: [primary]\n      models: [chat-fast]"
+    )
+    problems = _problems(text)
+    assert any(p.startswith("gw.yaml: routing.policies[0].strategy:") for p in problems)
+    assert "gw.yaml: routing.policies[1].models: unknown field" in problems

@@ -17,6 +17,7 @@ def _record(request_id: str) -> CallRecord:
     record = CallRecord(request_id, "chat.completions", time.perf_counter())
     record.virtual_model = "m"
     record.take_usage({"prompt_tokens": 3, "completion_tokens": 4})
+    record.policy_id = "policy-1" if request_id == "req-3" else None
     return record
 
 
@@ -33,6 +34,8 @@ async def test_rows_are_written_once_each_and_read_back_by_the_orm(engine: Async
     assert {r.request_id for r in rows} == {f"req-{i}" for i in range(700)}
     row = next(r for r in rows if r.request_id == "req-3")
     assert (row.latency_ms, row.prompt_tokens, row.completion_tokens) == (12.5, 3, 4)
+    assert row.policy_id == "policy-1"
+    assert {r.policy_id for r in rows if r.request_id != "req-3"} == {None}
     assert abs(row.created_at.timestamp() - time.time()) < 60
     assert row.created_at.tzinfo is not None
     assert recorder.written == 701 and recorder.dropped == 0

@@ -359,6 +359,40 @@ def test_single_route_and_pinned_subset(strategy: str) -> None:
         assert got
 
 
+def test_a_strategy_override_orders_by_its_own_plan_and_leaves_the_models_alone() -> None:
+    routes = [
+        _route("a", 0, position=0),
+        _route("b", 0, position=1, tag="t"),
+        _route("c", 1, position=2, provider=OTHER),
+    ]
+    model = _model("weighted", routes)
+    router = Router(random.Random(3))
+    assert Counter(router.order(model)[0].id for _ in range(200)).keys() == {"a", "b", "c"}
+    for _ in range(50):
+        assert _ids(router.order(model, strategy="fixed")) == ["a", "b", "c"]
+        assert _ids(router.order(model, strategy="tag", tag="t")) == ["b", "a"]
+    # the model's own plan is untouched by the overrides, and naming it is the same plan
+    assert Counter(router.order(model)[0].id for _ in range(200)).keys() == {"a", "b", "c"}
+    assert Counter(router.order(model, strategy="weighted")[0].id for _ in range(200)).keys() == {
+        "a",
+        "b",
+        "c",
+    }
+    # a subset (what a policy or a pin leaves) with and without the override
+    subset = [r for r in model.routes if r.id != "a"]
+    for _ in range(50):
+        assert _ids(router.order(model, subset, strategy="fixed")) == ["b", "c"]
+    assert Counter(router.order(model, subset)[0].id for _ in range(200)).keys() == {"b", "c"}
+    # subset plans are kept: asking again builds none
+    plans = len(router._plans)
+    router.order(model, list(subset), strategy="fixed")
+    router.order(model, list(subset))
+    assert len(router._plans) == plans
+    # nothing left (a policy allowing only disabled routes) is nothing, whatever is cached
+    for override in (None, "fixed", "tag"):
+        assert router.order(model, [], strategy=override) == []
+
+
 _route_lists = st.lists(
     st.tuples(
         st.integers(0, 3),  # priority
@@ -379,6 +413,7 @@ _route_lists = st.lists(
     tag=st.sampled_from([None, "x", "y", "z"]),
     seed=st.integers(0, 2**32 - 1),
     explicit=st.booleans(),
+    override=st.sampled_from([None, *sorted(STRATEGIES)]),
 )
 def test_no_strategy_returns_a_disabled_route_or_drops_an_enabled_one(
     specs: list[tuple[int, float, str | None, bool, float | None, int]],
@@ -386,6 +421,7 @@ def test_no_strategy_returns_a_disabled_route_or_drops_an_enabled_one(
     tag: str | None,
     seed: int,
     explicit: bool,
+    override: str | None,
 ) -> None:
     routes = [
         _route(f"r{i}", prio, weight, tag=rtag, disabled=off, position=i)
@@ -413,11 +449,12 @@ def test_no_strategy_returns_a_disabled_route_or_drops_an_enabled_one(
                 tag=tag,
                 expected_tokens=(100, 20),
                 price_of=price_of,
+                strategy=override,
             )
         )
         assert len(got) == len(set(got))
         assert set(got) <= enabled
-        if strategy == "tag":
+        if (override or strategy) == "tag":
             on = [r.id for r in model.routes if not r.disabled]
             tagged = next((r.id for r in model.routes if r.tag == tag and not r.disabled), None)
             tagged = tagged if tag is not None else None

@@ -11,7 +11,7 @@ from llmrelay.snapshot.holder import SnapshotHolder
 from llmrelay.store.bootstrap import bump_generation
 from llmrelay.store.crypto import Sealer
 from llmrelay.store.db import session_factory
-from llmrelay.store.models import Provider
+from llmrelay.store.models import GatewaySetting, Provider
 from tests.config.test_apply import SEALER, _apply
 from tests.config.test_loader import ENV, GOOD
 
@@ -79,3 +79,77 @@ async def test_a_failed_build_keeps_the_last_good_snapshot(engine: AsyncEngine) 
     assert holder.current is good
     assert holder.failed_builds == 1
     assert holder.last_error is not None and "CredentialError" in holder.last_error
+
+
+# -- routing policies -------------------------------------------------------------------
+
+KEYS = {name: f"{name}-key-0123456789abcdef" for name in ("own", "project", "global")}
+SCOPES = f"""
+providers:
+  - {{slug: p-eu, type: openai_compatible, base_url: "http://127.0.0.1:1/v1", region: eu-west}}
+  - {{slug: p-any, type: openai_compatible, base_url: "http://127.0.0.1:2/v1"}}
+models:
+  - name: m
+    routes: [{{provider: p-eu, upstream_model: x, tag: t1}}]
+routing:
+  policies:
+    - {{name: glob, providers: [p-eu, p-any]}}
+    - {{name: proj, regions: [eu-west], strategy: fixed}}
+    - {{name: own, tags: [t1]}}
+  policy: glob
+projects:
+  - name: bound
+    routing_policy: proj
+    keys:
+      - {{name: own-key, key: {KEYS["own"]}, routing_policy: own}}
+      - {{name: project-key, key: {KEYS["project"]}}}
+  - name: unbound
+    keys:
+      - {{name: global-key, key: {KEYS["global"]}}}
+"""
+
+
+async def test_the_most_specific_policy_binding_applies_alone(engine: AsyncEngine) -> None:
+    await _apply(engine, SCOPES)
+    snapshot = (await _holder(engine)).current
+
+    def policy_of(name: str) -> str | None:
+        policy = snapshot.keys_by_digest[apikeys.digest(KEYS[name])].policy
+        return None if policy is None else policy.name
+
+    assert [policy_of(n) for n in ("own", "project", "global")] == ["own", "proj", "glob"]
+    key = snapshot.keys_by_digest[apikeys.digest(KEYS["own"])]
+    assert key.policy is not None
+    assert (key.policy.providers, key.policy.tags, key.policy.regions) == (
+        None,
+        frozenset({"t1"}),
+        None,
+    )
+    project = snapshot.keys_by_digest[apikeys.digest(KEYS["project"])].policy
+    assert project is not None and project.regions == frozenset({"eu-west"})
+    assert project.strategy == "fixed" and key.policy.strategy is None
+    model = snapshot.model(key.tenant_id, "m")
+    assert model is not None and model.routes[0].provider.region == "eu-west"
+
+    unbound = SCOPES.replace("  policy: glob\n", "").replace("    routing_policy: proj\n", "")
+    await _apply(engine, unbound)
+    snapshot = (await _holder(engine)).current
+    assert [policy_of(n) for n in ("own", "project", "global")] == ["own", None, None]
+
+
+async def test_a_binding_to_a_missing_policy_keeps_the_last_good_snapshot(
+    engine: AsyncEngine,
+) -> None:
+    await _apply(engine, SCOPES)
+    holder = await _holder(engine)
+    good = holder.current
+    async with session_factory(engine).begin() as session:
+        await session.execute(
+            update(GatewaySetting)
+            .where(GatewaySetting.key == "routing")
+            .values(value={"breaker": {}, "policy_id": "gone"})
+        )
+        await bump_generation(session)
+    assert not await holder.refresh_if_changed()
+    assert holder.current is good
+    assert holder.last_error is not None and "missing policy gone" in holder.last_error

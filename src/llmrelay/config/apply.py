@@ -1,8 +1,10 @@
 """Applying a validated config to the store: an idempotent upsert in one transaction.
 
 Resources named in the file are created or brought in line with it; resources the file does
-not name are left alone, except a model's routes, which the file lists completely. Applying
-the same file twice changes no row and does not move the config generation.
+not name are left alone (routing policies included), except a model's routes, which the file
+lists completely. A binding the file leaves out of an entry it names (a project's or key's
+`routing_policy`, `routing.policy` of a `routing` section) is cleared. Applying the same file
+twice changes no row and does not move the config generation.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from llmrelay.config.schema import (
     GatewayConfig,
     KeyConfig,
     ModelConfig,
+    PolicyConfig,
     PricingConfig,
     ProjectConfig,
     ProviderConfig,
+    RoutingConfig,
 )
 from llmrelay.store.bootstrap import bump_generation, current_generation, ensure_default_tenant
 from llmrelay.store.crypto import CredentialError, Sealer
@@ -34,6 +38,7 @@ from llmrelay.store.models import (
     Project,
     Provider,
     Route,
+    RoutingPolicy,
     VirtualModel,
     new_id,
 )
@@ -92,7 +97,15 @@ async def apply_config(
             select(VirtualModel).where(VirtualModel.tenant_id == tenant.id)
         )
     }
-    problems = list(check_references(config, frozenset(providers), frozenset(models)))
+    policies = {
+        p.name: p
+        for p in await session.scalars(
+            select(RoutingPolicy).where(RoutingPolicy.tenant_id == tenant.id)
+        )
+    }
+    problems = list(
+        check_references(config, frozenset(providers), frozenset(models), frozenset(policies))
+    )
     if problems:
         raise ConfigError(source, problems)
 
@@ -100,10 +113,13 @@ async def apply_config(
         await _upsert_provider(session, tenant.id, provider_config, providers, sealer, result)
     for model_config in config.models:
         await _upsert_model(session, tenant.id, model_config, models, providers, result)
-    for project_config in config.projects:
-        await _upsert_project(session, tenant.id, project_config, result)
     if config.routing is not None:
-        await _upsert_setting(session, "routing", config.routing.model_dump(mode="json"), result)
+        for policy_config in config.routing.policies:
+            _upsert_policy(session, tenant.id, policy_config, policies, result)
+    for project_config in config.projects:
+        await _upsert_project(session, tenant.id, project_config, policies, result)
+    if config.routing is not None:
+        await _upsert_setting(session, "routing", _routing_value(config.routing, policies), result)
 
     await session.flush()
     if result.changed:
@@ -150,6 +166,7 @@ async def _upsert_provider(
             "first_token_timeout_s": config.first_token_timeout_s,
             "stream_idle_timeout_s": config.stream_idle_timeout_s,
             "api_version": config.api_version,
+            "region": config.region,
         },
     )
     wanted = _credentials(config)
@@ -266,6 +283,48 @@ async def _sync_price(session: AsyncSession, model: VirtualModel, pricing: Prici
     return True
 
 
+def _upsert_policy(
+    session: AsyncSession,
+    tenant_id: str,
+    config: PolicyConfig,
+    existing: dict[str, RoutingPolicy],
+    result: ApplyResult,
+) -> None:
+    row = existing.get(config.name)
+    created = row is None
+    if row is None:
+        row = RoutingPolicy(id=new_id(), tenant_id=tenant_id, name=config.name)
+        session.add(row)
+        existing[config.name] = row
+    changed = _assign(
+        row,
+        {
+            "providers": _optional_list(config.providers),
+            "tags": _optional_list(config.tags),
+            "regions": _optional_list(config.regions),
+            "strategy": None if config.strategy is None else config.strategy.value,
+        },
+    )
+    _note(result, "routing policy", config.name, created, changed)
+
+
+def _optional_list(values: list[str] | None) -> list[str] | None:
+    return None if values is None else list(values)
+
+
+def _policy_id(name: str | None, policies: dict[str, RoutingPolicy]) -> str | None:
+    return None if name is None else policies[name].id
+
+
+def _routing_value(config: RoutingConfig, policies: dict[str, RoutingPolicy]) -> dict[str, Any]:
+    """The `routing` setting: the breaker, and the global policy binding when there is one
+    (left out otherwise, so a value stored before bindings existed stays the same)."""
+    value: dict[str, Any] = {"breaker": config.breaker.model_dump(mode="json")}
+    if config.policy is not None:
+        value["policy_id"] = policies[config.policy].id
+    return value
+
+
 def _limit_values(config: ProjectConfig | KeyConfig) -> dict[str, Any]:
     return {
         "rpm": config.limits.rpm,
@@ -276,7 +335,11 @@ def _limit_values(config: ProjectConfig | KeyConfig) -> dict[str, Any]:
 
 
 async def _upsert_project(
-    session: AsyncSession, tenant_id: str, config: ProjectConfig, result: ApplyResult
+    session: AsyncSession,
+    tenant_id: str,
+    config: ProjectConfig,
+    policies: dict[str, RoutingPolicy],
+    result: ApplyResult,
 ) -> None:
     row = await session.scalar(
         select(Project).where(Project.tenant_id == tenant_id, Project.name == config.name)
@@ -289,6 +352,7 @@ async def _upsert_project(
         row,
         {
             "allowed_models": None if config.models is None else list(config.models),
+            "routing_policy_id": _policy_id(config.routing_policy, policies),
             **_limit_values(config),
         },
     )
@@ -297,7 +361,7 @@ async def _upsert_project(
         k.name: k for k in await session.scalars(select(ApiKey).where(ApiKey.project_id == row.id))
     }
     for key_config in config.keys:
-        _upsert_key(session, row, key_config, keys.get(key_config.name), result)
+        _upsert_key(session, row, key_config, keys.get(key_config.name), policies, result)
 
 
 def _upsert_key(
@@ -305,6 +369,7 @@ def _upsert_key(
     project: Project,
     config: KeyConfig,
     row: ApiKey | None,
+    policies: dict[str, RoutingPolicy],
     result: ApplyResult,
 ) -> None:
     created = row is None
@@ -319,6 +384,7 @@ def _upsert_key(
         "expires_at": config.expires_at,
         "allowed_models": None if config.models is None else list(config.models),
         "ip_allowlist": list(config.ip_allowlist),
+        "routing_policy_id": _policy_id(config.routing_policy, policies),
         **_limit_values(config),
     }
     plain = config.key

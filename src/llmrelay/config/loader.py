@@ -146,6 +146,9 @@ def check_uniqueness(config: GatewayConfig) -> Iterable[Problem]:
         yield Problem(f"models[{idx[1]}].name", f"duplicate model name {name!r}")
     for name, idx in _duplicates(p.name for p in config.projects).items():
         yield Problem(f"projects[{idx[1]}].name", f"duplicate project name {name!r}")
+    policies = config.routing.policies if config.routing is not None else []
+    for name, idx in _duplicates(p.name for p in policies).items():
+        yield Problem(f"routing.policies[{idx[1]}].name", f"duplicate routing policy name {name!r}")
     key_values: dict[str, str] = {}
     for pi, project in enumerate(config.projects):
         for name, idx in _duplicates(k.name for k in project.keys).items():
@@ -165,10 +168,22 @@ def check_references(
     config: GatewayConfig,
     known_providers: frozenset[str] = frozenset(),
     known_models: frozenset[str] = frozenset(),
+    known_policies: frozenset[str] = frozenset(),
 ) -> Iterable[Problem]:
-    """Every provider and model the file names exists in the file or is already stored."""
+    """Every provider, model and routing policy the file names exists in the file or is
+    already stored."""
     providers = known_providers | {p.slug for p in config.providers}
     models = known_models | {m.name for m in config.models}
+    policies = set(known_policies)
+    if config.routing is not None:
+        policies.update(p.name for p in config.routing.policies)
+        for pi, policy in enumerate(config.routing.policies):
+            for i, slug in enumerate(policy.providers or ()):
+                if slug not in providers:
+                    yield Problem(
+                        f"routing.policies[{pi}].providers[{i}]", f"unknown provider {slug!r}"
+                    )
+        yield from _unknown_policy("routing.policy", config.routing.policy, policies)
     for mi, model in enumerate(config.models):
         for ri, route in enumerate(model.routes):
             if route.provider not in providers:
@@ -181,8 +196,13 @@ def check_references(
                     yield Problem(f"models[{mi}].{field}[{fi}]", f"unknown model {target!r}")
     for pi, project in enumerate(config.projects):
         yield from _unknown_models(f"projects[{pi}].models", project.models, models)
+        yield from _unknown_policy(
+            f"projects[{pi}].routing_policy", project.routing_policy, policies
+        )
         for ki, key in enumerate(project.keys):
-            yield from _unknown_models(f"projects[{pi}].keys[{ki}].models", key.models, models)
+            where = f"projects[{pi}].keys[{ki}]"
+            yield from _unknown_models(f"{where}.models", key.models, models)
+            yield from _unknown_policy(f"{where}.routing_policy", key.routing_policy, policies)
 
 
 def _unknown_models(
@@ -191,3 +211,8 @@ def _unknown_models(
     for i, name in enumerate(names or ()):
         if name not in models:
             yield Problem(f"{path}[{i}]", f"unknown model {name!r}")
+
+
+def _unknown_policy(path: str, name: str | None, policies: set[str]) -> Iterable[Problem]:
+    if name is not None and name not in policies:
+        yield Problem(path, f"unknown routing policy {name!r}")

@@ -39,6 +39,8 @@ Slug = Annotated[str, Field(pattern=_SLUG)]
 ModelName = Annotated[str, Field(pattern=_MODEL_NAME)]
 Name = Annotated[str, Field(pattern=_NAME)]
 PositiveSeconds = Annotated[float, Field(gt=0, le=86_400)]
+#: A route tag or a provider region: a free-form label.
+Label = Annotated[str, Field(min_length=1, max_length=64)]
 
 
 class ProviderType(StrEnum):
@@ -82,6 +84,8 @@ class ProviderConfig(_Strict):
     stream_idle_timeout_s: PositiveSeconds | None = None
     headers: dict[str, str] = Field(default_factory=dict)
     api_version: str | None = None
+    #: Where the provider serves from (for routing policies); a free-form label.
+    region: Label | None = None
 
     @field_validator("base_url")
     @classmethod
@@ -123,7 +127,7 @@ class RouteConfig(_Strict):
     upstream_model: Annotated[str, Field(min_length=1, max_length=200)]
     priority: int = 0
     weight: Annotated[float, Field(ge=0)] = 1.0
-    tag: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+    tag: Label | None = None
     disabled: bool = False
 
 
@@ -185,6 +189,7 @@ class KeyConfig(_Strict):
     ip_allowlist: list[str] = Field(default_factory=list)
     expires_at: datetime | None = None
     disabled: bool = False
+    routing_policy: Name | None = None
 
     @field_validator("key")
     @classmethod
@@ -210,6 +215,7 @@ class ProjectConfig(_Strict):
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     monthly_budget_usd: Annotated[Decimal, Field(ge=0)] | None = None
     keys: list[KeyConfig] = Field(default_factory=list)
+    routing_policy: Name | None = None
 
 
 class BreakerConfig(_Strict):
@@ -224,8 +230,22 @@ class BreakerConfig(_Strict):
         return self
 
 
+class PolicyConfig(_Strict):
+    """A routing policy: allowlists a route must pass (each list set must contain the
+    route's value) and an optional strategy that replaces the model's."""
+
+    name: Name
+    providers: list[Slug] | None = None
+    tags: list[Label] | None = None
+    regions: list[Label] | None = None
+    strategy: Strategy | None = None
+
+
 class RoutingConfig(_Strict):
     breaker: BreakerConfig = Field(default_factory=BreakerConfig)
+    policies: list[PolicyConfig] = Field(default_factory=list)
+    #: The global binding: the policy of every key whose key and project name none.
+    policy: Name | None = None
 
 
 class GatewayConfig(_Strict):

@@ -27,6 +27,7 @@ RECORD_COLUMNS = (
     "completion_tokens",
     "attempts",
     "route_id",
+    "policy_id",
 )
 
 #: The order of the attempt rows a record carries (see CallRecord.log_attempt).
@@ -56,6 +57,7 @@ class CallRecord:
         "endpoint",
         "error_code",
         "key_id",
+        "policy_id",
         "project_id",
         "prompt_tokens",
         "provider",
@@ -94,6 +96,8 @@ class CallRecord:
         self.attempt_log: list[tuple[Any, ...]] | None = None
         #: The route whose in-flight count this call holds (strategy load_balance).
         self.counted_route: str | None = None
+        #: The key's routing policy (see KeySnap.policy), when it has one.
+        self.policy_id: str | None = None
 
     def mark_first_byte(self) -> None:
         if self.ttfb_ms is None:
@@ -157,4 +161,5 @@ class CallRecord:
             self.completion_tokens,
             self.attempts,
             self.route_id,
+            self.policy_id,
         )

@@ -36,7 +36,7 @@ from llmrelay.providers.base import Operation, UpstreamResponse
 from llmrelay.providers.errors import UpstreamProtocolError
 from llmrelay.providers.headers import forwardable
 from llmrelay.snapshot.holder import SnapshotHolder
-from llmrelay.snapshot.model import KeySnap, ModelSnap, RouteSnap, Snapshot
+from llmrelay.snapshot.model import KeySnap, ModelSnap, PolicySnap, RouteSnap, Snapshot
 
 Handler = Callable[[Scope, Receive, Send, RequestContext], Awaitable[None]]
 
@@ -127,6 +127,7 @@ class DataPlane:
                 record,
                 context.route_tag,
                 context.session_id,
+                principal.policy,
             )
             if operation is Operation.CHAT and payload.get("stream") is True:
                 record.stream = streaming = True
@@ -176,9 +177,11 @@ class DataPlane:
                 if pinned is None and (model.fallbacks or model.context_fallbacks):
                     attempt = partial(self._attempt, call, deadline_at)
                     tenant = call.record.tenant_id or ""
-                    served, answer = await serve(snapshot, tenant, model, pinned, attempt)
+                    served, answer = await serve(
+                        snapshot, tenant, model, pinned, attempt, call.policy
+                    )
                 else:
-                    routes = candidates(model, pinned)
+                    routes = candidates(model, pinned, call.policy)
                     served = model
                     answer = await self._attempt(call, deadline_at, model, routes)
             if call.session_id is not None and call.record.route_id is not None:
@@ -197,10 +200,13 @@ class DataPlane:
     def _attempt(
         self, call: _Call, deadline_at: float, model: ModelSnap, routes: list[RouteSnap]
     ) -> Awaitable[Any]:
-        """Serve from one model's routes, in the order its strategy gives (a plain function
+        """Serve from one model's routes (those the key's routing policy allows), in the
+        order its strategy gives, or the policy's strategy when it sets one (a plain function
         returning the executor's coroutine: no extra frame per call)."""
         executor = call.runtime.executor
-        ordered = executor.router.order(model, routes, tag=call.route_tag)
+        policy = call.policy
+        strategy = None if policy is None else policy.strategy
+        ordered = executor.router.order(model, routes, tag=call.route_tag, strategy=strategy)
         if call.session_id is not None and len(ordered) > 1:
             session = f"{model.id}:{call.session_id}"
             ordered = executor.affinity.prefer(session, ordered, _route_id, executor.usable)
@@ -214,6 +220,7 @@ class DataPlane:
             call.record,
             finish,
             deadline_at=deadline_at,
+            strategy=strategy,
         )
 
     def _stream_primer(self, call: _Call, model: ModelSnap) -> Finisher[ChatStreamRelay]:
@@ -287,6 +294,7 @@ class _Call:
     record: CallRecord
     route_tag: str | None
     session_id: str | None
+    policy: PolicySnap | None
 
 
 def _name(model: ModelSnap) -> str:
@@ -301,6 +309,9 @@ def _bind(record: CallRecord, principal: KeySnap) -> None:
     record.tenant_id = principal.tenant_id
     record.project_id = principal.project.id
     record.key_id = principal.id
+    policy = principal.policy
+    if policy is not None:
+        record.policy_id = policy.id
 
 
 @dataclass(slots=True)

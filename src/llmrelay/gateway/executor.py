@@ -39,7 +39,7 @@ from llmrelay.providers.registry import ProviderRegistry, UnsupportedProvider
 from llmrelay.routing.affinity import SessionAffinity
 from llmrelay.routing.breaker import Breakers
 from llmrelay.routing.strategies import Router
-from llmrelay.snapshot.model import ModelSnap, RouteSnap
+from llmrelay.snapshot.model import ModelSnap, PolicySnap, RouteSnap
 
 _CLIENT_FAULT = frozenset({400, 413, 422})
 _MISCONFIGURED = frozenset({401, 403, 404})
@@ -75,11 +75,16 @@ T = TypeVar("T")
 Finisher = Callable[[RouteSnap, UpstreamResponse], Awaitable[T]]
 
 
-def candidates(model: ModelSnap, pinned_provider: str | None) -> list[RouteSnap]:
-    """The routes that may be tried: enabled ones, only the pinned provider's if pinned."""
+def candidates(
+    model: ModelSnap, pinned_provider: str | None, policy: PolicySnap | None = None
+) -> list[RouteSnap]:
+    """The routes that may be tried: enabled ones, only the pinned provider's if pinned,
+    only those the key's routing policy allows if it has one."""
     routes = [r for r in model.routes if not r.disabled]
     if pinned_provider is not None:
         routes = [r for r in routes if r.provider.slug == pinned_provider]
+    if policy is not None:
+        routes = [r for r in routes if policy.allows(r)]
     return routes
 
 
@@ -167,10 +172,14 @@ class Executor:
         finish: Finisher[T],
         *,
         deadline_at: float,
+        strategy: str | None = None,
     ) -> T:
         """The first route (in `routes` order) that answers and whose answer `finish`
         accepts; else the contract's error for the last failure (502/504), or 503 with
-        `Retry-After` when every route was cooling down."""
+        `Retry-After` when every route was cooling down. `strategy` is the one that ordered
+        `routes` when a routing policy replaced the model's (it decides what is measured)."""
+        if strategy is None:
+            strategy = model.strategy
         last: GatewayError | None = None
         cooling: list[float] = []
         for route in routes:
@@ -182,7 +191,14 @@ class Executor:
             while True:
                 try:
                     return await self._attempt(
-                        operation, model, route, ticket, payload, forwarded_headers, record, finish
+                        operation,
+                        strategy,
+                        route,
+                        ticket,
+                        payload,
+                        forwarded_headers,
+                        record,
+                        finish,
                     )
                 except _NextRoute as failure:
                     last = failure.error
@@ -215,7 +231,7 @@ class Executor:
     async def _attempt(
         self,
         operation: Operation,
-        model: ModelSnap,
+        strategy: str,
         route: RouteSnap,
         ticket: Any,
         payload: dict[str, Any],
@@ -232,7 +248,7 @@ class Executor:
         started = self.clock()
         try:
             result, status = await self._call(
-                operation, model, route, ticket, payload, forwarded_headers, record, finish
+                operation, strategy, route, ticket, payload, forwarded_headers, record, finish
             )
         except (_Retry, _NextRoute) as failure:
             latency_ms = (self.clock() - started) * 1000.0
@@ -244,7 +260,7 @@ class Executor:
             raise
         if record.attempt_log is not None:  # it answered after failed attempts
             record.log_attempt(kind, status, "ok", (self.clock() - started) * 1000.0)
-        if model.strategy == "least_time":
+        if strategy == "least_time":
             now = self.clock()
             self.router.latency.observe(route.id, now - started, now)
         return result
@@ -252,7 +268,7 @@ class Executor:
     async def _call(
         self,
         operation: Operation,
-        model: ModelSnap,
+        strategy: str,
         route: RouteSnap,
         ticket: Any,
         payload: dict[str, Any],
@@ -274,7 +290,7 @@ class Executor:
             raise _NextRoute(error) from None
         request = adapter.build_request(operation, route, payload, forwarded_headers)
         # In-flight counts are kept only for the strategy that reads them.
-        counted = model.strategy == "load_balance"
+        counted = strategy == "load_balance"
         in_flight = self.router.in_flight
         if counted:
             in_flight.start(route.id)

@@ -5,7 +5,8 @@ order, each with its own routes and strategy; when a provider said the prompt is
 for it ("context length exceeded", a 400 that is never resent unchanged), its
 `context_fallbacks` are tried instead, and if none serves, the provider's own error is
 returned. A pinned request (`MODEL:PROVIDER`) never leaves that provider, so it has no
-fallbacks. The answer names the model that served.
+fallbacks. A key's routing policy narrows the routes of every model tried; a fallback model
+it leaves no route to is skipped. The answer names the model that served.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import TypeVar
 
 from llmrelay.gateway.errors import GatewayError, NoCandidate, UpstreamFailed, UpstreamTimeout
 from llmrelay.gateway.executor import UpstreamRejected, candidates
-from llmrelay.snapshot.model import ModelSnap, RouteSnap, Snapshot
+from llmrelay.snapshot.model import ModelSnap, PolicySnap, RouteSnap, Snapshot
 
 T = TypeVar("T")
 #: Serves the request from one model's candidate routes (raises the executor's errors).
@@ -30,20 +31,21 @@ async def serve(
     model: ModelSnap,
     pinned: str | None,
     attempt: Attempt[T],
+    policy: PolicySnap | None = None,
 ) -> tuple[ModelSnap, T]:
     """The model that served, and what `attempt` returned for it."""
     try:
-        return model, await attempt(model, candidates(model, pinned))
+        return model, await attempt(model, candidates(model, pinned, policy))
     except UpstreamRejected as rejected:
         if pinned is not None or not rejected.context_too_long or not model.context_fallbacks:
             raise
-        return await _fall_back(
-            snapshot, tenant_id, model, model.context_fallbacks, rejected, attempt
-        )
+        names = model.context_fallbacks
+        return await _fall_back(snapshot, tenant_id, model, names, rejected, attempt, policy)
     except _ALL_FAILED as failed:
         if pinned is not None or not model.fallbacks:
             raise
-        return await _fall_back(snapshot, tenant_id, model, model.fallbacks, failed, attempt)
+        names = model.fallbacks
+        return await _fall_back(snapshot, tenant_id, model, names, failed, attempt, policy)
 
 
 async def _fall_back(
@@ -53,6 +55,7 @@ async def _fall_back(
     names: tuple[str, ...],
     first: GatewayError,
     attempt: Attempt[T],
+    policy: PolicySnap | None,
 ) -> tuple[ModelSnap, T]:
     context = isinstance(first, UpstreamRejected)
     last = first
@@ -60,8 +63,11 @@ async def _fall_back(
         other = snapshot.model(tenant_id, name)
         if other is None or other.embedding != model.embedding or other is model:
             continue
+        routes = candidates(other, None, policy)
+        if policy is not None and not routes:
+            continue  # the policy leaves it nothing to try: not a failure of its own
         try:
-            return other, await attempt(other, candidates(other, None))
+            return other, await attempt(other, routes)
         except UpstreamRejected as rejected:
             if not (context and rejected.context_too_long):
                 raise

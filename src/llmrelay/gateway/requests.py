@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from llmrelay.gateway.errors import InvalidRequest, NotFound, PermissionDenied
-from llmrelay.snapshot.model import KeySnap, ModelSnap, Snapshot
+from llmrelay.snapshot.model import KeySnap, ModelSnap, PolicySnap, Snapshot
 
 
 def parse_object(body: bytes) -> dict[str, Any]:
@@ -97,4 +97,22 @@ def resolve_model(
         raise InvalidRequest(
             f"model {model.name!r} is {kind}", code="wrong_model_kind", param="model"
         )
+    policy = principal.policy
+    if policy is not None:
+        check_policy(policy, model, pinned)
     return model, pinned
+
+
+def check_policy(policy: PolicySnap, model: ModelSnap, pinned: str | None) -> None:
+    """Fail closed: a routing policy that leaves no route of the model asked for (of the
+    pinned provider, if pinned) is a 403 naming it, never a wider set of routes. Disabled
+    routes count here: a policy that allows only those meets the usual 503 later."""
+    for route in model.routes:
+        if (pinned is None or route.provider.slug == pinned) and policy.allows(route):
+            return
+    to = f" to provider {pinned!r}" if pinned is not None else ""
+    raise PermissionDenied(
+        f"routing policy {policy.name!r} allows no route of model {model.name!r}{to}",
+        code="routing_policy_denied",
+        param="model",
+    )

@@ -1,10 +1,11 @@
 """Ordering the routes of one call: the first is tried first, the rest are the fallback chain.
 
-A model's `strategy` names the rule (see `Router.order`). The router runs once per call, so
-whatever depends only on the model (priority groups, cumulative weights, the tag lookup) is
-worked out once per `ModelSnap` and kept in a small plan cache. Whatever depends on traffic
-(latency, calls in flight) lives in `LatencyTracker` and `InFlight`, one of each per process.
-Randomness comes from an injected `random.Random`, so tests can seed it.
+A model's `strategy` names the rule (see `Router.order`); a routing policy may replace it. The
+router runs once per call, so whatever depends only on the model (priority groups, cumulative
+weights, the tag lookup) is worked out once per `ModelSnap` (and per strategy override, and
+per subset of its routes a pin or a policy leaves) and kept in a small plan cache. Whatever
+depends on traffic (latency, calls in flight) lives in `LatencyTracker` and `InFlight`, one of
+each per process. Randomness comes from an injected `random.Random`, so tests can seed it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import random
 import time
 from bisect import bisect_right
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
 from itertools import accumulate
 from operator import is_
 
@@ -148,14 +149,16 @@ class InFlight:
 class _Plan:
     """What ordering needs from one model's candidate routes, worked out once."""
 
-    __slots__ = ("by_tag", "draw", "groups", "model", "orderer", "routes")
+    __slots__ = ("by_tag", "draw", "given", "groups", "model", "orderer", "routes")
 
-    def __init__(self, model: ModelSnap, routes: Sequence[RouteSnap]) -> None:
+    def __init__(self, model: ModelSnap, routes: Sequence[RouteSnap], strategy: str) -> None:
         self.model = model
+        #: The routes as the call gave them: held so that their ids (in a cache key) stay theirs.
+        self.given = tuple(routes)
         self.routes = tuple(
             sorted((r for r in routes if not r.disabled), key=lambda r: (r.priority, r.position))
         )
-        self.orderer = _ORDERERS.get(model.strategy, Router._priority)
+        self.orderer = _ORDERERS.get(strategy, Router._priority)
         #: The weighted draw over every route (strategy `weighted`); None if all weigh 0.
         self.draw = _weights(self.routes)
         #: (start, draw) for each priority group with two routes or more and some weight.
@@ -210,7 +213,10 @@ class Router:
         self.exploration = exploration
         self._rng = rng or random.Random()
         self._clock = clock
-        self._plans: dict[int, _Plan] = {}
+        #: id(model) -> its plan; (id(model), strategy) for an overridden strategy;
+        #: (id(model), strategy, route ids) for a subset of the routes. A plan holds its model
+        #: and the routes it was given, so the ids in its key cannot be reused meanwhile.
+        self._plans: dict[Hashable, _Plan] = {}
 
     def order(
         self,
@@ -220,11 +226,13 @@ class Router:
         tag: str | None = None,
         expected_tokens: tuple[int, int] = (0, 0),
         price_of: PriceOf | None = None,
+        strategy: str | None = None,
     ) -> list[RouteSnap]:
         """The routes to try, first first. `routes` are the call's candidates in (priority,
-        position) order (e.g. pinned to one provider); None means every route of the model.
-        Disabled routes are never returned. `tag` is the request's route tag header;
-        `expected_tokens` (input, output) and `price_of` serve `cost_first`.
+        position) order (e.g. pinned to one provider, or those a routing policy allows);
+        None means every route of the model. Disabled routes are never returned. `tag` is
+        the request's route tag header; `expected_tokens` (input, output) and `price_of`
+        serve `cost_first`; `strategy` (a routing policy's) replaces `model.strategy`.
 
         - priority (default, and for unknown names): groups by priority, lowest first; each
           group's head is drawn by weight, the rest of the group follow in declaration order.
@@ -240,19 +248,31 @@ class Router:
         """
         if routes is None:
             routes = model.routes
-        if len(routes) == 1:
-            only = routes[0]
-            return [] if only.disabled else [only]
-        plan = self._plans.get(id(model))
+        if len(routes) < 2:
+            return [] if not routes or routes[0].disabled else [routes[0]]
+        if strategy is None or strategy == model.strategy:
+            strategy = model.strategy
+            key: Hashable = id(model)
+        else:
+            key = (id(model), strategy)
+        plan = self._plans.get(key)
         if plan is None or plan.model is not model:
-            if len(self._plans) >= _MAX_PLANS:
-                self._plans.clear()
-            plan = self._plans[id(model)] = _Plan(model, model.routes)
+            plan = self._keep(key, _Plan(model, model.routes, strategy))
         if routes is not model.routes and not _same(plan.routes, routes):
-            plan = _Plan(model, routes)  # a subset (pinned provider): rare, not cached
+            # A subset (a pinned provider, a routing policy's allowed routes).
+            subset = (id(model), strategy, tuple(map(id, routes)))
+            plan = self._plans.get(subset)
+            if plan is None:
+                plan = self._keep(subset, _Plan(model, routes, strategy))
         if len(plan.routes) < 2:
             return list(plan.routes)
         return plan.orderer(self, plan, (tag, expected_tokens, price_of))
+
+    def _keep(self, key: Hashable, plan: _Plan) -> _Plan:
+        if len(self._plans) >= _MAX_PLANS:
+            self._plans.clear()
+        self._plans[key] = plan
+        return plan
 
     def _priority(self, plan: _Plan, call: _Call) -> list[RouteSnap]:
         result = list(plan.routes)

@@ -18,6 +18,7 @@ from llmrelay.snapshot.model import (
     KeySnap,
     Limits,
     ModelSnap,
+    PolicySnap,
     PriceSnap,
     ProjectSnap,
     ProviderSnap,
@@ -33,6 +34,7 @@ from llmrelay.store.models import (
     Project,
     Provider,
     Route,
+    RoutingPolicy,
     VirtualModel,
 )
 from llmrelay.store.types import utcnow
@@ -74,16 +76,26 @@ async def build_snapshot(session: AsyncSession, sealer: Sealer) -> Snapshot:
             created=int(model.created_at.timestamp()),
         )
 
-    projects = {p.id: _project(p) for p in await session.scalars(select(Project))}
+    routing = await session.get(GatewaySetting, "routing")
+    breaker = BreakerSettings(**routing.value.get("breaker", {})) if routing else BreakerSettings()
+    policies = {p.id: _policy(p) for p in await session.scalars(select(RoutingPolicy))}
+    global_policy = _bound(policies, routing.value.get("policy_id") if routing else None)
+
+    project_rows = {p.id: p for p in await session.scalars(select(Project))}
+    projects = {p.id: _project(p) for p in project_rows.values()}
     keys = {}
     for key in await session.scalars(select(ApiKey)):
         project = projects.get(key.project_id)
         if project is None:
             raise SnapshotError(f"key {key.id} belongs to a missing project {key.project_id}")
-        keys[key.digest] = _key(key, project)
-
-    routing = await session.get(GatewaySetting, "routing")
-    breaker = BreakerSettings(**routing.value.get("breaker", {})) if routing else BreakerSettings()
+        # The most specific binding applies alone: the key's, the project's, the global one.
+        if key.routing_policy_id is not None:
+            policy = _bound(policies, key.routing_policy_id)
+        elif project_rows[key.project_id].routing_policy_id is not None:
+            policy = _bound(policies, project_rows[key.project_id].routing_policy_id)
+        else:
+            policy = global_policy
+        keys[key.digest] = _key(key, project, policy)
     return Snapshot(
         generation=generation,
         built_at=time.time(),
@@ -107,6 +119,7 @@ def _provider(row: Provider, sealer: Sealer) -> ProviderSnap:
         first_token_timeout_s=row.first_token_timeout_s or DEFAULT_FIRST_TOKEN_TIMEOUT_S,
         stream_idle_timeout_s=row.stream_idle_timeout_s or DEFAULT_STREAM_IDLE_TIMEOUT_S,
         api_version=row.api_version,
+        region=row.region,
     )
 
 
@@ -146,6 +159,32 @@ def _prices_in_force(rows: Iterable[PriceVersion], now: datetime) -> dict[str, P
     }
 
 
+def _policy(row: RoutingPolicy) -> PolicySnap:
+    return PolicySnap(
+        id=row.id,
+        name=row.name,
+        providers=_frozen(row.providers),
+        tags=_frozen(row.tags),
+        regions=_frozen(row.regions),
+        strategy=row.strategy,
+    )
+
+
+def _frozen(values: list[str] | None) -> frozenset[str] | None:
+    return None if values is None else frozenset(values)
+
+
+def _bound(policies: dict[str, PolicySnap], policy_id: str | None) -> PolicySnap | None:
+    """The policy a binding names. A binding to a policy that is gone fails the build (the
+    last good snapshot stays): dropping it would silently widen the keys' routes."""
+    if policy_id is None:
+        return None
+    policy = policies.get(policy_id)
+    if policy is None:
+        raise SnapshotError(f"a routing policy binding names a missing policy {policy_id}")
+    return policy
+
+
 def _limits(row: Project | ApiKey) -> Limits:
     return Limits(
         rpm=row.rpm,
@@ -165,7 +204,7 @@ def _project(row: Project) -> ProjectSnap:
     )
 
 
-def _key(row: ApiKey, project: ProjectSnap) -> KeySnap:
+def _key(row: ApiKey, project: ProjectSnap, policy: PolicySnap | None) -> KeySnap:
     own = None if row.allowed_models is None else frozenset(row.allowed_models)
     if own is None:
         allowed = project.allowed_models
@@ -183,4 +222,5 @@ def _key(row: ApiKey, project: ProjectSnap) -> KeySnap:
         allowed_models=allowed,
         ip_allowlist=tuple(ipaddress.ip_network(c, strict=False) for c in row.ip_allowlist),
         limits=_limits(row),
+        policy=policy,
     )

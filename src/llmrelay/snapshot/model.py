@@ -23,6 +23,7 @@ class ProviderSnap:
     first_token_timeout_s: float
     stream_idle_timeout_s: float
     api_version: str | None
+    region: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +72,27 @@ class ModelSnap:
 
 
 @dataclass(frozen=True, slots=True)
+class PolicySnap:
+    """A routing policy: a route passes when every allowlist that is set holds the route's
+    value (a route without a tag or a provider without a region fails a tag or region
+    list); `strategy`, when set, replaces the model's."""
+
+    id: str
+    name: str
+    providers: frozenset[str] | None
+    tags: frozenset[str] | None
+    regions: frozenset[str] | None
+    strategy: str | None
+
+    def allows(self, route: RouteSnap) -> bool:
+        return (
+            (self.providers is None or route.provider.slug in self.providers)
+            and (self.tags is None or route.tag in self.tags)
+            and (self.regions is None or route.provider.region in self.regions)
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Limits:
     rpm: int | None = None
     tpm: int | None = None
@@ -100,6 +122,9 @@ class KeySnap:
     allowed_models: frozenset[str] | None
     ip_allowlist: tuple[IPNetwork, ...]
     limits: Limits
+    #: The routing policy in force: the key's binding, else the project's, else the global
+    #: one (the most specific alone); None when none is bound.
+    policy: PolicySnap | None = None
 
     def allows_model(self, name: str) -> bool:
         return self.allowed_models is None or name in self.allowed_models

@@ -55,6 +55,24 @@ class Tenant(Timestamped, Base):
     name: Mapped[str] = mapped_column(String(200))
 
 
+class RoutingPolicy(Timestamped, Base):
+    """Constraints on the routes a key may reach, bound to a key, a project or the gateway
+    (the `routing` setting's `policy_id`); the most specific binding applies alone."""
+
+    __tablename__ = "routing_policies"
+    __table_args__ = (UniqueConstraint("tenant_id", "name"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(200))
+    #: Allowlists of provider slugs, route tags and provider regions; None = any.
+    providers: Mapped[list[str] | None] = mapped_column(JSONDoc, nullable=True)
+    tags: Mapped[list[str] | None] = mapped_column(JSONDoc, nullable=True)
+    regions: Mapped[list[str] | None] = mapped_column(JSONDoc, nullable=True)
+    #: Replaces the strategy of every model the bound keys call; None = the model's own.
+    strategy: Mapped[str | None] = mapped_column(String(32))
+
+
 class Project(Timestamped, Base):
     __tablename__ = "projects"
     __table_args__ = (UniqueConstraint("tenant_id", "name"),)
@@ -68,6 +86,9 @@ class Project(Timestamped, Base):
     tpm: Mapped[int | None]
     concurrency: Mapped[int | None]
     monthly_budget_micros: Mapped[int | None] = mapped_column(BigInteger)
+    #: The project's routing policy binding. No ON DELETE action: a bound policy cannot be
+    #: deleted (unbinding it silently would widen the keys' routes).
+    routing_policy_id: Mapped[str | None] = mapped_column(ForeignKey("routing_policies.id"))
 
 
 class ApiKey(Timestamped, Base):
@@ -95,6 +116,8 @@ class ApiKey(Timestamped, Base):
     #: Who owns the row: "config" (declarative file), "generated", "demo" or "api".
     source: Mapped[str] = mapped_column(String(16), default="config")
     last_used_at: Mapped[datetime | None]
+    #: The key's own routing policy binding; it wins over the project's (see Project).
+    routing_policy_id: Mapped[str | None] = mapped_column(ForeignKey("routing_policies.id"))
 
 
 class Provider(Timestamped, Base):
@@ -115,6 +138,8 @@ class Provider(Timestamped, Base):
     first_token_timeout_s: Mapped[float | None] = mapped_column(Float)
     stream_idle_timeout_s: Mapped[float | None] = mapped_column(Float)
     api_version: Mapped[str | None] = mapped_column(String(32))
+    #: A free-form region label that routing policies can require.
+    region: Mapped[str | None] = mapped_column(String(64))
 
 
 class VirtualModel(Timestamped, Base):
@@ -172,7 +197,8 @@ class PriceVersion(Base):
 
 
 class GatewaySetting(Base):
-    """Gateway-wide settings from the declarative config (for example `routing`)."""
+    """Gateway-wide settings from the declarative config: `routing` holds the breaker
+    settings and `policy_id`, the global routing policy binding (absent: none)."""
 
     __tablename__ = "gateway_settings"
 
@@ -217,6 +243,8 @@ class RequestRecord(Base):
     #: Upstream attempts (retries and failovers included) and the route that answered last.
     attempts: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     route_id: Mapped[str | None] = mapped_column(String(32))
+    #: The routing policy in force for the key (none bound: None).
+    policy_id: Mapped[str | None] = mapped_column(String(32))
 
 
 class RequestAttempt(Base):
