@@ -14,7 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmrelay.routing.strategies import STRATEGIES, InFlight, LatencyTracker, Router
+from llmrelay.routing.strategies import (
+    LEAST_TIME_REFRESH_S,
+    STRATEGIES,
+    InFlight,
+    LatencyTracker,
+    Router,
+)
 from llmrelay.snapshot.model import ModelSnap, ProviderSnap, RouteSnap
 
 PROVIDER = ProviderSnap(
@@ -180,6 +186,22 @@ def test_least_time_converges_on_the_fastest() -> None:
     order = _ids(router.order(model))
     measured = [x for x in order if x != "new"]
     assert measured == ["fast", "mid", "slow"]
+
+
+def test_least_time_sorts_again_only_after_the_refresh_interval() -> None:
+    clock = Clock()
+    router = Router(random.Random(5), clock=clock, exploration=0.0)
+    routes = [_route("a", 0, position=0), _route("b", 1, position=1)]
+    model = _model("least_time", routes)
+    router.latency.observe("a", 0.1, clock.now)
+    router.latency.observe("b", 0.5, clock.now)
+    assert _ids(router.order(model)) == ["a", "b"]
+    for _ in range(30):  # "a" becomes much slower
+        router.latency.observe("a", 5.0, clock.now)
+    clock.now += LEAST_TIME_REFRESH_S / 2
+    assert _ids(router.order(model)) == ["a", "b"]  # the order of a moment ago still holds
+    clock.now += LEAST_TIME_REFRESH_S
+    assert _ids(router.order(model)) == ["b", "a"]
 
 
 def test_least_time_explores_unmeasured_routes() -> None:

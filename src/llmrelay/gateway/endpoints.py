@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -198,7 +198,7 @@ class DataPlane:
             deadline.stop()
 
     def _attempt(
-        self, call: _Call, deadline_at: float, model: ModelSnap, routes: list[RouteSnap]
+        self, call: _Call, deadline_at: float, model: ModelSnap, routes: Sequence[RouteSnap]
     ) -> Awaitable[Any]:
         """Serve from one model's routes (those the key's routing policy allows), in the
         order its strategy gives, or the policy's strategy when it sets one (a plain function

@@ -22,7 +22,7 @@ import math
 import random
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 
@@ -77,10 +77,13 @@ Finisher = Callable[[RouteSnap, UpstreamResponse], Awaitable[T]]
 
 def candidates(
     model: ModelSnap, pinned_provider: str | None, policy: PolicySnap | None = None
-) -> list[RouteSnap]:
+) -> Sequence[RouteSnap]:
     """The routes that may be tried: enabled ones, only the pinned provider's if pinned,
-    only those the key's routing policy allows if it has one."""
-    routes = [r for r in model.routes if not r.disabled]
+    only those the key's routing policy allows if it has one. Without a pin or a policy
+    this is `model.enabled_routes` itself (the router recognises it: no copy, no compare)."""
+    if pinned_provider is None and policy is None:
+        return model.enabled_routes
+    routes: Sequence[RouteSnap] = model.enabled_routes
     if pinned_provider is not None:
         routes = [r for r in routes if r.provider.slug == pinned_provider]
     if policy is not None:

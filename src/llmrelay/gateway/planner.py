@@ -11,7 +11,7 @@ it leaves no route to is skipped. The answer names the model that served.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from llmrelay.gateway.errors import GatewayError, NoCandidate, UpstreamFailed, UpstreamTimeout
@@ -20,7 +20,7 @@ from llmrelay.snapshot.model import ModelSnap, PolicySnap, RouteSnap, Snapshot
 
 T = TypeVar("T")
 #: Serves the request from one model's candidate routes (raises the executor's errors).
-Attempt = Callable[[ModelSnap, list[RouteSnap]], Awaitable[T]]
+Attempt = Callable[[ModelSnap, Sequence[RouteSnap]], Awaitable[T]]
 
 _ALL_FAILED = (UpstreamFailed, UpstreamTimeout, NoCandidate)
 

@@ -35,6 +35,10 @@ STRATEGIES = frozenset(
 _MAX_PLANS = 1024
 
 
+#: How often (seconds) least_time sorts a model's routes by their averages again.
+LEAST_TIME_REFRESH_S = 0.1
+
+
 class _Stat:
     __slots__ = ("avg", "seen")
 
@@ -149,7 +153,17 @@ class InFlight:
 class _Plan:
     """What ordering needs from one model's candidate routes, worked out once."""
 
-    __slots__ = ("by_tag", "draw", "given", "groups", "model", "orderer", "routes")
+    __slots__ = (
+        "by_tag",
+        "draw",
+        "given",
+        "groups",
+        "latency_at",
+        "latency_order",
+        "model",
+        "orderer",
+        "routes",
+    )
 
     def __init__(self, model: ModelSnap, routes: Sequence[RouteSnap], strategy: str) -> None:
         self.model = model
@@ -174,6 +188,9 @@ class _Plan:
         for route in self.routes:
             if route.tag is not None:
                 self.by_tag.setdefault(route.tag, route)
+        #: least_time: (measured fastest first, unmeasured) as of `latency_at`
+        self.latency_order: tuple[tuple[RouteSnap, ...], tuple[RouteSnap, ...]] | None = None
+        self.latency_at = 0.0
 
 
 def _weights(routes: Sequence[RouteSnap]) -> tuple[tuple[float, ...], int] | None:
@@ -246,8 +263,8 @@ class Router:
         - tag: the first route tagged `tag`, then the default route (the first that is not
           it); without a tag, or with an unknown one, the default route alone.
         """
-        if routes is None:
-            routes = model.routes
+        if routes is None or routes is model.enabled_routes:
+            routes = model.routes  # the whole set: the plan leaves the disabled ones out
         if len(routes) < 2:
             return [] if not routes or routes[0].disabled else [routes[0]]
         if strategy is None or strategy == model.strategy:
@@ -294,11 +311,20 @@ class Router:
         return result
 
     def _least_time(self, plan: _Plan, call: _Call) -> list[RouteSnap]:
-        measured, unmeasured = self.latency.split(plan.routes, self._clock())
+        # Sorting by latency is most of this strategy's cost, and the averages move slowly:
+        # the order is worked out again at most every LEAST_TIME_REFRESH_S per plan.
+        now = self._clock()
+        cached = plan.latency_order
+        if cached is None or now - plan.latency_at >= LEAST_TIME_REFRESH_S or now < plan.latency_at:
+            measured_now, unmeasured_now = self.latency.split(plan.routes, now)
+            cached = plan.latency_order = (tuple(measured_now), tuple(unmeasured_now))
+            plan.latency_at = now
+        measured, unmeasured = cached
         if unmeasured and self._rng.random() < self.exploration:
-            measured.insert(0, unmeasured.pop(self._rng.randrange(len(unmeasured))))
-        measured.extend(unmeasured)
-        return measured
+            explored = self._rng.randrange(len(unmeasured))
+            rest = [r for i, r in enumerate(unmeasured) if i != explored]
+            return [unmeasured[explored], *measured, *rest]
+        return [*measured, *unmeasured]
 
     def _cost_first(self, plan: _Plan, call: _Call) -> list[RouteSnap]:
         """A price missing for a kind of token the call expects none of does not make the

@@ -65,10 +65,12 @@ class ModelSnap:
     embedding: bool
     price: PriceSnap | None
     created: int
+    #: The routes not disabled, same order (worked out once: every request starts from it).
+    enabled_routes: tuple[RouteSnap, ...] = field(init=False, compare=False, repr=False)
 
-    @property
-    def enabled_routes(self) -> tuple[RouteSnap, ...]:
-        return tuple(r for r in self.routes if not r.disabled)
+    def __post_init__(self) -> None:
+        enabled = tuple(r for r in self.routes if not r.disabled)
+        object.__setattr__(self, "enabled_routes", enabled)
 
 
 @dataclass(frozen=True, slots=True)
