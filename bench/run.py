@@ -4,6 +4,7 @@
     python -m bench.run --quick          # 3 s windows, c=1 and c=64 only (about 3 minutes)
     python -m bench.run --compare-stack  # bare proxy: uvicorn|granian x aiohttp|httpx|httpx2
     python -m bench.run --compare-stack --with-llmrelay   # ... and llmrelay under both servers
+    python -m bench.run --routing        # 8 routes (least_time) against 1 route, about 8 minutes
     python -m bench.run --markdown bench/results/FILE.json  # a results file as Markdown tables
 
 What runs (docs/performance.md explains the figures):
@@ -25,6 +26,7 @@ batched record writes), and how busy each core was. JSON results go to bench/res
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -48,6 +50,8 @@ from bench.report import (
     recorded_rows,
     save,
 )
+from bench.routing import ROUTING_MODES, compare_routing
+from bench.routing import markdown as routing_markdown
 from bench.systems import System, check_answers, start_bare, start_llmrelay
 from bench.upstream import upstream
 
@@ -307,14 +311,22 @@ def main() -> None:
     parser.add_argument(
         "--with-llmrelay", action="store_true", help="--compare-stack: llmrelay under both too"
     )
+    parser.add_argument(
+        "--routing",
+        action="store_true",
+        help="llmrelay alone: a virtual model with 8 routes (least_time) against 1 route",
+    )
     parser.add_argument("--modes", help=f"comma-separated subset of {','.join(ALL_MODES)}")
     parser.add_argument("--keep-temp", action="store_true", help="keep the temp folder (logs)")
     parser.add_argument("--markdown", type=Path, help="print a results file as Markdown, then exit")
     args = parser.parse_args()
     if args.markdown:
-        print(markdown(args.markdown))
+        data = json.loads(args.markdown.read_text())
+        print(routing_markdown(data) if data["kind"] == "routing" else markdown(args.markdown))
         return
     modes = preflight()
+    if args.routing and not args.modes:
+        modes = [m for m in modes if m in ROUTING_MODES]
     if args.modes:
         modes = [m for m in args.modes.split(",") if m in modes]
         if "plain" not in modes:
@@ -324,6 +336,9 @@ def main() -> None:
         if args.compare_stack:
             data = compare_stack(folder, modes, args.quick, args.with_llmrelay)
             kind = "stack-quick" if args.quick else "stack"
+        elif args.routing:
+            data = compare_routing(folder, modes, args.quick)
+            kind = "routing-quick" if args.quick else "routing"
         else:
             data = compare_llmrelay(folder, modes, args.quick)
             kind = "compare-quick" if args.quick else "compare"

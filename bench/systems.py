@@ -91,23 +91,47 @@ class System:
             self.process = None
 
 
-def llmrelay_config(upstream_port: int, modes: Sequence[str]) -> str:
+def routed_mode(mode: str, routes: int) -> str:
+    """The label of a mode called through the `least_time` model with `routes` routes
+    (bench.routing): "plain-8" asks for model bench-plain-8 on the plain location."""
+    return f"{mode}-{routes}"
+
+
+def _provider(slug: str, upstream_port: int, mode: str) -> str:
+    return (
+        f"  - slug: {slug}\n"
+        "    type: openai_compatible\n"
+        f"    base_url: http://127.0.0.1:{upstream_port}/{mode}/v1\n"
+        "    api_key: sk-upstream-bench-not-a-secret\n"
+        "    timeout_s: 30\n"
+    )
+
+
+def _model(name: str, slugs: Sequence[str], strategy: str | None = None) -> str:
+    routes = "".join(
+        f"      - provider: {slug}\n        upstream_model: gpt-4o-mini\n" for slug in slugs
+    )
+    return (
+        f"  - name: {name}\n"
+        + (f"    strategy: {strategy}\n" if strategy else "")
+        + "    routes:\n"
+        + routes
+        + "    pricing: {input_per_mtok: 0.15, output_per_mtok: 0.60}\n"
+    )
+
+
+def llmrelay_config(upstream_port: int, modes: Sequence[str], routed: Sequence[int] = ()) -> str:
+    """Per mode a provider mock-MODE and a one-route model bench-MODE. For each n in
+    `routed` also a `least_time` model bench-MODE-n whose n routes lead to providers
+    mock-MODE-r0, r1, ... : distinct providers (so distinct routes) on the same location."""
     providers, models = [], []
+    most = max(routed, default=0)
     for mode in modes:
-        providers.append(
-            f"  - slug: mock-{mode}\n"
-            "    type: openai_compatible\n"
-            f"    base_url: http://127.0.0.1:{upstream_port}/{mode}/v1\n"
-            "    api_key: sk-upstream-bench-not-a-secret\n"
-            "    timeout_s: 30\n"
-        )
-        models.append(
-            f"  - name: bench-{mode}\n"
-            "    routes:\n"
-            f"      - provider: mock-{mode}\n"
-            "        upstream_model: gpt-4o-mini\n"
-            "    pricing: {input_per_mtok: 0.15, output_per_mtok: 0.60}\n"
-        )
+        providers.append(_provider(f"mock-{mode}", upstream_port, mode))
+        models.append(_model(f"bench-{mode}", [f"mock-{mode}"]))
+        slugs = [f"mock-{mode}-r{i}" for i in range(most)]
+        providers += [_provider(slug, upstream_port, mode) for slug in slugs]
+        models += [_model(f"bench-{routed_mode(mode, n)}", slugs[:n], "least_time") for n in routed]
     return (
         "providers:\n" + "".join(providers) + "models:\n" + "".join(models) + "projects:\n"
         "  - name: bench\n"
@@ -118,17 +142,24 @@ def llmrelay_config(upstream_port: int, modes: Sequence[str]) -> str:
 
 
 def start_llmrelay(
-    folder: Path, upstream_port: int, modes: Sequence[str], *, server: str = "uvicorn"
+    folder: Path,
+    upstream_port: int,
+    modes: Sequence[str],
+    *,
+    server: str = "uvicorn",
+    routed: Sequence[int] = (),
 ) -> System:
     """uvicorn (as shipped): `llmrelay serve --config` on a fresh database (cold start with
     migrations and the config apply), stopped, then started again on it (restart).
-    granian: the config applied with `llmrelay apply`, then the same app under granian."""
+    granian: the config applied with `llmrelay apply`, then the same app under granian.
+    `routed`: see llmrelay_config; their modes are callable as routed_mode(mode, n)."""
     folder.mkdir(parents=True, exist_ok=True)
     config = folder / "llmrelay.yaml"
-    config.write_text(llmrelay_config(upstream_port, modes))
+    config.write_text(llmrelay_config(upstream_port, modes, routed))
     port = free_port()
     name = "llmrelay" if server == "uvicorn" else f"llmrelay-{server}"
-    paths = dict.fromkeys(modes, "/v1/chat/completions")
+    called = [*modes, *(routed_mode(m, n) for m in modes for n in routed)]
+    paths = dict.fromkeys(called, "/v1/chat/completions")
     system = System(name, port, paths, folder / f"{name}.log")
     env = {**os.environ, "LLMRELAY_DATABASE_URL": f"sqlite:///{folder / 'bench.db'}"}
     if server == "uvicorn":
@@ -172,11 +203,11 @@ def check_answers(system: System, modes: Sequence[str]) -> None:
         problem = None
         if status != 200:
             problem = f"status {status}: {body[:300]!r}"
-        elif mode == "plain":
+        elif not mode.startswith("sse"):  # plain, or plain-N (bench.routing)
             answer = json.loads(body)
             if answer.get("object") != "chat.completion" or not answer.get("choices"):
                 problem = f"not a chat.completion: {body[:300]!r}"
-            elif system.name.startswith("llmrelay") and answer.get("model") != "bench-plain":
+            elif system.name.startswith("llmrelay") and answer.get("model") != f"bench-{mode}":
                 problem = f"model not renamed: {answer.get('model')!r}"
         elif "text/event-stream" not in content_type:
             problem = f"content-type {content_type!r}"
