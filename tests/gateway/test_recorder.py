@@ -8,7 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.gateway.call import RECORD_COLUMNS, CallRecord
-from llmrelay.gateway.recorder import Recorder
+from llmrelay.gateway.recorder import _SQLITE_STATEMENT_ROWS, Recorder
 from llmrelay.store.db import session_factory
 from llmrelay.store.models import RequestAttempt, RequestRecord
 
@@ -51,7 +51,7 @@ async def test_batches_use_a_handful_of_statement_shapes(engine: AsyncEngine) ->
             assert sum(len(params) for _, params in statements) == count * len(RECORD_COLUMNS)
         else:  # PostgreSQL: one executemany
             assert len(statements) == 1 and len(statements[0][1]) == count
-    assert len(insert._multi_sql) <= 5
+    assert len(insert._multi_sql) <= len(_SQLITE_STATEMENT_ROWS)
 
 
 async def test_attempts_are_written_with_their_record_once_each(engine: AsyncEngine) -> None:

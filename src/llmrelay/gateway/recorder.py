@@ -35,8 +35,11 @@ _RETRY_DELAYS_S = (0.1, 0.5, 1.0, 2.0, 5.0)
 #: Rows per SQLite statement, largest first: a batch is cut greedily into these sizes, so
 #: only this many distinct statements exist. (Every distinct SQL text is a prepared statement
 #: in sqlite3's cache, and one with thousands of parameters is big: one text per batch size
-#: once cost about 100 MB of memory.)
-_SQLITE_STATEMENT_ROWS = (256, 64, 16, 4, 1)
+#: once cost about 100 MB of memory.) Few, large statements matter under load: each one is a
+#: round trip to aiosqlite's thread, resumed only when the event loop comes round to the
+#: writer, and with 256 busy connections a loop turn takes tens of milliseconds; with 256-row
+#: statements the writer fell behind a saturated gateway and its queue overflowed.
+_SQLITE_STATEMENT_ROWS = (1024, 256, 64, 16, 4, 1)
 
 
 class _SqliteTime:
@@ -111,7 +114,7 @@ class Recorder:
         engine: AsyncEngine,
         *,
         max_queue: int = 50_000,
-        batch_size: int = 1000,
+        batch_size: int = 4096,
         gather_s: float = 0.2,
     ) -> None:
         self._engine = engine
