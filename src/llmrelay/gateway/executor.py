@@ -122,6 +122,13 @@ def retry_after_s(value: str | None, now: float | None = None) -> float | None:
     return seconds
 
 
+def _kind(record: CallRecord, route: RouteSnap) -> str:
+    """first, retry (the same route again) or fallback (another route, or model)."""
+    if record.attempts == 0:
+        return "first"
+    return "retry" if record.route_id == route.id else "fallback"
+
+
 class _Retry(Exception):
     """This attempt failed in a way worth repeating on the same route."""
 
@@ -192,8 +199,12 @@ class Executor:
                 continue
             attempt = 1
             while True:
+                kind = _kind(record, route)
+                record.attempts += 1
+                record.route_id = route.id
+                started = self.clock()
                 try:
-                    return await self._attempt(
+                    result, status = await self._call(
                         operation,
                         strategy,
                         route,
@@ -204,9 +215,11 @@ class Executor:
                         finish,
                     )
                 except _NextRoute as failure:
+                    self._log(record, kind, failure.status, failure.error.code, started)
                     last = failure.error
                     break
                 except _Retry as failure:
+                    self._log(record, kind, failure.status, failure.error.code, started)
                     last = failure.error
                     if attempt >= model.retry_attempts:
                         break
@@ -220,6 +233,16 @@ class Executor:
                     if ticket is None:
                         break
                     attempt += 1
+                    continue
+                except UpstreamRejected as rejected:
+                    self._log(record, kind, rejected.status, rejected.code, started)
+                    raise
+                if record.attempt_log is not None:  # it answered after failed attempts
+                    self._log(record, kind, status, "ok", started)
+                if strategy == "least_time":
+                    now = self.clock()
+                    self.router.latency.observe(route.id, now - started, now)
+                return result
         if last is None:
             if cooling:
                 retry = max(1, math.ceil(min(cooling)))
@@ -231,42 +254,10 @@ class Executor:
             raise NoCandidate("no enabled route for this model")
         raise last
 
-    async def _attempt(
-        self,
-        operation: Operation,
-        strategy: str,
-        route: RouteSnap,
-        ticket: Any,
-        payload: dict[str, Any],
-        forwarded_headers: Mapping[str, str],
-        record: CallRecord,
-        finish: Finisher[T],
-    ) -> T:
-        if record.attempts == 0:
-            kind = "first"
-        else:
-            kind = "retry" if record.route_id == route.id else "fallback"
-        record.attempts += 1
-        record.route_id = route.id
-        started = self.clock()
-        try:
-            result, status = await self._call(
-                operation, strategy, route, ticket, payload, forwarded_headers, record, finish
-            )
-        except (_Retry, _NextRoute) as failure:
-            latency_ms = (self.clock() - started) * 1000.0
-            record.log_attempt(kind, failure.status, failure.error.code, latency_ms)
-            raise
-        except UpstreamRejected as rejected:
-            latency_ms = (self.clock() - started) * 1000.0
-            record.log_attempt(kind, rejected.status, rejected.code, latency_ms)
-            raise
-        if record.attempt_log is not None:  # it answered after failed attempts
-            record.log_attempt(kind, status, "ok", (self.clock() - started) * 1000.0)
-        if strategy == "least_time":
-            now = self.clock()
-            self.router.latency.observe(route.id, now - started, now)
-        return result
+    def _log(
+        self, record: CallRecord, kind: str, status: int | None, outcome: str, started: float
+    ) -> None:
+        record.log_attempt(kind, status, outcome, (self.clock() - started) * 1000.0)
 
     async def _call(
         self,
