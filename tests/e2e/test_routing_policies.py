@@ -211,3 +211,12 @@ def test_the_record_names_the_policy_in_force(
         "global": "global-fixed",
     }
     assert names[denied] == "eu-only"
+
+
+def test_the_model_list_leaves_out_models_the_policy_leaves_no_route_to(
+    clients: dict[str, openai.OpenAI],
+) -> None:
+    listed = {m.id for m in clients["plain"].models.list()}
+    assert "us-only" not in listed  # eu-only: no route in eu-west
+    assert {"chat", "primary", "backup"} <= listed
+    assert "us-only" in {m.id for m in clients["global"].models.list()}

@@ -86,6 +86,7 @@ class DataPlane:
             {"id": m.name, "object": "model", "created": m.created, "owned_by": "llmrelay"}
             for m in sorted(snapshot.tenant_models(principal.tenant_id).values(), key=_name)
             if principal.allows_model(m.name)
+            and (principal.policy is None or checks.policy_reaches(principal.policy, m))
         ]
         body = orjson.dumps({"object": "list", "data": models})
         await send_json(send, 200, body, (id_header,))

@@ -103,13 +103,20 @@ def resolve_model(
     return model, pinned
 
 
+def policy_reaches(policy: PolicySnap, model: ModelSnap, pinned: str | None = None) -> bool:
+    """Whether the policy leaves the model (the pinned provider's routes, if pinned) any
+    route. Disabled routes count: a policy that allows only those meets the usual 503."""
+    return any(
+        (pinned is None or route.provider.slug == pinned) and policy.allows(route)
+        for route in model.routes
+    )
+
+
 def check_policy(policy: PolicySnap, model: ModelSnap, pinned: str | None) -> None:
     """Fail closed: a routing policy that leaves no route of the model asked for (of the
-    pinned provider, if pinned) is a 403 naming it, never a wider set of routes. Disabled
-    routes count here: a policy that allows only those meets the usual 503 later."""
-    for route in model.routes:
-        if (pinned is None or route.provider.slug == pinned) and policy.allows(route):
-            return
+    pinned provider, if pinned) is a 403 naming it, never a wider set of routes."""
+    if policy_reaches(policy, model, pinned):
+        return
     to = f" to provider {pinned!r}" if pinned is not None else ""
     raise PermissionDenied(
         f"routing policy {policy.name!r} allows no route of model {model.name!r}{to}",
