@@ -94,6 +94,8 @@ models:
     routes:
       - {{provider: up, upstream_model: status-429-b, priority: 0}}
       - {{provider: up2, upstream_model: echo-429, priority: 1}}
+  - name: throttled-once
+    routes: [{{provider: up, upstream_model: throttle-first-1-once}}]
   - name: hurried
     deadline_s: 1
     routes: [{{provider: up, upstream_model: slow-3000}}]
@@ -340,3 +342,12 @@ def test_a_first_byte_timeout_or_a_429_moves_to_the_next_route(
 ) -> None:
     response = _ask(client, model)
     assert response.status_code == 200 and response.headers["x-llmrelay-provider"] == "up2"
+
+
+def test_a_502_carries_the_providers_retry_after(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.APIStatusError) as failed:
+        client.chat.completions.create(
+            model="throttled-once", messages=[{"role": "user", "content": "x"}]
+        )
+    assert failed.value.status_code == 502
+    assert failed.value.response.headers["retry-after"] == "1"

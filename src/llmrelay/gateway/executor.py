@@ -192,6 +192,7 @@ class Executor:
             strategy = model.strategy
         last: GatewayError | None = None
         cooling: list[float] = []
+        hint: float | None = None  # the last Retry-After a provider sent
         for route in routes:
             ticket = self.breakers.admit(route.id)
             if ticket is None:
@@ -221,6 +222,7 @@ class Executor:
                 except _Retry as failure:
                     self._log(record, kind, failure.status, failure.error.code, started)
                     last = failure.error
+                    hint = failure.wait_s if failure.wait_s is not None else hint
                     if attempt >= model.retry_attempts:
                         break
                     wait = failure.wait_s
@@ -252,6 +254,8 @@ class Executor:
                     headers={"Retry-After": str(retry)},
                 )
             raise NoCandidate("no enabled route for this model")
+        if hint is not None and not last.headers:  # "retry after" where a provider said when
+            last.headers = {"Retry-After": str(max(1, math.ceil(hint)))}
         raise last
 
     def _log(
