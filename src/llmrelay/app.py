@@ -157,6 +157,8 @@ def create_app(settings: Settings) -> GatewayApp:
                 yield
             finally:
                 poller.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await poller  # its database work ends before the engine is disposed
                 await recorder.stop(timeout_s=max(settings.drain_timeout_s, 5.0))
                 await registry.close()
         finally:

@@ -8,6 +8,7 @@ A build that fails keeps the last good snapshot, logs and counts the failure.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 
@@ -76,7 +77,15 @@ class SnapshotHolder:
         """Backstop for missed change signals: check the generation every `interval_s`."""
         while True:
             await asyncio.sleep(interval_s)
+            # Shielded: cancelled in the middle of a query (at shutdown), the query still ends
+            # and its connection goes back to the pool; a connection left checked out keeps
+            # the driver's thread (aiosqlite's is not a daemon) and the process alive.
+            refresh = asyncio.ensure_future(self.refresh_if_changed())
             try:
-                await self.refresh_if_changed()
+                await asyncio.shield(refresh)
+            except asyncio.CancelledError:
+                with contextlib.suppress(Exception):
+                    await refresh
+                raise
             except Exception as exc:  # noqa: BLE001 - the database may be briefly unreachable
                 log.warning("snapshot_poll_failed", error=f"{type(exc).__name__}: {exc}")
