@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import openai
 import pytest
 
-from tests.support.gateway_process import GatewayProcess
+from tests.support.gateway_process import GatewayProcess, serving
 from tests.support.mock_upstream import MockUpstream
 from tests.support.ports import free_port
 
@@ -105,12 +104,11 @@ def upstream() -> Iterator[MockUpstream]:
 def gateway(
     upstream: MockUpstream, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
-    folder: Path = tmp_path_factory.mktemp("gateway")
-    process = GatewayProcess(
-        folder, config=gateway_config(upstream), env={"LLMRELAY_MAX_BODY_BYTES": "65536"}
-    ).start()
-    yield process
-    assert process.stop() == 0, process.logs()
+    yield from serving(
+        tmp_path_factory.mktemp("gateway"),
+        gateway_config(upstream),
+        env={"LLMRELAY_MAX_BODY_BYTES": "65536"},
+    )
 
 
 @pytest.fixture

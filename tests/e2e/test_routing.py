@@ -6,7 +6,6 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,7 +13,7 @@ import httpx2
 import openai
 import pytest
 
-from tests.support.gateway_process import GatewayProcess
+from tests.support.gateway_process import GatewayProcess, serving
 from tests.support.mock_upstream import MockUpstream
 
 KEY = "e2e-routing-key-0123456789"
@@ -107,20 +106,11 @@ projects:
 
 
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[MockUpstream]:
-    server = MockUpstream().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def gateway(
     upstream: MockUpstream, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
-    folder: Path = tmp_path_factory.mktemp("routing")
-    process = GatewayProcess(folder, config=routing_config(upstream)).start()
-    yield process
-    assert process.stop() == 0, process.logs()
+    """The module's gateway (the module-scoped `upstream` comes from conftest.py)."""
+    yield from serving(tmp_path_factory.mktemp("routing"), routing_config(upstream))
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
@@ -94,3 +95,13 @@ class GatewayProcess:
             self._log.close()
             self._log = None
         return code
+
+
+def serving(
+    folder: Path, config: str, env: dict[str, str] | None = None
+) -> Iterator[GatewayProcess]:
+    """A module fixture's body: a gateway on `config` for the module's tests, which must
+    then shut down cleanly (SIGTERM, exit code 0)."""
+    process = GatewayProcess(folder, config=config, env=env).start()
+    yield process
+    assert process.stop() == 0, process.logs()
