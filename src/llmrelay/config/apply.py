@@ -9,9 +9,10 @@ twice changes no row and does not move the config generation.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from sqlalchemy import select
@@ -150,12 +151,12 @@ async def _upsert_provider(
     sealer: Sealer,
     result: ApplyResult,
 ) -> None:
-    row = existing.get(config.slug)
-    created = row is None
-    if row is None:
-        row = Provider(id=new_id(), tenant_id=tenant_id, slug=config.slug)
-        session.add(row)
-        existing[config.slug] = row
+    row, created = _existing_or_new(
+        session,
+        existing,
+        config.slug,
+        lambda: Provider(id=new_id(), tenant_id=tenant_id, slug=config.slug),
+    )
     changed = _assign(
         row,
         {
@@ -187,6 +188,22 @@ async def _upsert_provider(
     _note(result, "provider", config.slug, created, changed)
 
 
+R = TypeVar("R")
+
+
+def _existing_or_new(
+    session: AsyncSession, existing: dict[str, R], key: str, make: Callable[[], R]
+) -> tuple[R, bool]:
+    """The stored row under `key`, or a new one (added to the session and to `existing`);
+    whether it is new."""
+    row = existing.get(key)
+    if row is not None:
+        return row, False
+    row = existing[key] = make()
+    session.add(row)
+    return row, True
+
+
 async def _upsert_model(
     session: AsyncSession,
     tenant_id: str,
@@ -195,12 +212,12 @@ async def _upsert_model(
     providers: dict[str, Provider],
     result: ApplyResult,
 ) -> None:
-    row = existing.get(config.name)
-    created = row is None
-    if row is None:
-        row = VirtualModel(id=new_id(), tenant_id=tenant_id, name=config.name)
-        session.add(row)
-        existing[config.name] = row
+    row, created = _existing_or_new(
+        session,
+        existing,
+        config.name,
+        lambda: VirtualModel(id=new_id(), tenant_id=tenant_id, name=config.name),
+    )
     changed = _assign(
         row,
         {
@@ -290,12 +307,12 @@ def _upsert_policy(
     existing: dict[str, RoutingPolicy],
     result: ApplyResult,
 ) -> None:
-    row = existing.get(config.name)
-    created = row is None
-    if row is None:
-        row = RoutingPolicy(id=new_id(), tenant_id=tenant_id, name=config.name)
-        session.add(row)
-        existing[config.name] = row
+    row, created = _existing_or_new(
+        session,
+        existing,
+        config.name,
+        lambda: RoutingPolicy(id=new_id(), tenant_id=tenant_id, name=config.name),
+    )
     changed = _assign(
         row,
         {
