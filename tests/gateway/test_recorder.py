@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import shutil
+import sqlite3
 import time
+from pathlib import Path
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from llmrelay.gateway import record_writers
 from llmrelay.gateway.call import RECORD_COLUMNS, CallRecord
-from llmrelay.gateway.recorder import _SQLITE_STATEMENT_ROWS, Recorder
+from llmrelay.gateway.record_writers import SQLITE_STATEMENT_ROWS, SqliteWriter
+from llmrelay.gateway.recorder import Recorder
 from llmrelay.store.db import session_factory
 from llmrelay.store.models import RequestAttempt, RequestRecord
 
@@ -46,12 +52,12 @@ async def test_batches_use_a_handful_of_statement_shapes(engine: AsyncEngine) ->
     insert = recorder._records
     for count in range(1, 600):
         rows = [_record(f"r{i}").row(1.0) for i in range(count)]
-        statements = insert.statements(recorder._prepare(rows, insert.created_at))
+        statements = insert.statements(insert.prepare(rows))
         if insert.multi_row:  # SQLite: flat parameters of multi-row statements
             assert sum(len(params) for _, params in statements) == count * len(RECORD_COLUMNS)
         else:  # PostgreSQL: one executemany
             assert len(statements) == 1 and len(statements[0][1]) == count
-    assert len(insert._multi_sql) <= len(_SQLITE_STATEMENT_ROWS)
+    assert insert.statement_shapes <= len(SQLITE_STATEMENT_ROWS)
 
 
 async def test_attempts_are_written_with_their_record_once_each(engine: AsyncEngine) -> None:
@@ -80,3 +86,66 @@ async def test_attempts_are_written_with_their_record_once_each(engine: AsyncEng
         (3, "fallback", 200, "ok", "p-fallback"),
     ]
     assert all(a.request_id == "req-attempts" and a.created_at.tzinfo for a in attempts)
+
+
+async def _count_records(engine: AsyncEngine) -> int:
+    async with session_factory(engine)() as session:
+        return len((await session.scalars(select(RequestRecord.id))).all())
+
+
+async def test_sqlite_waits_out_a_lock_held_elsewhere_without_blocking_the_loop(
+    engine: AsyncEngine,
+) -> None:
+    """Another connection (`llmrelay apply` in another process, say) holds the write lock:
+    the batch is written once it is released, and requests go on being served meanwhile."""
+    recorder = Recorder(engine, gather_s=0.01)
+    if not isinstance(recorder._writer, SqliteWriter):
+        assert engine.dialect.name == "postgresql"
+        return
+    path = engine.url.database
+    assert path
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    recorder.start()
+    for i in range(300):
+        recorder.record(_record(f"locked-{i}").row(1.0))
+    ticks = 0
+    for _ in range(20):  # 0.4 s of a loop that must keep turning
+        await asyncio.sleep(0.02)
+        ticks += 1
+    assert recorder.written == 0 and recorder.dropped == 0
+    holder.execute("ROLLBACK")
+    holder.close()
+    await recorder.stop(timeout_s=10)
+    assert ticks == 20
+    assert recorder.written == 300 and recorder.dropped == 0
+    assert await _count_records(engine) == 300
+
+
+async def test_sqlite_checkpoints_the_wal_off_the_loop(engine: AsyncEngine, tmp_path: Path) -> None:
+    """The recorder's connection never checkpoints after a commit (that may wait on the
+    disk, on the event loop); the writer has the engine's thread do it every so many rows."""
+    recorder = Recorder(engine, gather_s=0.01)
+    writer = recorder._writer
+    if not isinstance(writer, SqliteWriter):
+        return
+    record_writers.CHECKPOINT_ROWS, saved = 100, record_writers.CHECKPOINT_ROWS
+    try:
+        recorder.start()
+        for i in range(250):
+            recorder.record(_record(f"wal-{i}").row(1.0))
+        await recorder.stop(timeout_s=10)
+    finally:
+        record_writers.CHECKPOINT_ROWS = saved
+    assert await _count_records(engine) == 250
+    path = engine.url.database
+    assert path
+    # The database file alone, without its WAL: the rows are there only if a checkpoint
+    # copied them (250 rows are far below SQLite's own automatic checkpoint).
+    alone = tmp_path / "alone.db"
+    shutil.copyfile(path, alone)
+    check = sqlite3.connect(alone)
+    try:
+        assert check.execute("SELECT count(*) FROM request_records").fetchone()[0] == 250
+    finally:
+        check.close()

@@ -11,6 +11,20 @@ from llmrelay.gateway.errors import AuthenticationFailed, PermissionDenied
 from llmrelay.snapshot.model import KeySnap, Snapshot
 
 _BEARER = b"bearer "
+#: Presented key -> its SHA-256 digest. Hashing is the largest part of authentication and a
+#: handful of keys make most requests; bounded (emptied when full) so garbage keys cannot
+#: grow it. It holds keys in memory that the process saw anyway, never writes them out.
+_DIGESTS: dict[str, str] = {}
+_DIGESTS_MAX = 4096
+
+
+def key_digest(key: str) -> str:
+    found = _DIGESTS.get(key)
+    if found is None:
+        if len(_DIGESTS) >= _DIGESTS_MAX:
+            _DIGESTS.clear()
+        found = _DIGESTS[key] = apikeys.digest(key)
+    return found
 
 
 def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
@@ -34,7 +48,7 @@ def authenticate(
         raise AuthenticationFailed(
             "no API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'"
         )
-    principal = snapshot.keys_by_digest.get(apikeys.digest(key))
+    principal = snapshot.keys_by_digest.get(key_digest(key))
     if principal is None:
         raise AuthenticationFailed("invalid API key")
     if principal.status != "active":

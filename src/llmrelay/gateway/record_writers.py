@@ -1,0 +1,229 @@
+"""How a batch of record rows reaches the database: the SQL, and who runs it.
+
+SQLite: the recorder's own stdlib `sqlite3` connection, run on the event loop in slices of a
+few milliseconds. Measured under load (docs/performance.md), the same inserts sent through
+aiosqlite's worker thread cost about three times their own CPU: every statement hands the GIL
+between that thread and the event loop, and on a busy loop each hand-over is a contended
+wake-up. The connection never waits for a lock on the loop (busy timeout 0; a locked database
+is retried after a pause), and WAL checkpoints, which may wait on the disk, run on the
+engine's thread instead of after a commit here.
+
+PostgreSQL: asyncpg already runs on the event loop and pipelines an executemany.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from itertools import chain
+from typing import Any, Protocol
+
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+#: Rows per SQLite statement, largest first: a batch is cut greedily into these sizes, so
+#: only this many distinct statements exist (each distinct SQL text is a prepared statement in
+#: sqlite3's cache, and one with thousands of parameters is big: one text per batch size once
+#: cost about 100 MB of memory). 256 rows take about a millisecond to insert.
+SQLITE_STATEMENT_ROWS = (256, 64, 16, 4, 1)
+#: The longest the SQLite writer runs before it lets the event loop serve requests again.
+SLICE_S = 0.002
+#: How long a locked database (another process applying config, say) is waited for, in
+#: pauses that leave the event loop free, before the batch counts as failed.
+LOCKED_WAIT_S = 30.0
+_LOCKED_PAUSE_S = 0.05
+#: Rows written between two WAL checkpoints (on the engine's thread).
+CHECKPOINT_ROWS = 8192
+
+Statement = tuple[str, Any]
+
+
+class SqliteTime:
+    """SQLAlchemy's own SQLite storage format for DateTime, so the ORM reads it back. The
+    date-and-time part is formatted once per second (a batch shares a handful of seconds)."""
+
+    __slots__ = ("_second", "_text")
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._text = ""
+
+    def __call__(self, timestamp: float) -> str:
+        seconds = int(timestamp)
+        micros = round((timestamp - seconds) * 1_000_000)
+        if micros == 1_000_000:
+            seconds, micros = seconds + 1, 0
+        if seconds != self._second:
+            self._second = seconds
+            self._text = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(seconds))
+        return f"{self._text}.{micros:06d}"
+
+
+def aware_time(timestamp: float) -> datetime:
+    return datetime.fromtimestamp(timestamp, UTC)
+
+
+class InsertSql:
+    """One table's idempotent INSERT, compiled once, and its multi-row forms for SQLite."""
+
+    def __init__(
+        self, engine: AsyncEngine, table: Any, columns: tuple[str, ...], unique: list[str]
+    ) -> None:
+        is_postgres = engine.dialect.name == "postgresql"
+        dialect = postgresql if is_postgres else sqlite
+        statement = dialect.insert(table).on_conflict_do_nothing(index_elements=unique)
+        compiled = statement.compile(dialect=engine.dialect, column_keys=list(columns))
+        assert tuple(compiled.positiontup or ()) == columns, compiled.positiontup
+        self.sql = str(compiled)
+        self.multi_row = not is_postgres
+        self.created_at = columns.index("created_at")
+        self.convert_time: Callable[[float], Any] = aware_time if is_postgres else SqliteTime()
+        head, _, rest = self.sql.partition(" VALUES ")
+        group, _, tail = rest.partition(")")
+        self._parts = (head + " VALUES ", group + ")", tail)
+        self._multi_sql: dict[int, str] = {}
+
+    def prepare(self, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """The rows with `created_at` (a Unix timestamp) in the database's form."""
+        at, convert = self.created_at, self.convert_time
+        return [(*row[:at], convert(row[at]), *row[at + 1 :]) for row in rows]
+
+    def statements(self, rows: list[tuple[Any, ...]]) -> list[Statement]:
+        """SQLite: multi-row INSERTs covering `rows`, sized from SQLITE_STATEMENT_ROWS.
+        PostgreSQL: one executemany."""
+        if not self.multi_row:
+            return [(self.sql, rows)] if rows else []
+        out: list[Statement] = []
+        start = 0
+        for size in SQLITE_STATEMENT_ROWS:
+            while len(rows) - start >= size:
+                part = rows[start : start + size]
+                out.append((self._statement_for(size), tuple(chain.from_iterable(part))))
+                start += size
+        return out
+
+    @property
+    def statement_shapes(self) -> int:
+        return len(self._multi_sql)
+
+    def _statement_for(self, count: int) -> str:
+        sql = self._multi_sql.get(count)
+        if sql is None:
+            head, group, tail = self._parts
+            sql = self._multi_sql[count] = head + ", ".join([group] * count) + tail
+        return sql
+
+
+class BatchWriter(Protocol):
+    async def write(self, statements: list[Statement], rows: int) -> None:
+        """Run `statements` in one transaction (all or nothing); raise on failure."""
+
+    async def drain(self) -> None:
+        """Finish background work (before the engine is disposed)."""
+
+    def close(self) -> None: ...
+
+
+class EngineWriter:
+    """Through the SQLAlchemy engine (PostgreSQL; SQLite without a file)."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def write(self, statements: list[Statement], rows: int) -> None:
+        async with self._engine.begin() as conn:
+            for sql, params in statements:
+                await conn.exec_driver_sql(sql, params)
+
+    async def drain(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class SqliteWriter:
+    """The recorder's own connection to the SQLite file, used on the event loop."""
+
+    def __init__(self, engine: AsyncEngine, path: str) -> None:
+        self._engine = engine
+        self._path = path
+        self._db: sqlite3.Connection | None = None
+        self._since_checkpoint = 0
+        self._checkpoint: asyncio.Task[None] | None = None
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._db is None:
+            db = sqlite3.connect(self._path, isolation_level=None, timeout=0)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA wal_autocheckpoint=0")
+            self._db = db
+        return self._db
+
+    async def write(self, statements: list[Statement], rows: int) -> None:
+        db = self._connection()
+        await self._begin(db)
+        try:
+            resumed = time.perf_counter()
+            for sql, params in statements:
+                db.execute(sql, params)
+                if time.perf_counter() - resumed >= SLICE_S:
+                    await asyncio.sleep(0)  # let requests through; the transaction stays open
+                    resumed = time.perf_counter()
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        self._since_checkpoint += rows
+        if self._since_checkpoint >= CHECKPOINT_ROWS and self._checkpoint is None:
+            self._since_checkpoint = 0
+            self._checkpoint = asyncio.create_task(self._run_checkpoint())
+
+    async def _begin(self, db: sqlite3.Connection) -> None:
+        """BEGIN IMMEDIATE (the write lock now, not halfway through), waiting for a lock
+        another connection holds in pauses that leave the loop free."""
+        give_up = time.monotonic() + LOCKED_WAIT_S
+        while True:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if not _is_locked(exc) or time.monotonic() >= give_up:
+                    raise
+            await asyncio.sleep(_LOCKED_PAUSE_S)
+
+    async def _run_checkpoint(self) -> None:
+        try:
+            async with self._engine.connect() as conn:
+                await conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+        except Exception:  # noqa: BLE001 - the next checkpoint will try again
+            self._since_checkpoint = CHECKPOINT_ROWS
+        finally:
+            self._checkpoint = None
+
+    async def drain(self) -> None:
+        """Wait for a checkpoint in progress (before the engine is disposed)."""
+        if self._checkpoint is not None:
+            await asyncio.shield(self._checkpoint)
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
+def _is_locked(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc)
+    return "locked" in text or "busy" in text
+
+
+def writer_for(engine: AsyncEngine) -> EngineWriter | SqliteWriter:
+    path = engine.url.database if engine.dialect.name == "sqlite" else None
+    if not path or path == ":memory:" or path.startswith("file:"):
+        return EngineWriter(engine)
+    return SqliteWriter(engine, path)
