@@ -276,3 +276,39 @@ async def test_an_unknown_policy_against_the_database_is_an_error(engine: AsyncE
         "gw.yaml: projects[0].keys[0].routing_policy: unknown routing policy 'ghost'"
     )
     assert len((await _dump(engine))["projects"]) == 1
+
+
+CAPABLE = GOOD.replace(
+    "{provider: local, upstream_model: llama, priority: 1}",
+    "{provider: local, upstream_model: llama, priority: 1,"
+    " capabilities: {tools: false, context_window: 8192},"
+    " pricing: {input_per_mtok: 0.25, output_per_mtok: 1}}",
+)
+
+
+async def test_route_capabilities_and_prices_are_stored_as_stated(engine: AsyncEngine) -> None:
+    await _apply(engine, CAPABLE)
+    async with session_factory(engine)() as session:
+        routes = (await session.scalars(select(Route))).all()
+    llama = next(r for r in routes if r.upstream_model == "llama" and r.priority == 1)
+    assert llama.capabilities == {"tools": False, "context_window": 8192}  # the rest unknown
+    assert llama.pricing == {"input": 250_000, "output": 1_000_000}
+    others = [r for r in routes if r is not llama]
+    assert len(others) == 2 and all(r.capabilities is None and r.pricing is None for r in others)
+    again = await _apply(engine, CAPABLE)
+    assert again.changes == []
+    changed = await _apply(engine, CAPABLE.replace("tools: false", "tools: true"))
+    assert changed.changes == ["updated model chat-fast (routes)"]
+    removed = await _apply(engine, GOOD)
+    assert removed.changes == ["updated model chat-fast (routes)"]
+    async with session_factory(engine)() as session:
+        assert all(r.capabilities is None for r in (await session.scalars(select(Route))).all())
+
+
+def test_a_bad_capability_names_the_path() -> None:
+    with pytest.raises(ConfigError) as bad:
+        parse_config(CAPABLE.replace("tools: false", "tools: maybe"), "gw.yaml", ENV)
+    assert "models[0].routes[1].capabilities.tools" in str(bad.value)
+    with pytest.raises(ConfigError) as unknown:
+        parse_config(CAPABLE.replace("tools: false", "vision: false"), "gw.yaml", ENV)
+    assert "vision" in str(unknown.value)

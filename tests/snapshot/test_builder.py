@@ -8,11 +8,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay import apikeys
 from llmrelay.snapshot.holder import SnapshotHolder
+from llmrelay.snapshot.model import Capabilities, RoutePrice
 from llmrelay.store.bootstrap import bump_generation
 from llmrelay.store.crypto import Sealer
 from llmrelay.store.db import session_factory
 from llmrelay.store.models import GatewaySetting, Provider
-from tests.config.test_apply import SEALER, _apply
+from tests.config.test_apply import CAPABLE, SEALER, _apply
 from tests.config.test_loader import ENV, GOOD
 
 
@@ -153,3 +154,16 @@ async def test_a_binding_to_a_missing_policy_keeps_the_last_good_snapshot(
     assert not await holder.refresh_if_changed()
     assert holder.current is good
     assert holder.last_error is not None and "missing policy gone" in holder.last_error
+
+
+async def test_route_capabilities_and_prices_reach_the_snapshot(engine: AsyncEngine) -> None:
+    await _apply(engine, CAPABLE)
+    snapshot = (await _holder(engine)).current
+    tenant = next(iter(snapshot.keys_by_digest.values())).tenant_id
+    fast = snapshot.model(tenant, "chat-fast")
+    backup = snapshot.model(tenant, "chat-backup")
+    assert fast is not None and backup is not None
+    assert fast.routes[1].capabilities == Capabilities(tools=False, context_window=8192)
+    assert fast.routes[1].price == RoutePrice(input=250_000, output=1_000_000)
+    assert fast.routes[0].capabilities is None and fast.routes[0].price is None
+    assert fast.capability_aware and not backup.capability_aware

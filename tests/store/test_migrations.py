@@ -59,7 +59,8 @@ async def test_policy_bindings_come_and_go_without_losing_keys(database_url: str
     """0002 adds columns to `projects`, `api_keys` and `providers` (foreign keys on the first
     two). On SQLite a table copy (how SQLite adds a constraint or drops a column in batch
     mode) drops the old table, and with foreign keys enforced that deletes every key of a
-    project or route of a provider (ON DELETE CASCADE): neither direction may copy them."""
+    project or route of a provider (ON DELETE CASCADE): neither direction may copy them. 0003
+    adds columns to `routes`, the same way."""
     engine = create_engine(database_url)
     now = "CURRENT_TIMESTAMP"
     rows = [
@@ -86,6 +87,9 @@ async def test_policy_bindings_come_and_go_without_losing_keys(database_url: str
             for row in rows:
                 await conn.execute(text(row))
         await _to(engine, "0002")
+        async with engine.connect() as conn:
+            assert (await conn.execute(kept)).one() == (1, 1)
+        await _to(engine, "0003")  # columns added to `routes` itself
         async with engine.connect() as conn:
             assert (await conn.execute(kept)).one() == (1, 1)
             assert await conn.run_sync(_diff) == []

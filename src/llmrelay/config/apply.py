@@ -28,6 +28,7 @@ from llmrelay.config.schema import (
     PricingConfig,
     ProjectConfig,
     ProviderConfig,
+    RouteConfig,
     RoutingConfig,
 )
 from llmrelay.store.bootstrap import bump_generation, current_generation, ensure_default_tenant
@@ -269,6 +270,8 @@ async def _sync_routes(
                     "tag": route_config.tag,
                     "disabled": route_config.disabled,
                     "position": position,
+                    "capabilities": _capabilities(route_config),
+                    "pricing": _route_pricing(route_config),
                 },
             )
         )
@@ -277,6 +280,22 @@ async def _sync_routes(
             await session.delete(row)
             changed = True
     return changed
+
+
+def _capabilities(route: RouteConfig) -> dict[str, Any] | None:
+    """Only what the file states: a capability left out stays unknown."""
+    if route.capabilities is None:
+        return None
+    return route.capabilities.model_dump(exclude_none=True) or None
+
+
+def _route_pricing(route: RouteConfig) -> dict[str, Any] | None:
+    if route.pricing is None:
+        return None
+    return {
+        "input": usd_to_micros(route.pricing.input_per_mtok),
+        "output": usd_to_micros(route.pricing.output_per_mtok),
+    }
 
 
 async def _sync_price(session: AsyncSession, model: VirtualModel, pricing: PricingConfig) -> bool:

@@ -122,6 +122,24 @@ class ProviderConfig(_Strict):
         return self.base_url or DEFAULT_BASE_URLS.get(self.type)
 
 
+class CapabilitiesConfig(_Strict):
+    """What a route's upstream model can do. A field left out is unknown, and an unknown
+    capability never keeps a route from a request."""
+
+    tools: bool | None = None
+    images: bool | None = None
+    json_schema: bool | None = None
+    streaming: bool | None = None
+    context_window: Annotated[int, Field(ge=1)] | None = None
+
+
+class RoutePricingConfig(_Strict):
+    """What one route costs, USD per million tokens (strategy cost_first orders by it)."""
+
+    input_per_mtok: Annotated[Decimal, Field(ge=0)] | None = None
+    output_per_mtok: Annotated[Decimal, Field(ge=0)] | None = None
+
+
 class RouteConfig(_Strict):
     provider: Slug
     upstream_model: Annotated[str, Field(min_length=1, max_length=200)]
@@ -129,6 +147,8 @@ class RouteConfig(_Strict):
     weight: Annotated[float, Field(ge=0)] = 1.0
     tag: Label | None = None
     disabled: bool = False
+    capabilities: CapabilitiesConfig | None = None
+    pricing: RoutePricingConfig | None = None
 
 
 class RetryConfig(_Strict):

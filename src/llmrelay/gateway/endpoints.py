@@ -23,6 +23,7 @@ from llmrelay.gateway import requests as checks
 from llmrelay.gateway.asgi import read_body, send_json, send_sse
 from llmrelay.gateway.auth import authenticate
 from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
+from llmrelay.gateway.capabilities import Needs, expected_tokens, needs_of, price_of
 from llmrelay.gateway.errors import ClientDisconnected, GatewayError, UpstreamTimeout
 from llmrelay.gateway.executor import Executor, Finisher, UpstreamRejected, candidates
 from llmrelay.gateway.ingress import RequestContext
@@ -118,6 +119,11 @@ class DataPlane:
                 snapshot, principal, payload["model"], embedding=operation is Operation.EMBEDDINGS
             )
             record.virtual_model = model.name
+            needs = None
+            if operation is Operation.CHAT and (
+                model.capability_aware or model.fallbacks or model.context_fallbacks
+            ):
+                needs = needs_of(payload)
             forwarded = forwardable(scope["headers"])
             forwarded["x-request-id"] = context.request_id  # correlates provider-side logs
             call = _Call(
@@ -129,6 +135,7 @@ class DataPlane:
                 context.route_tag,
                 context.session_id,
                 principal.policy,
+                needs,
             )
             if operation is Operation.CHAT and payload.get("stream") is True:
                 record.stream = streaming = True
@@ -179,10 +186,10 @@ class DataPlane:
                     attempt = partial(self._attempt, call, deadline_at)
                     tenant = call.record.tenant_id or ""
                     served, answer = await serve(
-                        snapshot, tenant, model, pinned, attempt, call.policy
+                        snapshot, tenant, model, pinned, attempt, call.policy, call.needs
                     )
                 else:
-                    routes = candidates(model, pinned, call.policy)
+                    routes = candidates(model, pinned, call.policy, call.needs)
                     served = model
                     answer = await self._attempt(call, deadline_at, model, routes)
             if call.session_id is not None and call.record.route_id is not None:
@@ -207,7 +214,16 @@ class DataPlane:
         executor = call.runtime.executor
         policy = call.policy
         strategy = None if policy is None else policy.strategy
-        ordered = executor.router.order(model, routes, tag=call.route_tag, strategy=strategy)
+        if (strategy or model.strategy) == "cost_first":
+            ordered = executor.router.order(
+                model,
+                routes,
+                expected_tokens=expected_tokens(call.payload),
+                price_of=price_of(model),
+                strategy=strategy,
+            )
+        else:
+            ordered = executor.router.order(model, routes, tag=call.route_tag, strategy=strategy)
         if call.session_id is not None and len(ordered) > 1:
             session = f"{model.id}:{call.session_id}"
             ordered = executor.affinity.prefer(session, ordered, _route_id, executor.usable)
@@ -296,6 +312,8 @@ class _Call:
     route_tag: str | None
     session_id: str | None
     policy: PolicySnap | None
+    #: What the request uses (examined only when a route declares capabilities).
+    needs: Needs | None
 
 
 def _name(model: ModelSnap) -> str:

@@ -27,6 +27,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 
 from llmrelay.gateway.call import CallRecord
+from llmrelay.gateway.capabilities import Needs, capable
 from llmrelay.gateway.errors import GatewayError, NoCandidate, UpstreamFailed, UpstreamTimeout
 from llmrelay.protocols.openai import upstream_error_message
 from llmrelay.providers.base import Operation, UpstreamResponse
@@ -76,18 +77,23 @@ Finisher = Callable[[RouteSnap, UpstreamResponse], Awaitable[T]]
 
 
 def candidates(
-    model: ModelSnap, pinned_provider: str | None, policy: PolicySnap | None = None
+    model: ModelSnap,
+    pinned_provider: str | None,
+    policy: PolicySnap | None = None,
+    needs: Needs | None = None,
 ) -> Sequence[RouteSnap]:
     """The routes that may be tried: enabled ones, only the pinned provider's if pinned,
-    only those the key's routing policy allows if it has one. Without a pin or a policy
-    this is `model.enabled_routes` itself (the router recognises it: no copy, no compare)."""
-    if pinned_provider is None and policy is None:
-        return model.enabled_routes
+    only those the key's routing policy allows if it has one, only those not known to lack
+    what the request `needs` (CapabilityMissing when that leaves none). Without a pin, a
+    policy or a capability left out, this is `model.enabled_routes` itself (the router
+    recognises it: no copy, no compare)."""
     routes: Sequence[RouteSnap] = model.enabled_routes
     if pinned_provider is not None:
         routes = [r for r in routes if r.provider.slug == pinned_provider]
     if policy is not None:
         routes = [r for r in routes if policy.allows(r)]
+    if needs is not None:
+        routes = capable(model, routes, needs)
     return routes
 
 

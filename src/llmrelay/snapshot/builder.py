@@ -6,8 +6,10 @@ import ipaddress
 import time
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import fields
 from datetime import datetime
 from types import MappingProxyType
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -15,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from llmrelay.config.apply import open_credentials
 from llmrelay.snapshot.model import (
     BreakerSettings,
+    Capabilities,
     KeySnap,
     Limits,
     ModelSnap,
@@ -22,6 +25,7 @@ from llmrelay.snapshot.model import (
     PriceSnap,
     ProjectSnap,
     ProviderSnap,
+    RoutePrice,
     RouteSnap,
     Snapshot,
 )
@@ -39,6 +43,7 @@ from llmrelay.store.models import (
 )
 from llmrelay.store.types import utcnow
 
+_CAPABILITY_FIELDS = tuple(f.name for f in fields(Capabilities))
 DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
 DEFAULT_FIRST_TOKEN_TIMEOUT_S = 120.0
@@ -136,7 +141,22 @@ def _route(row: Route, providers: dict[str, ProviderSnap]) -> RouteSnap:
         tag=row.tag,
         disabled=row.disabled,
         position=row.position,
+        capabilities=_capabilities(row.capabilities),
+        price=_route_price(row.pricing),
     )
+
+
+def _capabilities(stored: dict[str, Any] | None) -> Capabilities | None:
+    if not stored:
+        return None
+    known = {name: stored[name] for name in _CAPABILITY_FIELDS if name in stored}
+    return Capabilities(**known) if known else None
+
+
+def _route_price(stored: dict[str, Any] | None) -> RoutePrice | None:
+    if not stored or (stored.get("input") is None and stored.get("output") is None):
+        return None
+    return RoutePrice(input=stored.get("input"), output=stored.get("output"))
 
 
 def _prices_in_force(rows: Iterable[PriceVersion], now: datetime) -> dict[str, PriceSnap]:

@@ -27,6 +27,27 @@ class ProviderSnap:
 
 
 @dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a route's upstream model is known to do. None is unknown, and an unknown
+    capability is never held against a route."""
+
+    tools: bool | None = None
+    images: bool | None = None
+    json_schema: bool | None = None
+    streaming: bool | None = None
+    #: The longest prompt it takes, in tokens.
+    context_window: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RoutePrice:
+    """What one route costs (config `routes[].pricing`), micro-USD per million tokens."""
+
+    input: int | None
+    output: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class RouteSnap:
     id: str
     provider: ProviderSnap
@@ -36,6 +57,8 @@ class RouteSnap:
     tag: str | None
     disabled: bool
     position: int
+    capabilities: Capabilities | None = None
+    price: RoutePrice | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +90,14 @@ class ModelSnap:
     created: int
     #: The routes not disabled, same order (worked out once: every request starts from it).
     enabled_routes: tuple[RouteSnap, ...] = field(init=False, compare=False, repr=False)
+    #: Whether any route declares capabilities (else requests are not examined for them).
+    capability_aware: bool = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         enabled = tuple(r for r in self.routes if not r.disabled)
         object.__setattr__(self, "enabled_routes", enabled)
+        aware = any(r.capabilities is not None for r in enabled)
+        object.__setattr__(self, "capability_aware", aware)
 
 
 @dataclass(frozen=True, slots=True)

@@ -176,6 +176,10 @@ class Route(Timestamped, Base):
     disabled: Mapped[bool] = mapped_column(Boolean, default=False)
     #: Order in the declaring list; strategy "fixed" follows it.
     position: Mapped[int] = mapped_column(Integer, default=0)
+    #: What the upstream model can do (config `capabilities`; keys left out are unknown).
+    capabilities: Mapped[dict[str, Any] | None] = mapped_column(JSONDoc, nullable=True)
+    #: What this route costs: {"input": micro-USD per Mtok, "output": ...} (strategy cost_first).
+    pricing: Mapped[dict[str, Any] | None] = mapped_column(JSONDoc, nullable=True)
 
 
 class PriceVersion(Base):
