@@ -1,8 +1,8 @@
 """A real HTTP server speaking the OpenAI wire format, with failures on demand.
 
 It runs on loopback in a background thread (its own event loop), so a test can point a
-gateway process at it and then inspect exactly what arrived. The behaviour is chosen by the
-upstream model name the gateway sends (see `_behaviour`):
+gateway process at it and then inspect exactly what arrived (`requests`, with headers and
+query). The behaviour is chosen by the upstream model name the gateway sends (see `_behaviour`):
 
     echo               echo the last user message (default)
     status-CODE        answer CODE with an OpenAI error body
@@ -15,6 +15,14 @@ upstream model name the gateway sends (see `_behaviour`):
     redirect           answer 307 to another path (a gateway must not follow it)
     fail-first-N       answer 503 to the first N requests for this model, then echo
     throttle-first-N   answer 429 with `Retry-After: 1` to the first N requests, then echo
+
+The same server and port also speak three more providers' wire formats, so a gateway's
+adapters meet the real thing; their base URL is the host root (`root_url`):
+
+    anthropic     /v1/messages, /v1/messages/count_tokens          (tests.support.mock_anthropic)
+    gemini        /v1beta/models/{model}:generateContent, :streamGenerateContent (mock_gemini)
+    azure_openai  /openai/deployments/{deployment}/chat/completions and /embeddings: the OpenAI
+                  answers behind Azure's checks (`_azure_refusal`; model `content-filter`)
 
 Like OpenAI, which answers a request for `gpt-4o-mini` as `gpt-4o-mini-2024-07-18`, every
 answer names a dated snapshot of the model asked for (`reported_model`): the gateway must
@@ -30,7 +38,7 @@ import struct
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
@@ -43,6 +51,14 @@ class ReceivedRequest:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    #: The query string (Azure's `api-version`, Gemini's `alt=sse`).
+    query: dict[str, str] = field(default_factory=dict)
+
+
+class ErrorReply(Protocol):
+    """How one protocol words a failure, so the failures all protocols share are one code."""
+
+    def __call__(self, status: int, *, retry_after: str | None = None) -> web.Response: ...
 
 
 @dataclass
@@ -61,6 +77,11 @@ class MockUpstream:
     @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def root_url(self) -> str:
+        """The base URL of the anthropic, gemini and azure_openai protocols (they add paths)."""
+        return f"http://{self.host}:{self.port}"
 
     def start(self) -> MockUpstream:
         ready = threading.Event()
@@ -95,6 +116,17 @@ class MockUpstream:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/embeddings", self._embeddings)
         app.router.add_post("/elsewhere/chat/completions", self._chat)
+        azure = "/openai/deployments/{deployment}"
+        app.router.add_post(f"{azure}/chat/completions", self._azure_chat)
+        app.router.add_post(f"{azure}/embeddings", self._azure_embeddings)
+        # Imported here, not at the top: both modules build on this one's helpers.
+        from tests.support.mock_anthropic import AnthropicMessages
+        from tests.support.mock_gemini import GeminiModels
+
+        anthropic = AnthropicMessages(self)
+        app.router.add_post("/v1/messages", anthropic.messages)
+        app.router.add_post("/v1/messages/count_tokens", anthropic.count_tokens)
+        app.router.add_post("/{version:v1beta|v1}/models/{target}", GeminiModels(self).target)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await self._runner.setup()
         await web.TCPSite(self._runner, self.host, self.port).start()
@@ -110,24 +142,38 @@ class MockUpstream:
 
     async def _receive(self, request: web.Request) -> dict[str, Any]:
         body: dict[str, Any] = orjson.loads(await request.read())
-        self.requests.append(ReceivedRequest(request.path, dict(request.headers), body))
+        headers, query = dict(request.headers), dict(request.query)
+        self.requests.append(ReceivedRequest(request.path, headers, body, query))
         return body
 
-    async def _chat(self, request: web.Request) -> web.StreamResponse:
-        body = await self._receive(request)
-        kind, arg = _behaviour(str(body.get("model", "")))
+    async def _admit(
+        self, request: web.Request, model: str, error: ErrorReply, *, overloaded: int = 503
+    ) -> web.StreamResponse | None:
+        """The failures every protocol shares (status, fail-first, throttle-first, slow), worded
+        by `error`; None lets the answer go on. `overloaded` is what fail-first answers."""
+        kind, arg = _behaviour(model)
         if kind == "status":
-            return _error(arg)
+            return error(arg)
         if kind in ("fail-first", "throttle-first"):
-            model = str(body.get("model"))
             self.seen[model] = self.seen.get(model, 0) + 1
             if self.seen[model] <= arg:
-                return _error(503) if kind == "fail-first" else _error(429, retry_after="1")
+                return error(overloaded) if kind == "fail-first" else error(429, retry_after="1")
+        if kind == "slow" and not await _wait_unless_gone(request, arg / 1000):
+            self.abandoned.append(model)
+            return web.Response(status=499)
+        return None
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._answer_chat(request, await self._receive(request))
+
+    async def _answer_chat(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        model = str(body.get("model", ""))
+        refused = await self._admit(request, model, _error)
+        if refused is not None:
+            return refused
+        kind, arg = _behaviour(model)
         if kind == "redirect":
             raise web.HTTPTemporaryRedirect("/elsewhere/chat/completions")
-        if kind == "slow" and not await _wait_unless_gone(request, arg / 1000):
-            self.abandoned.append(str(body.get("model")))
-            return web.Response(status=499)
         reply = _last_user_text(body.get("messages", []))
         if not body.get("stream"):
             return web.json_response(_completion(body, reply), dumps=_dumps)
@@ -174,7 +220,9 @@ class MockUpstream:
         return response
 
     async def _embeddings(self, request: web.Request) -> web.Response:
-        body = await self._receive(request)
+        return self._answer_embeddings(await self._receive(request))
+
+    def _answer_embeddings(self, body: dict[str, Any]) -> web.Response:
         kind, arg = _behaviour(str(body.get("model", "")))
         if kind == "status":
             return _error(arg)
@@ -201,6 +249,57 @@ class MockUpstream:
             },
             dumps=_dumps,
         )
+
+    async def _azure_chat(self, request: web.Request) -> web.StreamResponse:
+        body = {"model": request.match_info["deployment"], **await self._receive(request)}
+        refused = _azure_refusal(request, str(body["model"]))
+        return refused if refused is not None else await self._answer_chat(request, body)
+
+    async def _azure_embeddings(self, request: web.Request) -> web.Response:
+        body = {"model": request.match_info["deployment"], **await self._receive(request)}
+        refused = _azure_refusal(request)
+        return refused if refused is not None else self._answer_embeddings(body)
+
+
+def _azure_refusal(request: web.Request, model: str = "") -> web.Response | None:
+    """What Azure answers before any model runs: no key, no `api-version` (a 404 "Resource not
+    found" on the real service, not a 400), or a prompt its content filter blocks."""
+    if not request.headers.get("api-key"):
+        message = (
+            "Access denied due to invalid subscription key or wrong API endpoint. Make sure to "
+            "provide a valid key for an active subscription and use a correct regional API "
+            "endpoint for your resource."
+        )
+        return web.json_response({"error": {"code": "401", "message": message}}, status=401)
+    if not request.query.get("api-version"):
+        error = {"error": {"code": "404", "message": "Resource not found"}}
+        return web.json_response(error, status=404)
+    if _behaviour(model)[0] == "content-filter":
+        return web.json_response(_CONTENT_FILTERED, status=400)
+    return None
+
+
+_SAFE = {"filtered": False, "severity": "safe"}
+#: What Azure OpenAI answers when its content filter blocks a prompt (HTTP 400).
+_CONTENT_FILTERED = {
+    "error": {
+        "message": "The response was filtered due to the prompt triggering Azure OpenAI's content "
+        "management policy. Please modify your prompt and retry. To learn more about our content "
+        "filtering policies please read our documentation: "
+        "https://go.microsoft.com/fwlink/?linkid=2198766",
+        "type": None,
+        "param": "prompt",
+        "code": "content_filter",
+        "status": 400,
+        "innererror": {
+            "code": "ResponsibleAIPolicyViolation",
+            "content_filter_result": {
+                "hate": {"filtered": True, "severity": "high"},
+                **{category: _SAFE for category in ("self_harm", "sexual", "violence")},
+            },
+        },
+    }
+}
 
 
 async def _wait_unless_gone(request: web.Request, seconds: float) -> bool:
@@ -235,6 +334,8 @@ def _behaviour(model: str) -> tuple[str, int]:
             digits = re.match(r"\d+", model[len(prefix) :])
             return kind, int(digits.group()) if digits else 0
     if model in ("no-done", "malformed", "redirect", "burst"):
+        return model, 0
+    if model in ("overloaded-midstream", "content-filter"):  # anthropic, azure_openai
         return model, 0
     return "echo", 0
 

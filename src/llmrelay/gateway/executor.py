@@ -28,9 +28,16 @@ from typing import Any, TypeVar
 
 from llmrelay.gateway.call import CallRecord
 from llmrelay.gateway.capabilities import Needs, capable
-from llmrelay.gateway.errors import GatewayError, NoCandidate, UpstreamFailed, UpstreamTimeout
+from llmrelay.gateway.errors import (
+    GatewayError,
+    InvalidRequest,
+    NoCandidate,
+    UpstreamFailed,
+    UpstreamTimeout,
+)
 from llmrelay.protocols.openai import upstream_error_message
-from llmrelay.providers.base import Operation, UpstreamResponse
+from llmrelay.protocols.translation import TranslationError
+from llmrelay.providers.base import Operation, UnsupportedOperation, UpstreamResponse
 from llmrelay.providers.errors import (
     UpstreamConnectError,
     UpstreamError,
@@ -44,7 +51,9 @@ from llmrelay.snapshot.model import ModelSnap, PolicySnap, RouteSnap
 
 _CLIENT_FAULT = frozenset({400, 413, 422})
 _MISCONFIGURED = frozenset({401, 403, 404})
-_SECRETISH = re.compile(r"\b(sk|pk|key|token|bearer)[-_ ]?[A-Za-z0-9*._-]{6,}", re.IGNORECASE)
+_SECRETISH = re.compile(
+    r"\b((sk|pk|key|token|bearer)[-_ ]?[A-Za-z0-9*._-]{6,}|AIza[A-Za-z0-9_-]{20,})", re.IGNORECASE
+)
 _MESSAGE_LIMIT = 300
 #: The shortest wait between two attempts on one route.
 MIN_RETRY_GAP_S = 0.25
@@ -292,7 +301,19 @@ class Executor:
             breakers.failed(ticket, misconfigured=True)
             error = UpstreamFailed(f"provider {slug}: {exc}", code="provider_unsupported")
             raise _NextRoute(error) from None
-        request = adapter.build_request(operation, route, payload, forwarded_headers)
+        try:
+            request = adapter.build_request(operation, route, payload, forwarded_headers)
+        except TranslationError as exc:
+            # What the request asks cannot be said in this provider's protocol.
+            breakers.abandon(ticket)
+            raise InvalidRequest(
+                f"provider {slug} cannot serve this request: {exc.message}", param=exc.param
+            ) from None
+        except UnsupportedOperation as exc:
+            breakers.abandon(ticket)
+            raise _NextRoute(
+                UpstreamFailed(f"provider {slug}: {exc}", code="unsupported")
+            ) from None
         # In-flight counts are kept only for the strategy that reads them.
         counted = strategy == "load_balance"
         in_flight = self.router.in_flight
@@ -302,6 +323,8 @@ class Executor:
         try:
             try:
                 response = await self.registry.transport(provider.type).send(request, provider)
+                if request.translate is not None:
+                    response = request.translate(response)
             except UpstreamTimeoutError as exc:
                 breakers.failed(ticket)
                 raise _NextRoute(UpstreamTimeout(f"provider {slug}: {exc}")) from None

@@ -1,10 +1,9 @@
 """Relaying an OpenAI chat stream from a provider to the client, event by event.
 
-`prime` reads ahead until the first event that carries content, so a route that fails
-before that can still be swapped for the next one without the client seeing anything.
-After that the stream is committed: a break or stall ends it with an error event, never
-with `[DONE]`. The stream is complete once every choice has its finish reason (and the
-usage chunk has come, when the client asked for one); `[DONE]` then goes out at once.
+Read-ahead, deadlines and endings are stream_relay.py's. The stream is complete once every
+choice has its finish reason (and the usage chunk has come, when the client asked for one);
+`[DONE]` then goes out at once; a break or stall after the first byte ends it with an error
+event, never with `[DONE]`.
 
 Every upstream event is parsed (a malformed one is dropped and counted) and passed on with
 only `model` renamed to the virtual model: the name the provider reports (often a dated
@@ -15,20 +14,19 @@ missed is re-serialised.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 import structlog
 
-from llmrelay.deadlines import Deadline, Deadlines
-from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
-from llmrelay.gateway.errors import GatewayError, UpstreamFailed, UpstreamTimeout
+from llmrelay.gateway.call import CallRecord
+from llmrelay.gateway.errors import GatewayError
+from llmrelay.gateway.stream_relay import StreamRelay
 from llmrelay.protocols.openai import DONE, ModelRename, error_event
 from llmrelay.protocols.sse import SSEParser, event_data
 from llmrelay.providers.base import UpstreamResponse
-from llmrelay.providers.errors import UpstreamError, UpstreamProtocolError, UpstreamTimeoutError
+from llmrelay.providers.errors import UpstreamProtocolError
 from llmrelay.snapshot.model import RouteSnap
 
 log = structlog.get_logger(__name__)
@@ -47,7 +45,7 @@ _FINISH_ENDINGS = tuple(
 )
 
 
-class ChatStreamRelay:
+class ChatStreamRelay(StreamRelay):
     def __init__(
         self,
         route: RouteSnap,
@@ -61,8 +59,7 @@ class ChatStreamRelay:
         on_malformed: Callable[[], None],
         on_end: Callable[[CallRecord], None],
     ) -> None:
-        self._route = route
-        self._response = response
+        super().__init__(route, response, request_id=request_id, record=record, on_end=on_end)
         self._parser = SSEParser()
         self._rename = rename
         self._virtual_model = rename.virtual
@@ -70,17 +67,12 @@ class ChatStreamRelay:
         # the provider's `"model":...`, as learnt by an earlier stream of this route
         self._pattern: bytes | None = rename.reported.get(route.upstream_model)
         self._model_known = False  # until an event of this stream shows the rename works
-        self._request_id = request_id
         self._choices = choices
         self._usage_requested = usage_requested
-        self._record = record
         self._on_malformed = on_malformed
-        self._on_end = on_end
         self._finished: set[int] = set()
         self._usage_seen = False
         self._done = False
-        self._primed: list[bytes] = []
-        self._deadline: Deadline | None = None
 
     @property
     def _complete(self) -> bool:
@@ -88,78 +80,15 @@ class ChatStreamRelay:
             len(self._finished) >= self._choices and (self._usage_seen or not self._usage_requested)
         )
 
-    async def _next_chunk(self) -> bytes:
-        """The next upstream bytes (b"" at the end); the deadline's expiry is a timeout."""
-        deadline = self._deadline
-        assert deadline is not None
-        deadline.resume()
-        try:
-            chunk = await self._response.next_chunk()
-        except asyncio.CancelledError:
-            if deadline.claim():
-                raise UpstreamTimeoutError(deadline.phase, deadline.limit_s) from None
-            raise
-        deadline.pause()
-        return chunk
+    def _ended_early_is_complete(self) -> bool:
+        """Every choice finished; only the usage chunk never came."""
+        return bool(self._finished) and len(self._finished) >= self._choices
 
-    async def prime(self, deadlines: Deadlines) -> None:
-        """Read until the first content event, within the provider's first-token limit."""
-        provider = self._route.provider
-        self._deadline = deadlines.watch(provider.first_token_timeout_s, "first_token")
-        try:
-            while True:
-                chunk = await self._next_chunk()
-                if not chunk:
-                    if self._primed and self._complete:
-                        return
-                    raise UpstreamProtocolError("stream ended before any content")
-                # Every event of this chunk is taken (it has arrived; dropping the rest would
-                # lose it); no further chunk is read once one of them carried content.
-                if self._take(chunk, self._primed, priming=True) or self._complete:
-                    self._deadline.change(provider.stream_idle_timeout_s, "stream_event")
-                    return
-        except BaseException:
-            self._deadline.stop()
-            raise
+    def _closing(self) -> bytes:
+        return DONE
 
-    async def events(self) -> AsyncGenerator[bytes, None]:
-        """The client's stream; always ends the call record, however the stream ends.
-
-        One yield per upstream chunk (so one write to the client), with `[DONE]` joined to
-        the last one."""
-        record = self._record
-        try:
-            out = self._primed
-            self._primed = []
-            while not self._complete:
-                if out:
-                    yield b"".join(out)
-                    out = []
-                chunk = await self._next_chunk()
-                if not chunk:
-                    if self._finished and len(self._finished) >= self._choices:
-                        break  # finished; only the usage chunk never came
-                    raise UpstreamProtocolError("stream ended before its finish reason")
-                self._take(chunk, out, priming=False)
-            out.append(DONE)
-            yield b"".join(out)
-        except UpstreamError as exc:
-            error: GatewayError = (
-                UpstreamTimeout(f"stream stalled: {exc}")
-                if isinstance(exc, UpstreamTimeoutError)
-                else UpstreamFailed(f"stream broke off: {exc}", code="stream_interrupted")
-            )
-            record.fail(error.status, error.code)
-            log.warning("stream_failed", request_id=self._request_id, error=str(exc))
-            yield error_event(error, self._request_id)
-        except (asyncio.CancelledError, GeneratorExit):
-            record.fail(CLIENT_CLOSED_REQUEST, "client_disconnected")
-            raise
-        finally:
-            if self._deadline is not None:
-                self._deadline.stop()
-            self._response.release()
-            self._on_end(record)
+    def _error_event(self, error: GatewayError) -> bytes:
+        return error_event(error, self._request_id)
 
     def _take(self, chunk: bytes, out: list[bytes], *, priming: bool) -> bool:
         """Take one upstream chunk's events into `out` (as client bytes); stop at completion.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
@@ -13,6 +13,15 @@ from llmrelay.snapshot.model import ProviderSnap, RouteSnap
 class Operation(StrEnum):
     CHAT = "chat"
     EMBEDDINGS = "embeddings"
+    #: Anthropic Messages (POST /v1/messages): native for anthropic providers, bridged
+    #: through chat for the others.
+    MESSAGES = "messages"
+    #: Anthropic's POST /v1/messages/count_tokens (anthropic providers only).
+    COUNT_TOKENS = "count_tokens"
+
+
+class UnsupportedOperation(LookupError):
+    """The provider has no such endpoint (embeddings on a chat-only API): the next route."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +29,9 @@ class UpstreamRequest:
     url: str
     headers: Mapping[str, str]
     body: bytes
+    #: For a provider that does not speak the client's protocol: wraps its response so it
+    #: reads as the client's protocol (bodies, stream chunks and errors alike).
+    translate: Callable[[UpstreamResponse], UpstreamResponse] | None = None
 
 
 class UpstreamResponse(Protocol):

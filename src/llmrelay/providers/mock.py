@@ -17,7 +17,8 @@ from typing import Any
 
 import orjson
 
-from llmrelay.providers.base import Operation, UpstreamRequest
+from llmrelay.providers.base import Operation, UnsupportedOperation, UpstreamRequest
+from llmrelay.providers.messages_bridge import messages_over_chat
 from llmrelay.snapshot.model import ProviderSnap, RouteSnap
 
 DEFAULT_DIMENSIONS = 64
@@ -34,6 +35,14 @@ class MockAdapter:
         payload: dict[str, Any],
         forwarded_headers: Mapping[str, str],
     ) -> UpstreamRequest:
+        if operation is Operation.MESSAGES:
+            return messages_over_chat(
+                lambda chat: self.build_request(Operation.CHAT, route, chat, forwarded_headers),
+                route,
+                payload,
+            )
+        if operation not in (Operation.CHAT, Operation.EMBEDDINGS):
+            raise UnsupportedOperation(f"the mock provider has no {operation.value}")
         payload["model"] = route.upstream_model
         return UpstreamRequest(
             url=f"mock://{operation.value}", headers={}, body=orjson.dumps(payload)

@@ -8,7 +8,8 @@ from typing import Any
 
 import orjson
 
-from llmrelay.providers.base import Operation, UpstreamRequest
+from llmrelay.providers.base import Operation, UnsupportedOperation, UpstreamRequest
+from llmrelay.providers.messages_bridge import messages_over_chat
 from llmrelay.snapshot.model import ProviderSnap, RouteSnap
 
 _PATHS = {Operation.CHAT: "/chat/completions", Operation.EMBEDDINGS: "/embeddings"}
@@ -39,6 +40,14 @@ class OpenAIAdapter:
         payload: dict[str, Any],
         forwarded_headers: Mapping[str, str],
     ) -> UpstreamRequest:
+        if operation is Operation.MESSAGES:
+            return messages_over_chat(
+                lambda chat: self.build_request(Operation.CHAT, route, chat, forwarded_headers),
+                route,
+                payload,
+            )
+        if operation not in _PATHS:
+            raise UnsupportedOperation(f"OpenAI-compatible providers have no {operation.value}")
         provider = route.provider
         payload["model"] = route.upstream_model
         return UpstreamRequest(

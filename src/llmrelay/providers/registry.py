@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from llmrelay.providers.anthropic import AnthropicAdapter
+from llmrelay.providers.azure import AzureOpenAIAdapter
 from llmrelay.providers.base import Adapter, Transport
+from llmrelay.providers.gemini import GeminiAdapter
 from llmrelay.providers.http import HttpTransport
 from llmrelay.providers.mock import MockAdapter, MockTransport
 from llmrelay.providers.openai import OpenAIAdapter
@@ -19,6 +22,9 @@ class ProviderRegistry:
         self._adapters: dict[str, Adapter] = {
             "openai": openai,
             "openai_compatible": openai,
+            "azure_openai": AzureOpenAIAdapter(),
+            "anthropic": AnthropicAdapter(),
+            "gemini": GeminiAdapter(),
             "mock": MockAdapter(),
         }
         self._transports: dict[str, Transport] = {"mock": MockTransport()}

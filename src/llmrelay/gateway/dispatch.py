@@ -1,0 +1,260 @@
+"""Sending one model call to its routes and reading the answer, for every client protocol.
+
+The handlers (endpoints.py for OpenAI's routes, messages.py for Anthropic's) check and
+resolve a request, then hand a `ModelCall` to `Dispatcher.answer`: the model's fallbacks
+(planner), the strategy's order and the session's route (router, affinity), the attempts
+(executor), and the finisher that reads the answer — a JSON body, or a stream relay primed to
+its first content in the client's protocol. `finish` queues the record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import orjson
+from starlette.types import Receive
+
+from llmrelay.deadlines import Deadlines
+from llmrelay.gateway.call import CallRecord
+from llmrelay.gateway.capabilities import Needs, expected_tokens, price_of
+from llmrelay.gateway.errors import UpstreamTimeout
+from llmrelay.gateway.executor import Executor, Finisher, candidates
+from llmrelay.gateway.messages_relay import MessagesStreamRelay
+from llmrelay.gateway.planner import serve
+from llmrelay.gateway.recorder import Recorder
+from llmrelay.gateway.relay import ChatStreamRelay
+from llmrelay.gateway.watch import ClientWatches
+from llmrelay.observability.metrics import Metrics
+from llmrelay.protocols import openai as wire
+from llmrelay.providers.base import Operation, UpstreamResponse
+from llmrelay.providers.errors import UpstreamProtocolError
+from llmrelay.snapshot.holder import SnapshotHolder
+from llmrelay.snapshot.model import KeySnap, ModelSnap, PolicySnap, RouteSnap, Snapshot
+
+
+@dataclass(slots=True)
+class Runtime:
+    """What handlers share, built once at start-up (see app.py)."""
+
+    snapshots: SnapshotHolder
+    executor: Executor
+    recorder: Recorder
+    metrics: Metrics
+    max_body_bytes: int
+    client_watches: ClientWatches
+    deadlines: Deadlines
+
+
+@dataclass(slots=True)
+class ModelCall:
+    """One model call's inputs, as the planner's attempts need them."""
+
+    runtime: Runtime
+    operation: Operation
+    payload: dict[str, Any]
+    forwarded: dict[str, str]
+    record: CallRecord
+    route_tag: str | None
+    session_id: str | None
+    policy: PolicySnap | None
+    #: What the request uses (examined only when a route declares capabilities).
+    needs: Needs | None
+
+
+class Dispatcher:
+    def __init__(self) -> None:
+        self.runtime: Runtime | None = None
+        self._renames: dict[str, wire.ModelRename] = {}
+
+    async def answer(
+        self,
+        call: ModelCall,
+        receive: Receive,
+        snapshot: Snapshot,
+        model: ModelSnap,
+        pinned: str | None,
+    ) -> tuple[ModelSnap, Any]:
+        """The model that served and its answer (a read JSON answer, or a primed stream
+        relay), within the asked model's overall deadline (it bounds the time until the
+        answer starts; a stream then runs under its idle limit)."""
+        runtime = call.runtime
+        deadline = runtime.deadlines.watch(model.deadline_s, "request")
+        deadline_at = runtime.executor.clock() + model.deadline_s
+        try:
+            with runtime.client_watches.watch(receive):
+                if pinned is None and (model.fallbacks or model.context_fallbacks):
+                    attempt = partial(self.attempt, call, deadline_at)
+                    tenant = call.record.tenant_id or ""
+                    served, answer = await serve(
+                        snapshot, tenant, model, pinned, attempt, call.policy, call.needs
+                    )
+                else:
+                    routes = candidates(model, pinned, call.policy, call.needs)
+                    served = model
+                    answer = await self.attempt(call, deadline_at, model, routes)
+            if call.session_id is not None and call.record.route_id is not None:
+                session = f"{served.id}:{call.session_id}"
+                runtime.executor.affinity.remember(session, call.record.route_id)
+            return served, answer
+        except asyncio.CancelledError:
+            if deadline.claim():
+                raise UpstreamTimeout(
+                    f"no answer within the model's deadline of {model.deadline_s:g}s"
+                ) from None
+            raise
+        finally:
+            deadline.stop()
+
+    def attempt(
+        self, call: ModelCall, deadline_at: float, model: ModelSnap, routes: Sequence[RouteSnap]
+    ) -> Awaitable[Any]:
+        """Serve from one model's routes (those the key's routing policy allows), in the
+        order its strategy gives, or the policy's strategy when it sets one (a plain function
+        returning the executor's coroutine: no extra frame per call)."""
+        executor = call.runtime.executor
+        policy = call.policy
+        strategy = None if policy is None else policy.strategy
+        if (strategy or model.strategy) == "cost_first":
+            ordered = executor.router.order(
+                model,
+                routes,
+                expected_tokens=expected_tokens(call.payload),
+                price_of=price_of(model),
+                strategy=strategy,
+            )
+        else:
+            ordered = executor.router.order(model, routes, tag=call.route_tag, strategy=strategy)
+        if call.session_id is not None and len(ordered) > 1:
+            session = f"{model.id}:{call.session_id}"
+            ordered = executor.affinity.prefer(session, ordered, _route_id, executor.usable)
+        finish: Finisher[Any]
+        if not call.record.stream:
+            finish = read_json
+        elif call.operation is Operation.MESSAGES:
+            finish = self._messages_primer(call, model)
+        else:
+            finish = self._stream_primer(call, model)
+        return executor.execute(
+            call.operation,
+            model,
+            ordered,
+            call.payload,
+            call.forwarded,
+            call.record,
+            finish,
+            deadline_at=deadline_at,
+            strategy=strategy,
+        )
+
+    def _stream_primer(self, call: ModelCall, model: ModelSnap) -> Finisher[ChatStreamRelay]:
+        """The finisher that opens a stream relay for `model` and reads to its first content."""
+        runtime = call.runtime
+        payload = call.payload
+        options = payload.get("stream_options")
+        usage_requested = isinstance(options, dict) and options.get("include_usage") is True
+        n = payload.get("n") or 1
+        record = call.record
+
+        async def prime(route: RouteSnap, response: UpstreamResponse) -> ChatStreamRelay:
+            slug = route.provider.slug
+            relay = ChatStreamRelay(
+                route,
+                response,
+                request_id=record.request_id,
+                choices=n,
+                usage_requested=usage_requested,
+                record=record,
+                rename=self.rename(model.name),
+                on_malformed=lambda: runtime.metrics.malformed_events.labels(slug).inc(),
+                on_end=self.finish,
+            )
+            await relay.prime(runtime.deadlines)
+            return relay
+
+        return prime
+
+    def _messages_primer(self, call: ModelCall, model: ModelSnap) -> Finisher[MessagesStreamRelay]:
+        """The finisher that opens an Anthropic stream relay and reads to its first content."""
+        runtime = call.runtime
+        record = call.record
+
+        async def prime(route: RouteSnap, response: UpstreamResponse) -> MessagesStreamRelay:
+            slug = route.provider.slug
+            relay = MessagesStreamRelay(
+                route,
+                response,
+                request_id=record.request_id,
+                virtual_model=model.name,
+                record=record,
+                on_malformed=lambda: runtime.metrics.malformed_events.labels(slug).inc(),
+                on_end=self.finish,
+            )
+            await relay.prime(runtime.deadlines)
+            return relay
+
+        return prime
+
+    def finish(self, record: CallRecord) -> None:
+        runtime = self.live()
+        if record.counted_route is not None:
+            runtime.executor.router.in_flight.end(record.counted_route)
+        latency_ms = record.latency_ms()
+        runtime.recorder.record(record.row(latency_ms), record.attempt_log)
+        runtime.metrics.count_request(
+            record.endpoint,
+            record.virtual_model or "",
+            record.provider or "",
+            record.status_code,
+            latency_ms / 1000.0,
+        )
+
+    def rename(self, virtual: str) -> wire.ModelRename:
+        """The (cached) renamer for one virtual model's answers."""
+        renamer = self._renames.get(virtual)
+        if renamer is None:
+            if len(self._renames) > 10_000:  # bounded across config reloads
+                self._renames.clear()
+            renamer = self._renames[virtual] = wire.ModelRename(virtual)
+        return renamer
+
+    def live(self) -> Runtime:
+        runtime = self.runtime
+        if runtime is None:
+            raise RuntimeError("the data plane is not started")
+        return runtime
+
+
+def bind(record: CallRecord, principal: KeySnap) -> None:
+    record.tenant_id = principal.tenant_id
+    record.project_id = principal.project.id
+    record.key_id = principal.id
+    policy = principal.policy
+    if policy is not None:
+        record.policy_id = policy.id
+
+
+@dataclass(slots=True)
+class Answer:
+    route: RouteSnap
+    raw: bytes
+    body: dict[str, Any]
+
+
+async def read_json(route: RouteSnap, response: UpstreamResponse) -> Answer:
+    raw = await response.read()
+    response.release()
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise UpstreamProtocolError("the answer is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise UpstreamProtocolError("the answer is not a JSON object")
+    return Answer(route, raw, body)
+
+
+def _route_id(route: RouteSnap) -> str:
+    return route.id

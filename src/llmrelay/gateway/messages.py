@@ -1,0 +1,160 @@
+"""Anthropic's routes: `POST /v1/messages` and `POST /v1/messages/count_tokens`.
+
+A Messages request goes to the same routes as a chat request for the same model. An
+anthropic provider gets the body as it came (only `model` rewritten; `anthropic-version` and
+`anthropic-beta` passed on); other providers get it through chat (providers.messages_bridge).
+Every answer, errors included, is in Anthropic's shape: `{"type":"error","error":{"type",
+"message"},"request_id"}` with the status the OpenAI routes would give.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+from starlette.types import Receive, Scope, Send
+
+from llmrelay.gateway import requests as checks
+from llmrelay.gateway.asgi import read_body, send_json, send_sse
+from llmrelay.gateway.auth import authenticate
+from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
+from llmrelay.gateway.capabilities import CHARS_PER_TOKEN, needs_of
+from llmrelay.gateway.dispatch import Dispatcher, ModelCall, bind
+from llmrelay.gateway.errors import ClientDisconnected, GatewayError, InvalidRequest
+from llmrelay.gateway.executor import UpstreamRejected, candidates
+from llmrelay.gateway.ingress import RequestContext
+from llmrelay.gateway.messages_relay import prompt_tokens
+from llmrelay.protocols.anthropic_models import error_body
+from llmrelay.providers.base import Operation
+from llmrelay.providers.headers import forwardable
+
+
+class MessagesRoutes:
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self._dispatcher = dispatcher
+
+    async def messages(
+        self, scope: Scope, receive: Receive, send: Send, context: RequestContext
+    ) -> None:
+        await self._call(scope, receive, send, context, Operation.MESSAGES)
+
+    async def count_tokens(
+        self, scope: Scope, receive: Receive, send: Send, context: RequestContext
+    ) -> None:
+        await self._call(scope, receive, send, context, Operation.COUNT_TOKENS)
+
+    async def _call(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        context: RequestContext,
+        operation: Operation,
+    ) -> None:
+        dispatcher = self._dispatcher
+        runtime = dispatcher.live()
+        counting = operation is Operation.COUNT_TOKENS
+        endpoint = "messages.count_tokens" if counting else "messages"
+        record = CallRecord(context.request_id, endpoint, context.started)
+        headers = [(b"x-request-id", context.request_id.encode())]
+        streaming = False
+        try:
+            snapshot = runtime.snapshots.current
+            principal = authenticate(scope["headers"], snapshot, context.client_ip, time.time())
+            bind(record, principal)
+            payload = checks.parse_object(await read_body(receive, runtime.max_body_bytes))
+            check_messages(payload, counting=counting)
+            model, pinned = checks.resolve_model(
+                snapshot, principal, payload["model"], embedding=False
+            )
+            record.virtual_model = model.name
+            if counting and not _anthropic_routes(model, pinned):
+                # No provider to ask: the gateway's own estimate, flagged as one.
+                body = orjson.dumps({"input_tokens": estimate_tokens(payload)})
+                headers.append((b"x-llmrelay-estimated", b"true"))
+                await send_json(send, 200, body, headers)
+                return
+            needs = None
+            if not counting and (
+                model.capability_aware or model.fallbacks or model.context_fallbacks
+            ):
+                needs = needs_of(payload)
+            forwarded = forwardable(scope["headers"])
+            forwarded["x-request-id"] = context.request_id
+            call = ModelCall(
+                runtime,
+                operation,
+                payload,
+                forwarded,
+                record,
+                context.route_tag,
+                context.session_id,
+                principal.policy,
+                needs,
+            )
+            if payload.get("stream") is True and not counting:
+                record.stream = streaming = True
+                served, relay = await dispatcher.answer(call, receive, snapshot, model, pinned)
+                headers.append((b"x-llmrelay-model", served.name.encode()))
+                headers.append((b"x-llmrelay-provider", (record.provider or "").encode()))
+                await send_sse(receive, send, relay.events(), headers, runtime.client_watches)
+                return
+            served, answer = await dispatcher.answer(call, receive, snapshot, model, pinned)
+            answered = answer.body
+            if not counting:
+                answered["model"] = served.name
+                usage = answered.get("usage")
+                if isinstance(usage, dict):
+                    record.prompt_tokens = prompt_tokens(usage)
+                    output = usage.get("output_tokens")
+                    record.completion_tokens = output if isinstance(output, int) else None
+            headers.append((b"x-llmrelay-model", served.name.encode()))
+            headers.append((b"x-llmrelay-provider", answer.route.provider.slug.encode()))
+            await send_json(send, 200, orjson.dumps(answered), headers)
+        except GatewayError as error:
+            streaming = False
+            record.fail(error.status, error.code)
+            if not isinstance(error, UpstreamRejected):
+                headers.extend((k.lower().encode(), v.encode()) for k, v in error.headers.items())
+            await send_json(send, error.status, error_body(error, context.request_id), headers)
+        except ClientDisconnected:
+            streaming = False
+            record.fail(CLIENT_CLOSED_REQUEST, "client_disconnected")
+        finally:
+            if not streaming:
+                dispatcher.finish(record)
+
+
+def check_messages(payload: dict[str, Any], *, counting: bool) -> None:
+    """What the gateway needs of a Messages request (the rest is the provider's business),
+    worded like Anthropic's own validation errors."""
+    model = payload.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidRequest("model: Field required", param="model")
+    messages = payload.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest("messages: at least one message is required", param="messages")
+    if not all(isinstance(m, dict) for m in messages):
+        raise InvalidRequest("messages: each message must be an object", param="messages")
+    if counting:
+        return
+    max_tokens = payload.get("max_tokens")
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        raise InvalidRequest("max_tokens: Field required (a positive integer)", param="max_tokens")
+    stream = payload.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise InvalidRequest("stream: must be a boolean", param="stream")
+
+
+def estimate_tokens(payload: dict[str, Any]) -> int:
+    """About four characters a token over every text the request carries (system, messages,
+    tool definitions): for providers that cannot count for us."""
+    chars = len(orjson.dumps(payload.get("system") or ""))
+    chars += len(orjson.dumps(payload.get("messages") or []))
+    chars += len(orjson.dumps(payload.get("tools") or []))
+    return max(1, chars // CHARS_PER_TOKEN)
+
+
+def _anthropic_routes(model: Any, pinned: str | None) -> bool:
+    return any(r.provider.type == "anthropic" for r in candidates(model, pinned))

@@ -1,0 +1,143 @@
+"""What every stream relay does, whatever the client's protocol.
+
+`prime` reads ahead until the first upstream event that carries content, so a route that
+fails before that can still be swapped for the next one without the client seeing anything.
+After that the stream is committed: a break or stall ends it with the protocol's error
+event, never with its normal end. Subclasses say how one upstream chunk is taken (`_take`),
+when the stream is complete, and how its end and its errors are written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Callable
+
+import structlog
+
+from llmrelay.deadlines import Deadline, Deadlines
+from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
+from llmrelay.gateway.errors import GatewayError, UpstreamFailed, UpstreamTimeout
+from llmrelay.providers.base import UpstreamResponse
+from llmrelay.providers.errors import UpstreamError, UpstreamProtocolError, UpstreamTimeoutError
+from llmrelay.snapshot.model import RouteSnap
+
+log = structlog.get_logger(__name__)
+
+
+class StreamRelay:
+    def __init__(
+        self,
+        route: RouteSnap,
+        response: UpstreamResponse,
+        *,
+        request_id: str,
+        record: CallRecord,
+        on_end: Callable[[CallRecord], None],
+    ) -> None:
+        self._route = route
+        self._response = response
+        self._request_id = request_id
+        self._record = record
+        self._on_end = on_end
+        self._primed: list[bytes] = []
+        self._deadline: Deadline | None = None
+
+    # -- what a protocol decides ---------------------------------------------------------
+
+    @property
+    def _complete(self) -> bool:
+        raise NotImplementedError
+
+    def _take(self, chunk: bytes, out: list[bytes], *, priming: bool) -> bool:
+        """Take one upstream chunk's events into `out` (as client bytes); return whether
+        any carried content (looked at while priming)."""
+        raise NotImplementedError
+
+    def _ended_early_is_complete(self) -> bool:
+        """The upstream stream ended before `_complete`: whether what came is enough."""
+        return False
+
+    def _closing(self) -> bytes:
+        """The protocol's normal end, after the last event (`[DONE]` for chat)."""
+        return b""
+
+    def _error_event(self, error: GatewayError) -> bytes:
+        raise NotImplementedError
+
+    # -- the shared machinery ------------------------------------------------------------
+
+    async def _next_chunk(self) -> bytes:
+        """The next upstream bytes (b"" at the end); the deadline's expiry is a timeout."""
+        deadline = self._deadline
+        assert deadline is not None
+        deadline.resume()
+        try:
+            chunk = await self._response.next_chunk()
+        except asyncio.CancelledError:
+            if deadline.claim():
+                raise UpstreamTimeoutError(deadline.phase, deadline.limit_s) from None
+            raise
+        deadline.pause()
+        return chunk
+
+    async def prime(self, deadlines: Deadlines) -> None:
+        """Read until the first content event, within the provider's first-token limit."""
+        provider = self._route.provider
+        self._deadline = deadlines.watch(provider.first_token_timeout_s, "first_token")
+        try:
+            while True:
+                chunk = await self._next_chunk()
+                if not chunk:
+                    if self._primed and self._complete:
+                        return
+                    raise UpstreamProtocolError("stream ended before any content")
+                # Every event of this chunk is taken (it has arrived; dropping the rest would
+                # lose it); no further chunk is read once one of them carried content.
+                if self._take(chunk, self._primed, priming=True) or self._complete:
+                    self._deadline.change(provider.stream_idle_timeout_s, "stream_event")
+                    return
+        except BaseException:
+            self._deadline.stop()
+            raise
+
+    async def events(self) -> AsyncGenerator[bytes, None]:
+        """The client's stream; always ends the call record, however the stream ends.
+
+        One yield per upstream chunk (so one write to the client), with the protocol's end
+        joined to the last one."""
+        record = self._record
+        try:
+            out = self._primed
+            self._primed = []
+            while not self._complete:
+                if out:
+                    yield b"".join(out)
+                    out = []
+                chunk = await self._next_chunk()
+                if not chunk:
+                    if self._ended_early_is_complete():
+                        break
+                    raise UpstreamProtocolError("stream ended before its finish")
+                self._take(chunk, out, priming=False)
+            closing = self._closing()
+            if closing:
+                out.append(closing)
+            if out:
+                yield b"".join(out)
+        except UpstreamError as exc:
+            error: GatewayError = (
+                UpstreamTimeout(f"stream stalled: {exc}")
+                if isinstance(exc, UpstreamTimeoutError)
+                else UpstreamFailed(f"stream broke off: {exc}", code="stream_interrupted")
+            )
+            record.fail(error.status, error.code)
+            log.warning("stream_failed", request_id=self._request_id, error=str(exc))
+            yield self._error_event(error)
+        except (asyncio.CancelledError, GeneratorExit):
+            record.fail(CLIENT_CLOSED_REQUEST, "client_disconnected")
+            raise
+        finally:
+            if self._deadline is not None:
+                self._deadline.stop()
+            self._response.release()
+            self._on_end(record)

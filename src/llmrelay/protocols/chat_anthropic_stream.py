@@ -1,0 +1,306 @@
+"""Chat Completions <-> Anthropic Messages, streamed: one event or chunk in, its translation out.
+
+Both translators are small state machines fed one parsed event at a time, so the gateway can
+relay each piece as it arrives. Anthropic streams content as numbered blocks (text, tool_use)
+with explicit start and stop events and sends usage at both ends; Chat streams flat deltas,
+tool calls numbered among themselves, and usage (when asked for) in a last chunk without
+choices.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import orjson
+
+from llmrelay.protocols.anthropic import finish_reason_for, stop_reason_for
+from llmrelay.protocols.chat_anthropic import anthropic_usage_from_chat, chat_usage_from_anthropic
+
+__all__ = ["AnthropicStreamToChat", "ChatStreamToAnthropic", "StreamError"]
+
+Event = tuple[str, dict[str, Any]]
+_USAGE_KEYS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+)
+
+
+class StreamError(Exception):
+    """Anthropic sent an `error` event after the 200 (typically overloaded_error): the
+    stream cannot go on, and the gateway renders it in the client's protocol."""
+
+    def __init__(self, message: str, error_type: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.error_type = error_type
+
+
+class AnthropicStreamToChat:
+    """Anthropic Messages events -> chat.completion.chunk dicts."""
+
+    def __init__(self, *, model: str, include_usage: bool) -> None:
+        self.model = model
+        self.include_usage = include_usage
+        self.finished = False
+        self.usage: dict[str, Any] | None = None
+        self._id = "chatcmpl-" + uuid.uuid4().hex  # replaced by the message id
+        self._created = int(time.time())
+        self._raw_usage: dict[str, int] = {}
+        #: Anthropic block index -> Chat tool call index (tool blocks counted alone)
+        self._tool_calls: dict[int, int] = {}
+        self._finish_sent = False
+
+    def feed(self, event: str | None, data: dict[str, Any]) -> list[dict[str, Any]]:
+        kind = data.get("type") or event
+        if kind == "message_start":
+            return self._message_start(data.get("message") or {})
+        if kind == "content_block_start":
+            return self._block_start(data.get("index"), data.get("content_block") or {})
+        if kind == "content_block_delta":
+            return self._block_delta(data.get("index"), data.get("delta") or {})
+        if kind == "message_delta":
+            return self._message_delta(data)
+        if kind == "message_stop":
+            return self._message_stop()
+        if kind == "error":
+            error = data.get("error") or {}
+            raise StreamError(
+                str(error.get("message") or "upstream stream error"),
+                str(error.get("type") or "api_error"),
+            )
+        # ping, content_block_stop and event types added after this was written.
+        return []
+
+    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        chunk: dict[str, Any] = {
+            "id": self._id,
+            "object": "chat.completion.chunk",
+            "created": self._created,
+            "model": self.model,
+            "choices": [
+                {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+            ],
+        }
+        if self.include_usage:
+            chunk["usage"] = None  # as OpenAI does on every chunk but the last
+        return chunk
+
+    def _record_usage(self, usage: Any) -> None:
+        """Anthropic's counts are cumulative, so the latest value of each wins."""
+        if not isinstance(usage, dict):
+            return
+        for key in _USAGE_KEYS:
+            value = usage.get(key)
+            if isinstance(value, int):
+                self._raw_usage[key] = value
+        self.usage = chat_usage_from_anthropic(self._raw_usage)
+
+    def _message_start(self, message: dict[str, Any]) -> list[dict[str, Any]]:
+        if message.get("id"):
+            self._id = "chatcmpl-" + str(message["id"])
+        self._record_usage(message.get("usage"))
+        return [self._chunk({"role": "assistant", "content": ""})]
+
+    def _block_start(self, index: Any, block: dict[str, Any]) -> list[dict[str, Any]]:
+        kind = block.get("type")
+        if kind == "text" and block.get("text"):
+            return [self._chunk({"content": block["text"]})]
+        if kind != "tool_use" or not isinstance(index, int):
+            return []  # empty text, thinking and server-tool blocks
+        call_index = self._tool_calls[index] = len(self._tool_calls)
+        tool_input = block.get("input")
+        arguments = orjson.dumps(tool_input).decode() if tool_input else ""
+        call = {
+            "index": call_index,
+            "id": block.get("id"),
+            "type": "function",
+            "function": {"name": block.get("name"), "arguments": arguments},
+        }
+        return [self._chunk({"tool_calls": [call]})]
+
+    def _block_delta(self, index: Any, delta: dict[str, Any]) -> list[dict[str, Any]]:
+        kind = delta.get("type")
+        if kind == "text_delta" and delta.get("text"):
+            return [self._chunk({"content": delta["text"]})]
+        if kind == "input_json_delta" and delta.get("partial_json") and index in self._tool_calls:
+            call = {
+                "index": self._tool_calls[index],
+                "function": {"arguments": delta["partial_json"]},
+            }
+            return [self._chunk({"tool_calls": [call]})]
+        return []  # thinking, signature and citation deltas have no Chat form
+
+    def _message_delta(self, data: dict[str, Any]) -> list[dict[str, Any]]:
+        self._record_usage(data.get("usage"))
+        stop_reason = (data.get("delta") or {}).get("stop_reason")
+        if stop_reason is None or self._finish_sent:
+            return []
+        self.finished = True
+        self._finish_sent = True
+        return [self._chunk({}, finish_reason_for(stop_reason))]
+
+    def _message_stop(self) -> list[dict[str, Any]]:
+        self.finished = True
+        chunks = []
+        if not self._finish_sent:
+            self._finish_sent = True
+            chunks.append(self._chunk({}, "stop"))
+        # No usage reported is left unknown rather than billed as zero tokens.
+        if self.include_usage and self.usage is not None:
+            chunks.append(
+                {
+                    "id": self._id,
+                    "object": "chat.completion.chunk",
+                    "created": self._created,
+                    "model": self.model,
+                    "choices": [],
+                    "usage": self.usage,
+                }
+            )
+        return chunks
+
+
+class ChatStreamToAnthropic:
+    """chat.completion.chunk dicts -> Anthropic Messages events.
+
+    Blocks are opened and closed one at a time, as Anthropic sends them: text, then each tool
+    call in turn. The closing message_delta carries the usage, which Chat sends after the
+    finish_reason, so it waits for the usage chunk or for `finish()`.
+    """
+
+    def __init__(self, *, model: str, message_id: str) -> None:
+        self.model = model
+        self.message_id = message_id
+        self._started = False
+        self._done = False
+        self._blocks = 0
+        self._open: int | None = None  # Anthropic index of the open block
+        self._open_call: int | None = None  # Chat tool call index, when that block is one
+        self._call_blocks: dict[int, int] = {}
+        self._stop_reason: str | None = None
+        self._usage: dict[str, Any] | None = None
+
+    def feed(self, chunk: dict[str, Any]) -> list[Event]:
+        if self._done:
+            return []
+        if isinstance(chunk.get("usage"), dict):
+            self._usage = chunk["usage"]
+        events = self._start()
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            for field in ("content", "refusal"):
+                if isinstance(delta.get(field), str) and delta[field]:
+                    events += self._text(delta[field])
+            for call in delta.get("tool_calls") or []:
+                events += self._tool_call(call)
+            if choice.get("finish_reason"):
+                events += self._close()
+                self._stop_reason = stop_reason_for(choice["finish_reason"])
+        if self._stop_reason is not None and self._usage is not None:
+            events += self._end()
+        return events
+
+    def finish(self) -> list[Event]:
+        if self._done:
+            return []
+        return self._start() + self._end()
+
+    def _start(self) -> list[Event]:
+        if self._started:
+            return []
+        self._started = True
+        usage = anthropic_usage_from_chat(self._usage) if self._usage else {}
+        message: dict[str, Any] = {
+            "id": self.message_id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": usage.get("input_tokens", 0), "output_tokens": 0},
+        }
+        return [("message_start", {"type": "message_start", "message": message})]
+
+    def _open_block(self, block: dict[str, Any]) -> tuple[int, list[Event]]:
+        events = self._close()
+        self._open = index = self._blocks
+        self._blocks += 1
+        data = {"type": "content_block_start", "index": index, "content_block": block}
+        return index, [*events, ("content_block_start", data)]
+
+    def _close(self) -> list[Event]:
+        if self._open is None:
+            return []
+        index, self._open, self._open_call = self._open, None, None
+        return [("content_block_stop", {"type": "content_block_stop", "index": index})]
+
+    @staticmethod
+    def _delta(index: int, delta: dict[str, Any]) -> Event:
+        return (
+            "content_block_delta",
+            {"type": "content_block_delta", "index": index, "delta": delta},
+        )
+
+    def _text(self, text: str) -> list[Event]:
+        index = self._open
+        events: list[Event] = []
+        if index is None or self._open_call is not None:
+            index, events = self._open_block({"type": "text", "text": ""})
+        return [*events, self._delta(index, {"type": "text_delta", "text": text})]
+
+    def _tool_call(self, call: Any) -> list[Event]:
+        if not isinstance(call, dict):
+            return []
+        call_index = call.get("index", 0)
+        function = call.get("function") or {}
+        events: list[Event] = []
+        block = self._call_blocks.get(call_index)
+        if block is None:
+            block, events = self._open_block(
+                {
+                    "type": "tool_use",
+                    "id": call.get("id") or "toolu_" + uuid.uuid4().hex,
+                    "name": function.get("name") or "",
+                    "input": {},
+                }
+            )
+            self._call_blocks[call_index] = block
+            self._open_call = call_index
+        # A call resumed after another began (no provider does this) still lands in its own
+        # block: the Anthropic SDKs accumulate deltas by index.
+        arguments = function.get("arguments")
+        if isinstance(arguments, str) and arguments:
+            events.append(
+                self._delta(block, {"type": "input_json_delta", "partial_json": arguments})
+            )
+        return events
+
+    def _end(self) -> list[Event]:
+        events = self._close()
+        usage = anthropic_usage_from_chat(self._usage) if self._usage else {"output_tokens": 0}
+        # output_tokens first, as Anthropic writes it; the input counts are only known now.
+        delta_usage = {"output_tokens": usage["output_tokens"]}
+        delta_usage.update({k: v for k, v in usage.items() if k != "output_tokens"})
+        events.append(
+            (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {
+                        "stop_reason": self._stop_reason or "end_turn",
+                        "stop_sequence": None,
+                    },
+                    "usage": delta_usage,
+                },
+            )
+        )
+        events.append(("message_stop", {"type": "message_stop"}))
+        self._done = True
+        return events

@@ -1,0 +1,119 @@
+"""Adapter for `anthropic` providers (the Messages API) serving chat-completions clients.
+
+The chat request is translated to a Messages request (protocols.chat_anthropic) and the
+answer back to a chat completion or chunk stream (providers.translated): `x-api-key` and
+`anthropic-version` authenticate; the base URL is the host root (`/v1/messages` is added).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+import structlog
+
+from llmrelay.protocols.anthropic import upstream_error
+from llmrelay.protocols.chat_anthropic import anthropic_response_to_chat, chat_request_to_anthropic
+from llmrelay.protocols.chat_anthropic_stream import AnthropicStreamToChat, StreamError
+from llmrelay.protocols.sse import SSEParser
+from llmrelay.providers.base import Operation, UnsupportedOperation, UpstreamRequest
+from llmrelay.providers.translated import TranslatedResponse, context_code, error_event
+from llmrelay.snapshot.model import ProviderSnap, RouteSnap
+
+log = structlog.get_logger(__name__)
+
+ANTHROPIC_VERSION = "2023-06-01"
+_NO_HEADERS: Mapping[str, str] = {}
+
+
+class AnthropicAdapter:
+    protocol = "anthropic"
+
+    def build_request(
+        self,
+        operation: Operation,
+        route: RouteSnap,
+        payload: dict[str, Any],
+        forwarded_headers: Mapping[str, str],
+    ) -> UpstreamRequest:
+        if operation in _NATIVE:
+            # Same protocol: the body passes through with only `model` rewritten.
+            payload["model"] = route.upstream_model
+            return UpstreamRequest(
+                url=f"{route.provider.base_url}{_NATIVE[operation]}",
+                headers=headers_for(route.provider, forwarded_headers),
+                body=orjson.dumps(payload),
+            )
+        if operation is not Operation.CHAT:
+            raise UnsupportedOperation(f"anthropic providers have no {operation.value} API")
+        body, dropped = chat_request_to_anthropic(payload, upstream_model=route.upstream_model)
+        if dropped:
+            log.debug("translation_dropped_fields", provider=route.provider.slug, fields=dropped)
+        options = payload.get("stream_options")
+        include_usage = isinstance(options, dict) and options.get("include_usage") is True
+        model = route.upstream_model
+        stream = payload.get("stream") is True
+
+        def translate(response: Any) -> TranslatedResponse:
+            return TranslatedResponse(response, _Decoder(model, include_usage, stream))
+
+        return UpstreamRequest(
+            url=f"{route.provider.base_url}/v1/messages",
+            headers=headers_for(route.provider, _NO_HEADERS),  # a chat client's are OpenAI's
+            body=orjson.dumps(body),
+            translate=translate,
+        )
+
+
+_NATIVE = {Operation.MESSAGES: "/v1/messages", Operation.COUNT_TOKENS: "/v1/messages/count_tokens"}
+
+
+def headers_for(provider: ProviderSnap, forwarded: Mapping[str, str]) -> dict[str, str]:
+    """The provider's headers; a Messages client's `anthropic-version` and `anthropic-beta`
+    win over the default version (they choose the API behaviour the client was written
+    for)."""
+    headers = {
+        **provider.headers,
+        "content-type": "application/json",
+        "anthropic-version": ANTHROPIC_VERSION,
+        **forwarded,
+    }
+    if provider.api_key:
+        headers["x-api-key"] = provider.api_key
+    return headers
+
+
+class _Decoder:
+    def __init__(self, model: str, include_usage: bool, stream: bool) -> None:
+        self._model = model
+        self._stream = AnthropicStreamToChat(model=model, include_usage=include_usage)
+        self._parser = SSEParser() if stream else None
+
+    def completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        return anthropic_response_to_chat(body, model=self._model)
+
+    def error(self, status: int, raw: bytes) -> tuple[str, str | None]:
+        found = upstream_error(raw)
+        message = found[1] if found else f"anthropic answered {status}"
+        return message, context_code(message) if status == 400 else None
+
+    def chunks(self, chunk: bytes) -> list[dict[str, Any] | None]:
+        assert self._parser is not None
+        out: list[dict[str, Any] | None] = []
+        for name, data in self._parser.feed(chunk):
+            try:
+                event = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                out.append(None)  # malformed: dropped and counted by the relay
+                continue
+            if not isinstance(event, dict):
+                continue
+            try:
+                out.extend(self._stream.feed(name, event))
+            except StreamError as exc:
+                out.append(error_event(exc.message, exc.error_type))
+        return out
+
+    def end(self) -> list[dict[str, Any] | None]:
+        return []

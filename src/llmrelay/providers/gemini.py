@@ -1,0 +1,103 @@
+"""Adapter for `gemini` providers (generateContent) serving chat-completions clients.
+
+The chat request becomes a generateContent request (protocols.chat_gemini); the model goes
+in the URL (`/v1beta/models/MODEL:generateContent`, or `:streamGenerateContent?alt=sse` for
+a stream) and the API key in `x-goog-api-key`, never in the query string (URLs end up in
+logs). The answer is read back as chat (providers.translated).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+import structlog
+
+from llmrelay.protocols.chat_gemini import chat_request_to_gemini, gemini_response_to_chat
+from llmrelay.protocols.chat_gemini_stream import GeminiStreamToChat
+from llmrelay.protocols.gemini import upstream_error_message
+from llmrelay.protocols.sse import SSEParser
+from llmrelay.providers.base import Operation, UnsupportedOperation, UpstreamRequest
+from llmrelay.providers.messages_bridge import messages_over_chat
+from llmrelay.providers.translated import TranslatedResponse, context_code
+from llmrelay.snapshot.model import RouteSnap
+
+log = structlog.get_logger(__name__)
+
+API_VERSION = "v1beta"
+
+
+class GeminiAdapter:
+    protocol = "gemini"
+
+    def build_request(
+        self,
+        operation: Operation,
+        route: RouteSnap,
+        payload: dict[str, Any],
+        forwarded_headers: Mapping[str, str],
+    ) -> UpstreamRequest:
+        if operation is Operation.MESSAGES:
+            return messages_over_chat(
+                lambda chat: self.build_request(Operation.CHAT, route, chat, forwarded_headers),
+                route,
+                payload,
+            )
+        if operation is not Operation.CHAT:
+            raise UnsupportedOperation(f"gemini providers have no {operation.value} API here")
+        body, dropped = chat_request_to_gemini(payload)
+        if dropped:
+            log.debug("translation_dropped_fields", provider=route.provider.slug, fields=dropped)
+        stream = payload.get("stream") is True
+        options = payload.get("stream_options")
+        include_usage = isinstance(options, dict) and options.get("include_usage") is True
+        model = route.upstream_model
+        method = "streamGenerateContent?alt=sse" if stream else "generateContent"
+        provider = route.provider
+        headers = {**forwarded_headers, **provider.headers, "content-type": "application/json"}
+        if provider.api_key:
+            headers["x-goog-api-key"] = provider.api_key
+
+        def translate(response: Any) -> TranslatedResponse:
+            return TranslatedResponse(response, _Decoder(model, include_usage, stream))
+
+        return UpstreamRequest(
+            url=f"{provider.base_url}/{API_VERSION}/models/{quote(model, safe='')}:{method}",
+            headers=headers,
+            body=orjson.dumps(body),
+            translate=translate,
+        )
+
+
+class _Decoder:
+    def __init__(self, model: str, include_usage: bool, stream: bool) -> None:
+        self._model = model
+        self._stream = GeminiStreamToChat(model=model, include_usage=include_usage)
+        self._parser = SSEParser() if stream else None
+
+    def completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        return gemini_response_to_chat(body, model=self._model)
+
+    def error(self, status: int, raw: bytes) -> tuple[str, str | None]:
+        message = upstream_error_message(raw) or f"gemini answered {status}"
+        return message, context_code(message) if status == 400 else None
+
+    def chunks(self, chunk: bytes) -> list[dict[str, Any] | None]:
+        assert self._parser is not None
+        out: list[dict[str, Any] | None] = []
+        for data in self._parser.feed_data(chunk):
+            try:
+                event = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                out.append(None)
+                continue
+            if isinstance(event, dict) and isinstance(event.get("error"), dict):
+                out.append({"error": event["error"]})  # an error mid-stream
+            elif isinstance(event, dict):
+                out.extend(self._stream.feed(event))
+        return out
+
+    def end(self) -> list[dict[str, Any] | None]:
+        return list(self._stream.finish())

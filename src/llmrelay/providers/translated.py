@@ -1,0 +1,125 @@
+"""A provider's response made to read as OpenAI Chat Completions.
+
+An adapter for a provider that speaks another protocol (Anthropic Messages, Gemini) wraps the
+transport's response in `TranslatedResponse`: its body reads as a chat completion, its error
+bodies as OpenAI errors, and its stream as `data: {chunk}` events. Everything downstream of
+the adapter (retries, failover, the stream relay with its read-ahead, finish and usage
+rules, the model rename) then works unchanged for every provider.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import orjson
+import structlog
+
+from llmrelay.providers.base import UpstreamResponse
+from llmrelay.providers.errors import UpstreamProtocolError
+
+log = structlog.get_logger(__name__)
+
+_CONTEXT_TOO_LONG = "context_length_exceeded"
+#: Not JSON: what the relay drops and counts as a malformed event.
+_MALFORMED = b"data: !\n\n"
+
+
+def _event(chunk: dict[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+
+class ChatDecoder(Protocol):
+    """One response's translation (a new decoder per call: stream decoders keep state)."""
+
+    def completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A successful non-stream body -> chat.completion."""
+        ...
+
+    def error(self, status: int, raw: bytes) -> tuple[str, str | None]:
+        """An error body -> (message, OpenAI-style code or None)."""
+        ...
+
+    def chunks(self, chunk: bytes) -> list[dict[str, Any] | None]:
+        """Stream bytes as they came -> chat.completion.chunk dicts (may be none yet); None
+        for an upstream event that could not be read (the relay drops and counts it)."""
+        ...
+
+    def end(self) -> list[dict[str, Any] | None]:
+        """The upstream stream ended -> its last chunks (a usage chunk, say)."""
+        ...
+
+
+class TranslatedResponse:
+    """An UpstreamResponse whose bytes are the chat protocol's."""
+
+    def __init__(self, inner: UpstreamResponse, decoder: ChatDecoder) -> None:
+        self._inner = inner
+        self._decoder = decoder
+        self._ended = False
+        self.status = inner.status
+
+    def header(self, name: str) -> str | None:
+        return self._inner.header(name)
+
+    async def read(self) -> bytes:
+        raw = await self._inner.read()
+        if self.status >= 300:
+            message, code = self._decoder.error(self.status, raw)
+            error: dict[str, Any] = {"message": message, "type": _error_type(self.status)}
+            if code is not None:
+                error["code"] = code
+            return orjson.dumps({"error": error})
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise UpstreamProtocolError("the answer is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise UpstreamProtocolError("the answer is not a JSON object")
+        try:
+            return orjson.dumps(self._decoder.completion(body))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UpstreamProtocolError(
+                f"the answer is not in the provider's shape: {exc}"
+            ) from None
+
+    async def next_chunk(self) -> bytes:
+        """The next chat events; b"" only at the end (an upstream chunk that completes no
+        event is not an end: reading goes on)."""
+        while not self._ended:
+            chunk = await self._inner.next_chunk()
+            if chunk:
+                events = self._decoder.chunks(chunk)
+            else:
+                self._ended = True
+                events = self._decoder.end()
+            if events:
+                return b"".join(_MALFORMED if e is None else _event(e) for e in events)
+        return b""
+
+    def release(self) -> None:
+        self._inner.release()
+
+
+def error_event(message: str, kind: str) -> dict[str, Any]:
+    """A provider's in-stream error as the chat protocol's error event (the relay fails the
+    route before the first byte, or ends the client's stream with an error after it)."""
+    return {"error": {"message": message, "type": kind}}
+
+
+def context_code(message: str) -> str | None:
+    """OpenAI's code for "the prompt is too long", when another provider said so in words
+    (context fallbacks key on it)."""
+    text = message.lower()
+    if "too long" in text or "exceeds the maximum number of tokens" in text:
+        return _CONTEXT_TOO_LONG
+    return None
+
+
+def _error_type(status: int) -> str:
+    if status in (400, 404, 413, 422):
+        return "invalid_request_error"
+    if status in (401, 403):
+        return "authentication_error"
+    if status == 429:
+        return "rate_limit_error"
+    return "api_error"
