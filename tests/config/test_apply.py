@@ -312,3 +312,33 @@ def test_a_bad_capability_names_the_path() -> None:
     with pytest.raises(ConfigError) as unknown:
         parse_config(CAPABLE.replace("tools: false", "vision: false"), "gw.yaml", ENV)
     assert "vision" in str(unknown.value)
+
+
+PRESETS_YAML = """
+providers:
+  - {slug: ds, type: openai_compatible, preset: deepseek, api_key: sk-x}
+  - {slug: local, type: openai_compatible, preset: ollama, base_url: "http://gpu-box:11434/v1"}
+models:
+  - name: m
+    routes: [{provider: ds, upstream_model: deepseek-chat}]
+"""
+
+
+async def test_a_preset_gives_a_default_base_url_and_is_stored(engine: AsyncEngine) -> None:
+    await _apply(engine, PRESETS_YAML)
+    async with session_factory(engine)() as session:
+        rows = {p.slug: p for p in (await session.scalars(select(Provider))).all()}
+    assert (rows["ds"].preset, rows["ds"].base_url) == ("deepseek", "https://api.deepseek.com/v1")
+    assert (rows["local"].preset, rows["local"].base_url) == ("ollama", "http://gpu-box:11434/v1")
+    assert (await _apply(engine, PRESETS_YAML)).changes == []
+
+
+def test_a_preset_is_only_for_openai_compatible_and_must_be_known() -> None:
+    wrong_type = "providers: [{slug: a, type: anthropic, preset: deepseek}]\nmodels: []\n"
+    with pytest.raises(ConfigError) as bad:
+        parse_config(wrong_type, "gw.yaml", ENV)
+    assert "preset is only for type openai_compatible" in str(bad.value)
+    unknown = "providers: [{slug: a, type: openai_compatible, preset: llamacpp}]\nmodels: []\n"
+    with pytest.raises(ConfigError) as unknown_preset:
+        parse_config(unknown, "gw.yaml", ENV)
+    assert "providers[0].preset" in str(unknown_preset.value)

@@ -89,7 +89,7 @@ async def test_policy_bindings_come_and_go_without_losing_keys(database_url: str
         await _to(engine, "0002")
         async with engine.connect() as conn:
             assert (await conn.execute(kept)).one() == (1, 1)
-        await _to(engine, "0003")  # columns added to `routes` itself
+        await _to(engine, "0004")  # columns added to `routes` (0003) and `providers` (0004)
         async with engine.connect() as conn:
             assert (await conn.execute(kept)).one() == (1, 1)
             assert await conn.run_sync(_diff) == []

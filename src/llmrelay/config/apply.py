@@ -169,6 +169,7 @@ async def _upsert_provider(
             "stream_idle_timeout_s": config.stream_idle_timeout_s,
             "api_version": config.api_version,
             "region": config.region,
+            "preset": config.preset,
         },
     )
     wanted = _credentials(config)

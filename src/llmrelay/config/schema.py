@@ -7,11 +7,12 @@ import re
 from datetime import UTC, datetime
 from decimal import Decimal
 from enum import StrEnum
-from typing import Annotated, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from llmrelay.apikeys import MIN_KEY_LENGTH
+from llmrelay.providers.presets import PRESETS
 
 _SLUG = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 # Model names may not contain ":" because "MODEL:PROVIDER" pins a provider.
@@ -86,6 +87,8 @@ class ProviderConfig(_Strict):
     api_version: str | None = None
     #: Where the provider serves from (for routing policies); a free-form label.
     region: Label | None = None
+    #: A known OpenAI-compatible server (providers/presets.py): default base URL and flags.
+    preset: Literal["deepseek", "qwen", "vllm", "ollama"] | None = None
 
     @field_validator("base_url")
     @classmethod
@@ -110,8 +113,10 @@ class ProviderConfig(_Strict):
 
     @model_validator(mode="after")
     def _type_rules(self) -> Self:
+        if self.preset is not None and self.type is not ProviderType.OPENAI_COMPATIBLE:
+            raise ValueError("preset is only for type openai_compatible")
         needs_url = (ProviderType.OPENAI_COMPATIBLE, ProviderType.AZURE_OPENAI)
-        if self.type in needs_url and self.base_url is None:
+        if self.type in needs_url and self.base_url is None and self.preset is None:
             raise ValueError(f"base_url is required for type {self.type.value}")
         if self.api_version is not None and self.type is not ProviderType.AZURE_OPENAI:
             raise ValueError("api_version is only for type azure_openai")
@@ -119,6 +124,8 @@ class ProviderConfig(_Strict):
 
     @property
     def effective_base_url(self) -> str | None:
+        if self.base_url is None and self.preset is not None:
+            return PRESETS[self.preset].base_url
         return self.base_url or DEFAULT_BASE_URLS.get(self.type)
 
 

@@ -125,6 +125,7 @@ def _provider(row: Provider, sealer: Sealer) -> ProviderSnap:
         stream_idle_timeout_s=row.stream_idle_timeout_s or DEFAULT_STREAM_IDLE_TIMEOUT_S,
         api_version=row.api_version,
         region=row.region,
+        preset=row.preset,
     )
 
 

@@ -24,6 +24,8 @@ class ProviderSnap:
     stream_idle_timeout_s: float
     api_version: str | None
     region: str | None = None
+    #: An OpenAI-compatible server's preset name (providers/presets.py).
+    preset: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -140,6 +140,8 @@ class Provider(Timestamped, Base):
     api_version: Mapped[str | None] = mapped_column(String(32))
     #: A free-form region label that routing policies can require.
     region: Mapped[str | None] = mapped_column(String(64))
+    #: A known OpenAI-compatible server (providers/presets.py), or None.
+    preset: Mapped[str | None] = mapped_column(String(32))
 
 
 class VirtualModel(Timestamped, Base):

@@ -1,0 +1,42 @@
+"""Named `openai_compatible` providers: their usual base URL and what they lack.
+
+`preset: deepseek` saves looking up a URL and tells the gateway what that server does not
+speak: none of these serves OpenAI's Responses API, so `/v1/responses` reaches them through
+chat. A preset's `base_url` is a default only; the config's own wins (a vLLM or Ollama server
+somewhere other than localhost, DashScope's China region). Imports nothing of ours.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Preset:
+    base_url: str
+    #: Serves POST /v1/responses (else the gateway translates Responses to chat).
+    responses_api: bool
+    #: Honours `stream_options.include_usage` (a usage chunk at the end of a stream).
+    stream_usage: bool
+
+
+PRESETS: dict[str, Preset] = {
+    "deepseek": Preset("https://api.deepseek.com/v1", responses_api=False, stream_usage=True),
+    # DashScope's compatible mode, international endpoint (China: dashscope.aliyuncs.com).
+    "qwen": Preset(
+        "https://dashscope-intl.aliyuncs.com/compatible-mode/v1",
+        responses_api=False,
+        stream_usage=True,
+    ),
+    "vllm": Preset("http://localhost:8000/v1", responses_api=False, stream_usage=True),
+    "ollama": Preset("http://localhost:11434/v1", responses_api=False, stream_usage=True),
+}
+
+
+def speaks_responses(provider_type: str, preset: str | None) -> bool:
+    """Whether a provider serves the Responses API itself: OpenAI does; an OpenAI-compatible
+    server only when its preset says so (unknown servers are assumed not to)."""
+    if provider_type == "openai":
+        return True
+    found = PRESETS.get(preset) if preset else None
+    return found is not None and found.responses_api
