@@ -21,6 +21,7 @@ adapters meet the real thing; their base URL is the host root (`root_url`):
 
     anthropic     /v1/messages, /v1/messages/count_tokens          (tests.support.mock_anthropic)
     gemini        /v1beta/models/{model}:generateContent, :streamGenerateContent (mock_gemini)
+    responses     /v1/responses on the OpenAI base URL (`base_url`)    (mock_responses)
     azure_openai  /openai/deployments/{deployment}/chat/completions and /embeddings: the OpenAI
                   answers behind Azure's checks (`_azure_refusal`; model `content-filter`)
 
@@ -122,8 +123,10 @@ class MockUpstream:
         # Imported here, not at the top: both modules build on this one's helpers.
         from tests.support.mock_anthropic import AnthropicMessages
         from tests.support.mock_gemini import GeminiModels
+        from tests.support.mock_responses import OpenAIResponses
 
         anthropic = AnthropicMessages(self)
+        app.router.add_post("/v1/responses", OpenAIResponses(self).create)
         app.router.add_post("/v1/messages", anthropic.messages)
         app.router.add_post("/v1/messages/count_tokens", anthropic.count_tokens)
         app.router.add_post("/{version:v1beta|v1}/models/{target}", GeminiModels(self).target)

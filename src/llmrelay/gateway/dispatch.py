@@ -27,6 +27,7 @@ from llmrelay.gateway.messages_relay import MessagesStreamRelay
 from llmrelay.gateway.planner import serve
 from llmrelay.gateway.recorder import Recorder
 from llmrelay.gateway.relay import ChatStreamRelay
+from llmrelay.gateway.responses_relay import ResponsesStreamRelay
 from llmrelay.gateway.watch import ClientWatches
 from llmrelay.observability.metrics import Metrics
 from llmrelay.protocols import openai as wire
@@ -136,6 +137,8 @@ class Dispatcher:
             finish = read_json
         elif call.operation is Operation.MESSAGES:
             finish = self._messages_primer(call, model)
+        elif call.operation is Operation.RESPONSES:
+            finish = self._responses_primer(call, model)
         else:
             finish = self._stream_primer(call, model)
         return executor.execute(
@@ -198,6 +201,37 @@ class Dispatcher:
 
         return prime
 
+    def _responses_primer(
+        self, call: ModelCall, model: ModelSnap
+    ) -> Finisher[ResponsesStreamRelay]:
+        """The finisher that opens a Responses stream relay and reads to its first content."""
+        runtime = call.runtime
+        record = call.record
+
+        async def prime(route: RouteSnap, response: UpstreamResponse) -> ResponsesStreamRelay:
+            slug = route.provider.slug
+            relay = ResponsesStreamRelay(
+                route,
+                response,
+                request_id=record.request_id,
+                virtual_model=model.name,
+                record=record,
+                on_malformed=lambda: runtime.metrics.malformed_events.labels(slug).inc(),
+                on_response_id=partial(self.remember_response, model, route.id),
+                on_end=self.finish,
+            )
+            await relay.prime(runtime.deadlines)
+            return relay
+
+        return prime
+
+    def remember_response(self, model: ModelSnap, route_id: str, response_id: str) -> None:
+        """A Response's id -> the route that holds it: a request continuing it
+        (`previous_response_id`) goes back there while that route is healthy."""
+        self.live().executor.affinity.remember(
+            f"{model.id}:{response_session(response_id)}", route_id
+        )
+
     def finish(self, record: CallRecord) -> None:
         runtime = self.live()
         if record.counted_route is not None:
@@ -258,3 +292,8 @@ async def read_json(route: RouteSnap, response: UpstreamResponse) -> Answer:
 
 def _route_id(route: RouteSnap) -> str:
     return route.id
+
+
+def response_session(response_id: str) -> str:
+    """The session key of a conversation continued by `previous_response_id`."""
+    return f"response:{response_id}"

@@ -26,6 +26,7 @@ from llmrelay.gateway.errors import ClientDisconnected, GatewayError
 from llmrelay.gateway.executor import UpstreamRejected
 from llmrelay.gateway.ingress import RequestContext
 from llmrelay.gateway.messages import MessagesRoutes
+from llmrelay.gateway.responses import ResponsesRoutes
 from llmrelay.protocols import anthropic_models as anthropic_wire
 from llmrelay.protocols import openai as wire
 from llmrelay.providers.base import Operation
@@ -44,12 +45,14 @@ class DataPlane(Dispatcher):
         """(method, path) -> handler, for the app's direct dispatch (partials: no wrapper
         coroutine per call)."""
         anthropic = MessagesRoutes(self)
+        responses = ResponsesRoutes(self)
         return {
             ("POST", "/v1/chat/completions"): partial(self.model_call, operation=Operation.CHAT),
             ("POST", "/v1/embeddings"): partial(self.model_call, operation=Operation.EMBEDDINGS),
             ("GET", "/v1/models"): self.list_models,
             ("POST", "/v1/messages"): anthropic.messages,
             ("POST", "/v1/messages/count_tokens"): anthropic.count_tokens,
+            ("POST", "/v1/responses"): responses.create,
         }
 
     # -- endpoints ---------------------------------------------------------------------

@@ -18,6 +18,9 @@ class Operation(StrEnum):
     MESSAGES = "messages"
     #: Anthropic's POST /v1/messages/count_tokens (anthropic providers only).
     COUNT_TOKENS = "count_tokens"
+    #: OpenAI Responses (POST /v1/responses): native where the provider serves it, bridged
+    #: through chat elsewhere.
+    RESPONSES = "responses"
 
 
 class UnsupportedOperation(LookupError):

@@ -1,5 +1,6 @@
 """Anthropic Messages clients served by providers that speak chat (OpenAI-compatible, Azure,
-the mock) or another protocol reached through chat (Gemini).
+the mock) or another protocol reached through chat (Gemini). `over_chat` is the bridge
+itself, shared with the Responses API's (responses_bridge.py).
 
 The Messages request becomes a chat request (protocols.chat_anthropic), the provider's
 adapter builds its own request from that, and the answer is read back as Messages: a chat
@@ -35,6 +36,19 @@ def messages_over_chat(
     """The upstream request for a Messages `payload`, built by `build_chat` from its chat
     form, with a `translate` that reads the answer as Messages."""
     chat, dropped = anthropic_request_to_chat(payload, upstream_model=route.upstream_model)
+    return over_chat(build_chat, route, chat, dropped, MessagesFromChat)
+
+
+def over_chat(
+    build_chat: BuildChat,
+    route: RouteSnap,
+    chat: dict[str, Any],
+    dropped: list[str],
+    wrap: Callable[..., UpstreamResponse],
+) -> UpstreamRequest:
+    """The provider's request for a client request already translated to `chat`, whose
+    answer (read as chat by the provider's own translation, if it has one) `wrap` turns
+    into the client's protocol: `wrap(response, model=..., stream=...)`."""
     if dropped:
         log.debug("translation_dropped_fields", provider=route.provider.slug, fields=dropped)
     request = build_chat(chat)
@@ -45,7 +59,7 @@ def messages_over_chat(
     def translate(response: UpstreamResponse) -> UpstreamResponse:
         if inner is not None:
             response = inner(response)
-        return MessagesFromChat(response, model=model, stream=stream)
+        return wrap(response, model=model, stream=stream)
 
     return dataclasses.replace(request, translate=translate)
 

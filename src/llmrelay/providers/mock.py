@@ -19,6 +19,7 @@ import orjson
 
 from llmrelay.providers.base import Operation, UnsupportedOperation, UpstreamRequest
 from llmrelay.providers.messages_bridge import messages_over_chat
+from llmrelay.providers.responses_bridge import responses_over_chat
 from llmrelay.snapshot.model import ProviderSnap, RouteSnap
 
 DEFAULT_DIMENSIONS = 64
@@ -35,6 +36,12 @@ class MockAdapter:
         payload: dict[str, Any],
         forwarded_headers: Mapping[str, str],
     ) -> UpstreamRequest:
+        if operation is Operation.RESPONSES:
+            return responses_over_chat(
+                lambda chat: self.build_request(Operation.CHAT, route, chat, forwarded_headers),
+                route,
+                payload,
+            )
         if operation is Operation.MESSAGES:
             return messages_over_chat(
                 lambda chat: self.build_request(Operation.CHAT, route, chat, forwarded_headers),

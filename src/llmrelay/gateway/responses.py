@@ -1,0 +1,121 @@
+"""OpenAI's `POST /v1/responses`, streamed or not.
+
+A provider that serves the Responses API itself (OpenAI; presets that say so) gets the body
+as it came, only `model` rewritten; any other provider gets it through chat
+(providers.responses_bridge), which refuses, with a 400 naming the field, what chat cannot
+carry (stored conversation state, built-in tools). A request that continues a conversation
+(`previous_response_id`) goes back to the route that answered it, while that route is healthy
+(the provider holds the conversation). `background: true` needs durable jobs, which this
+version does not have: 400. Errors are OpenAI-shaped, as on every OpenAI route.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+from starlette.types import Receive, Scope, Send
+
+from llmrelay.gateway import requests as checks
+from llmrelay.gateway.asgi import read_body, send_json, send_sse
+from llmrelay.gateway.auth import authenticate
+from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
+from llmrelay.gateway.dispatch import Dispatcher, ModelCall, bind, response_session
+from llmrelay.gateway.errors import ClientDisconnected, GatewayError, InvalidRequest
+from llmrelay.gateway.executor import UpstreamRejected
+from llmrelay.gateway.ingress import RequestContext
+from llmrelay.gateway.responses_relay import take_usage
+from llmrelay.protocols import openai as wire
+from llmrelay.providers.base import Operation
+from llmrelay.providers.headers import forwardable
+
+
+class ResponsesRoutes:
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self._dispatcher = dispatcher
+
+    async def create(
+        self, scope: Scope, receive: Receive, send: Send, context: RequestContext
+    ) -> None:
+        dispatcher = self._dispatcher
+        runtime = dispatcher.live()
+        record = CallRecord(context.request_id, "responses", context.started)
+        headers = [(b"x-request-id", context.request_id.encode())]
+        streaming = False
+        try:
+            snapshot = runtime.snapshots.current
+            principal = authenticate(scope["headers"], snapshot, context.client_ip, time.time())
+            bind(record, principal)
+            payload = checks.parse_object(await read_body(receive, runtime.max_body_bytes))
+            check_responses(payload)
+            model, pinned = checks.resolve_model(
+                snapshot, principal, payload["model"], embedding=False
+            )
+            record.virtual_model = model.name
+            session = context.session_id
+            previous = payload.get("previous_response_id")
+            if isinstance(previous, str) and previous:
+                session = response_session(previous)
+            forwarded = forwardable(scope["headers"])
+            forwarded["x-request-id"] = context.request_id
+            call = ModelCall(
+                runtime,
+                Operation.RESPONSES,
+                payload,
+                forwarded,
+                record,
+                context.route_tag,
+                session,
+                principal.policy,
+                None,
+            )
+            if payload.get("stream") is True:
+                record.stream = streaming = True
+                served, relay = await dispatcher.answer(call, receive, snapshot, model, pinned)
+                headers.append((b"x-llmrelay-model", served.name.encode()))
+                headers.append((b"x-llmrelay-provider", (record.provider or "").encode()))
+                await send_sse(receive, send, relay.events(), headers, runtime.client_watches)
+                return
+            served, answer = await dispatcher.answer(call, receive, snapshot, model, pinned)
+            answered: dict[str, Any] = answer.body
+            answered["model"] = served.name
+            take_usage(record, answered.get("usage"))
+            response_id = answered.get("id")
+            if isinstance(response_id, str):
+                dispatcher.remember_response(served, answer.route.id, response_id)
+            headers.append((b"x-llmrelay-model", served.name.encode()))
+            headers.append((b"x-llmrelay-provider", answer.route.provider.slug.encode()))
+            await send_json(send, 200, orjson.dumps(answered), headers)
+        except GatewayError as error:
+            streaming = False
+            record.fail(error.status, error.code)
+            if not isinstance(error, UpstreamRejected):
+                headers.extend((k.lower().encode(), v.encode()) for k, v in error.headers.items())
+            await send_json(send, error.status, wire.error_body(error, context.request_id), headers)
+        except ClientDisconnected:
+            streaming = False
+            record.fail(CLIENT_CLOSED_REQUEST, "client_disconnected")
+        finally:
+            if not streaming:
+                dispatcher.finish(record)
+
+
+def check_responses(payload: dict[str, Any]) -> None:
+    model = payload.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidRequest(
+            "'model' is required", param="model", code="missing_required_parameter"
+        )
+    given = payload.get("input")
+    if given is not None and not isinstance(given, str | list):
+        raise InvalidRequest("'input' must be a string or an array of items", param="input")
+    if payload.get("background") is True:
+        raise InvalidRequest(
+            "'background' responses are not yet supported by this gateway",
+            param="background",
+            code="unsupported_parameter",
+        )
+    stream = payload.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise InvalidRequest("'stream' must be a boolean", param="stream")

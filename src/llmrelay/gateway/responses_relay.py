@@ -1,0 +1,137 @@
+"""Relaying an OpenAI Responses stream to a Responses client, event by event.
+
+The upstream stream is OpenAI's own (a provider that serves the Responses API) or one
+translated from chat (providers.responses_bridge). Content is a text or function-argument
+delta, or a function call item being added; the stream is complete at `response.completed`,
+`response.incomplete` or `response.failed`. Every event is parsed; the response object some
+events carry has its model renamed to the virtual model and its id remembered (a later
+request's `previous_response_id` goes back to the route that holds it). An `error` event
+fails the route before the first byte and reaches the client after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import structlog
+
+from llmrelay.gateway.call import CallRecord
+from llmrelay.gateway.errors import GatewayError
+from llmrelay.gateway.stream_relay import StreamRelay
+from llmrelay.protocols.sse import SSEParser
+from llmrelay.providers.base import UpstreamResponse
+from llmrelay.providers.errors import UpstreamProtocolError
+from llmrelay.snapshot.model import RouteSnap
+
+log = structlog.get_logger(__name__)
+
+_CONTENT_DELTAS = frozenset(
+    {
+        "response.output_text.delta",
+        "response.function_call_arguments.delta",
+        "response.refusal.delta",
+        "response.reasoning_summary_text.delta",
+    }
+)
+_ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+
+class ResponsesStreamRelay(StreamRelay):
+    def __init__(
+        self,
+        route: RouteSnap,
+        response: UpstreamResponse,
+        *,
+        request_id: str,
+        virtual_model: str,
+        record: CallRecord,
+        on_malformed: Callable[[], None],
+        on_response_id: Callable[[str], None],
+        on_end: Callable[[CallRecord], None],
+    ) -> None:
+        super().__init__(route, response, request_id=request_id, record=record, on_end=on_end)
+        self._parser = SSEParser()
+        self._virtual_model = virtual_model
+        self._on_malformed = on_malformed
+        self._on_response_id = on_response_id
+        self._ended = False
+        self._sequence = 0
+
+    @property
+    def _complete(self) -> bool:
+        return self._ended
+
+    def _error_event(self, error: GatewayError) -> bytes:
+        self._sequence += 1
+        data = {
+            "type": "error",
+            "code": error.code,
+            "message": error.message,
+            "param": None,
+            "sequence_number": self._sequence,
+        }
+        return b"event: error\ndata: " + orjson.dumps(data) + b"\n\n"
+
+    def _take(self, chunk: bytes, out: list[bytes], *, priming: bool) -> bool:
+        content = False
+        for name, data in self._parser.feed(chunk):
+            if self._ended:
+                break
+            try:
+                event = orjson.loads(data) if data else None
+            except orjson.JSONDecodeError:
+                event = None
+            if not isinstance(event, dict):
+                if data:
+                    self._on_malformed()
+                    log.warning("upstream_malformed_event", request_id=self._request_id)
+                continue
+            kind = event.get("type") or name
+            if kind == "error":
+                message = event.get("message") or event.get("error")
+                raise UpstreamProtocolError(f"provider sent an error event: {message}")
+            sequence = event.get("sequence_number")
+            if isinstance(sequence, int):
+                self._sequence = sequence
+            if self._look(kind, event):
+                content = True
+                data = orjson.dumps(event)
+            elif kind in _CONTENT_DELTAS or kind == "response.output_item.added":
+                content = content or _carries_content(kind, event)
+            out.append(b"event: " + str(kind).encode() + b"\ndata: " + data + b"\n\n")
+        return content
+
+    def _look(self, kind: Any, event: dict[str, Any]) -> bool:
+        """Rename and read an event that carries the response object; whether it did (its
+        data must then be written anew), which also marks an end as content."""
+        response = event.get("response")
+        if not isinstance(response, dict):
+            return False
+        response["model"] = self._virtual_model
+        response_id = response.get("id")
+        if isinstance(response_id, str) and kind == "response.created":
+            self._on_response_id(response_id)
+        if kind in _ENDS:
+            self._ended = True
+            take_usage(self._record, response.get("usage"))
+        return kind in _ENDS
+
+
+def _carries_content(kind: Any, event: dict[str, Any]) -> bool:
+    if kind == "response.output_item.added":
+        item = event.get("item")
+        return isinstance(item, dict) and item.get("type") == "function_call"
+    return bool(event.get("delta"))
+
+
+def take_usage(record: CallRecord, usage: Any) -> None:
+    """A Response's usage (`input_tokens`, `output_tokens`) onto the record."""
+    if not isinstance(usage, dict):
+        return
+    prompt, completion = usage.get("input_tokens"), usage.get("output_tokens")
+    if isinstance(prompt, int):
+        record.prompt_tokens = prompt
+    if isinstance(completion, int):
+        record.completion_tokens = completion

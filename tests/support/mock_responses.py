@@ -1,0 +1,157 @@
+"""OpenAI's Responses API on the mock server: `POST /v1/responses`, streamed or not.
+
+Echoes the text of the last user input (a string `input`, or the last user message item's
+text), like the chat handler. Each answer gets a new `resp_...` id, and `previous_response_id`
+must name one this server gave out (else 404, as OpenAI answers for a response it does not
+hold): tests can see a continued conversation reach the provider that holds it. Failures
+(`status-CODE`, `fail-first-N`, ...) are the server's shared ones.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from aiohttp import web
+
+if TYPE_CHECKING:
+    from tests.support.mock_upstream import MockUpstream
+
+_IDS = itertools.count(1)
+
+
+class OpenAIResponses:
+    def __init__(self, server: MockUpstream) -> None:
+        self.server = server
+        self.issued: set[str] = set()
+
+    async def create(self, request: web.Request) -> web.StreamResponse:
+        from tests.support.mock_upstream import _error
+
+        body = await self.server._receive(request)
+        model = str(body.get("model", ""))
+        refused = await self.server._admit(request, model, _error)
+        if refused is not None:
+            return refused
+        previous = body.get("previous_response_id")
+        if previous is not None and previous not in self.issued:
+            return web.json_response(
+                {
+                    "error": {
+                        "message": f"Response '{previous}' not found",
+                        "type": "invalid_request_error",
+                        "param": "previous_response_id",
+                        "code": None,
+                    }
+                },
+                status=404,
+            )
+        response_id = f"resp_mock{next(_IDS):06d}"
+        self.issued.add(response_id)
+        text = _input_text(body.get("input"))
+        done = _response(response_id, model, text, "completed")
+        if body.get("stream") is not True:
+            return web.json_response(done, dumps=lambda v: orjson.dumps(v).decode())
+        stream = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await stream.prepare(request)
+        sequence = itertools.count()
+        item = done["output"][0]
+
+        async def send(kind: str, **fields: Any) -> None:
+            data = {"type": kind, "sequence_number": next(sequence), **fields}
+            await stream.write(
+                b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+            )
+
+        started = _response(response_id, model, "", "in_progress")
+        started["output"], started["usage"] = [], None
+        await send("response.created", response=started)
+        await send("response.in_progress", response=started)
+        added = {**item, "status": "in_progress", "content": []}
+        await send("response.output_item.added", output_index=0, item=added)
+        part = {"type": "output_text", "text": "", "annotations": []}
+        await send(
+            "response.content_part.added",
+            item_id=item["id"],
+            output_index=0,
+            content_index=0,
+            part=part,
+        )
+        words = text.split(" ")
+        for i, word in enumerate(words):
+            delta = word + (" " if i < len(words) - 1 else "")
+            await send(
+                "response.output_text.delta",
+                item_id=item["id"],
+                output_index=0,
+                content_index=0,
+                delta=delta,
+                logprobs=[],
+            )
+        await send(
+            "response.output_text.done",
+            item_id=item["id"],
+            output_index=0,
+            content_index=0,
+            text=text,
+            logprobs=[],
+        )
+        await send(
+            "response.content_part.done",
+            item_id=item["id"],
+            output_index=0,
+            content_index=0,
+            part={**part, "text": text},
+        )
+        await send("response.output_item.done", output_index=0, item=item)
+        await send("response.completed", response=done)
+        await stream.write_eof()
+        return stream
+
+
+def _input_text(given: Any) -> str:
+    if isinstance(given, str):
+        return given
+    text = ""
+    for item in given if isinstance(given, list) else []:
+        if isinstance(item, dict) and item.get("role") == "user":
+            content = item.get("content")
+            if isinstance(content, str):
+                text = content
+            elif isinstance(content, list):
+                text = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return text
+
+
+def _response(response_id: str, model: str, text: str, status: str) -> dict[str, Any]:
+    words = len(text.split())
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": status,
+        "model": f"{model}-2025-03-11",
+        "output": [
+            {
+                "type": "message",
+                "id": f"msg_{response_id}",
+                "status": "completed",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }
+        ],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "error": None,
+        "incomplete_details": None,
+        "usage": {
+            "input_tokens": words,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": words,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 2 * words,
+        },
+    }
