@@ -27,6 +27,7 @@ wrk.path = [==[%(path)s]==]
 wrk.body = [==[%(body)s]==]
 local limit = %(limit)d
 local mixed = { %(mixed)s }
+local expect = { %(expect)s }
 local threads = {}
 
 function setup(thread)
@@ -59,12 +60,24 @@ local function complete(body)
   return string.find(body, '"object":"chat.completion"', 1, true) ~= nil
 end
 
+-- When the run names them: pieces a correct answer carries, in this order (its text, finish
+-- reason, token counts: bench.upstream.answer_fragments).
+local function carries(body)
+  local from = 1
+  for _, piece in ipairs(expect) do
+    local _, last = string.find(body, piece, from, true)
+    if last == nil then return false end
+    from = last + 1
+  end
+  return true
+end
+
 function response(status, headers, body)
   responses = responses + 1
   if status ~= 200 then
     non200 = non200 + 1
     if first_bad == 0 then first_bad = status end
-  elseif not complete(body) then
+  elseif not complete(body) or not carries(body) then
     bad_body = bad_body + 1
   end
   if limit > 0 and responses == limit then
@@ -97,10 +110,23 @@ end
 
 
 def write_lua(
-    folder: Path, path: str, body: str, limit: int, mixed: Sequence[tuple[str, str]]
+    folder: Path,
+    path: str,
+    body: str,
+    limit: int,
+    mixed: Sequence[tuple[str, str]],
+    expect: Sequence[str] = (),
 ) -> Path:
     items = ", ".join(f"{{ [==[{p}]==], [==[{b}]==] }}" for p, b in mixed)
-    script = _LUA % {"key": BENCH_KEY, "path": path, "body": body, "limit": limit, "mixed": items}
+    pieces = ", ".join(f"[==[{piece}]==]" for piece in expect)
+    script = _LUA % {
+        "key": BENCH_KEY,
+        "path": path,
+        "body": body,
+        "limit": limit,
+        "mixed": items,
+        "expect": pieces,
+    }
     target = folder / f"wrk-{hashlib.sha256(script.encode()).hexdigest()[:12]}.lua"
     target.write_text(script)
     return target
@@ -170,11 +196,20 @@ class Driver:
         self.windows: list[Window] = []
 
     def window(
-        self, system: System, mode: str, connections: int, duration_s: float, *, keep: bool = True
+        self,
+        system: System,
+        mode: str,
+        connections: int,
+        duration_s: float,
+        *,
+        keep: bool = True,
+        expect: Sequence[str] = (),
     ) -> Window:
         """One measured window. When something else used core 1 meanwhile (another
-        process, not the system under test), the window is measured again, up to twice."""
-        script = write_lua(self.folder, system.paths[mode], request_body(mode), 0, ())
+        process, not the system under test), the window is measured again, up to twice.
+        `expect`: fragments every answer must carry in order (else it counts as bad)."""
+        path, body = system.paths[mode], request_body(mode)
+        script = write_lua(self.folder, path, body, 0, (), expect)
         for _ in range(1 + FOREIGN_RETRIES if keep else 1):
             if keep:
                 wait_for_quiet_core()

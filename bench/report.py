@@ -1,4 +1,5 @@
-"""What a run reports: the machine, tables, ratios against the bare proxy, targets, files."""
+"""What a run reports: the machine, tables, ratios against the bare proxy or between two arms,
+targets, files."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import platform
 import sqlite3
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from statistics import median
+from typing import Any, TypeVar
 
 from bench.constants import FOREIGN_LIMIT, LOADGEN_CORE, PROJECT, RESULTS, SUT_CORE
 from bench.load import Window
@@ -103,6 +105,58 @@ def ratios(
                     "valid": b.errors == 0 and s.errors == 0,
                 }
     return out
+
+
+Arm = TypeVar("Arm")
+
+
+def paired(
+    windows: Sequence[Window],
+    modes: Sequence[str],
+    levels: Sequence[int],
+    arms: tuple[Arm, Arm],
+    label: Callable[[str, Arm], str],
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """Two arms measured in rounds, their windows back to back in each (bench.routing,
+    bench.translation); `label(mode, arm)` is an arm's mode. Per mode and concurrency:
+    medians per arm (keyed by str(arm)), their ratios (second arm over first) and each
+    round's ratio (the two windows of a round ran back to back)."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    base, other = (str(a) for a in arms)
+    for mode in modes:
+        out[mode] = {}
+        for c in levels:
+            runs = {
+                str(a): [w for w in windows if w.mode == label(mode, a) and w.connections == c]
+                for a in arms
+            }
+            first, second = runs[base], runs[other]
+            if not first or not second:
+                continue
+            pairs = list(zip(first, second, strict=True))  # one per round
+            rps, cpu = _medians(runs, "rps"), _medians(runs, "cpu_us_per_req")
+            out[mode][str(c)] = {
+                "rps": rps,
+                "cpu_us_per_req": cpu,
+                "p50_ms": _medians(runs, "p50_ms"),
+                "p99_ms": _medians(runs, "p99_ms"),
+                "throughput_ratio": _ratio(rps[other], rps[base]),
+                "cpu_ratio": _ratio(cpu[other], cpu[base]),
+                "round_throughput_ratios": [_ratio(b.rps, a.rps) for a, b in pairs],
+                "round_cpu_ratios": [_ratio(b.cpu_us_per_req, a.cpu_us_per_req) for a, b in pairs],
+                "requests": {a: sum(w.requests for w in ws) for a, ws in runs.items()},
+                "bad_answers": {a: sum(w.errors for w in ws) for a, ws in runs.items()},
+                "valid": all(w.errors == 0 for w in first + second),
+            }
+    return out
+
+
+def _medians(runs: dict[str, list[Window]], field: str) -> dict[str, float]:
+    return {a: round(median(getattr(w, field) for w in ws), 3) for a, ws in runs.items()}
+
+
+def _ratio(a: float, b: float) -> float:
+    return round(a / b, 3) if b else 0.0
 
 
 @dataclass

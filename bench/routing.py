@@ -22,11 +22,10 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from statistics import median
 from typing import Any
 
-from bench.load import Driver, Window
-from bench.report import Target, machine, print_table
+from bench.load import Driver
+from bench.report import Target, machine, paired, print_table
 from bench.systems import System, check_answers, routed_mode, start_llmrelay
 from bench.upstream import upstream
 
@@ -75,7 +74,7 @@ def compare_routing(folder: Path, modes: Sequence[str], quick: bool) -> dict[str
             if relay is not None:
                 relay.stop()
     windows = driver.windows
-    figures = summarise(windows, modes, levels)
+    figures = paired(windows, modes, levels, ARMS, routed_mode)
     spread = routes_used(folder / "llmrelay" / "bench.db", [f"bench-{m}" for m in called])
     targets = [
         Target(
@@ -135,48 +134,6 @@ def compare_routing(folder: Path, modes: Sequence[str], quick: bool) -> dict[str
         "all_targets_met": all(t.met for t in targets),
         "errors": errors,
     }
-
-
-def summarise(
-    windows: Sequence[Window], modes: Sequence[str], levels: Sequence[int]
-) -> dict[str, dict[str, dict[str, Any]]]:
-    """Per mode and concurrency: medians per model, their ratios (many routes over one) and
-    each round's ratio (the two windows of a round ran back to back)."""
-    out: dict[str, dict[str, dict[str, Any]]] = {}
-    for mode in modes:
-        out[mode] = {}
-        for c in levels:
-            runs = {
-                n: [w for w in windows if w.mode == routed_mode(mode, n) and w.connections == c]
-                for n in ARMS
-            }
-            one, many = runs[ARMS[0]], runs[ARMS[1]]
-            if not one or not many:
-                continue
-            pairs = list(zip(one, many, strict=True))  # one per round
-            rps, cpu = _medians(runs, "rps"), _medians(runs, "cpu_us_per_req")
-            out[mode][str(c)] = {
-                "rps": rps,
-                "cpu_us_per_req": cpu,
-                "p50_ms": _medians(runs, "p50_ms"),
-                "p99_ms": _medians(runs, "p99_ms"),
-                "throughput_ratio": _ratio(rps[str(ARMS[1])], rps[str(ARMS[0])]),
-                "cpu_ratio": _ratio(cpu[str(ARMS[1])], cpu[str(ARMS[0])]),
-                "round_throughput_ratios": [_ratio(b.rps, a.rps) for a, b in pairs],
-                "round_cpu_ratios": [_ratio(b.cpu_us_per_req, a.cpu_us_per_req) for a, b in pairs],
-                "requests": {str(n): sum(w.requests for w in ws) for n, ws in runs.items()},
-                "bad_answers": {str(n): sum(w.errors for w in ws) for n, ws in runs.items()},
-                "valid": all(w.errors == 0 for w in one + many),
-            }
-    return out
-
-
-def _medians(runs: dict[int, list[Window]], field: str) -> dict[str, float]:
-    return {str(n): round(median(getattr(w, field) for w in ws), 3) for n, ws in runs.items()}
-
-
-def _ratio(a: float, b: float) -> float:
-    return round(a / b, 3) if b else 0.0
 
 
 def routes_used(database: Path, models: Sequence[str]) -> dict[str, dict[str, dict[str, int]]]:

@@ -5,6 +5,7 @@
     python -m bench.run --compare-stack  # bare proxy: uvicorn|granian x aiohttp|httpx|httpx2
     python -m bench.run --compare-stack --with-llmrelay   # ... and llmrelay under both servers
     python -m bench.run --routing        # 8 routes (least_time) against 1 route, about 8 minutes
+    python -m bench.run --translation    # chat from an anthropic upstream against an openai one
     python -m bench.run --markdown bench/results/FILE.json  # a results file as Markdown tables
 
 What runs (docs/performance.md explains the figures):
@@ -12,6 +13,8 @@ What runs (docs/performance.md explains the figures):
   fixed chat.completion; `/sse/v1/...` a fixed SSE stream in one write ("burst");
   `/sse-paced/v1/...` the same events one write each, with 1 ms after the first content event
   (needs the Debian package libnginx-mod-http-echo; skipped without it);
+  `/anthropic-plain/v1/messages` and `/anthropic-sse/v1/messages` the same answers as an
+  Anthropic Message and event stream (for --translation);
 - the bare proxy (bench/bare_proxy.py) and llmrelay (`llmrelay serve`, one worker, SQLite,
   auth and request recording on), both on core 1;
 - wrk at several concurrencies per mode; a Lua script checks every answer (status 200 and a
@@ -42,7 +45,6 @@ from bench.load import Driver, Window
 from bench.procs import settle
 from bench.report import (
     Target,
-    find_window,
     machine,
     markdown,
     print_table,
@@ -52,8 +54,14 @@ from bench.report import (
 )
 from bench.routing import ROUTING_MODES, compare_routing
 from bench.routing import markdown as routing_markdown
+from bench.stack import compare_stack
 from bench.systems import System, check_answers, start_bare, start_llmrelay
+from bench.translation import compare_translation
+from bench.translation import markdown as translation_markdown
 from bench.upstream import upstream
+
+#: Results kinds with their own table (the others: bench.report.markdown).
+MARKDOWN = {"routing": routing_markdown, "translation": translation_markdown}
 
 
 def compare_llmrelay(folder: Path, modes: Sequence[str], quick: bool) -> dict[str, Any]:
@@ -216,74 +224,6 @@ def compare_llmrelay(folder: Path, modes: Sequence[str], quick: bool) -> dict[st
     }
 
 
-def compare_stack(
-    folder: Path, modes: Sequence[str], quick: bool, with_llmrelay: bool
-) -> dict[str, Any]:
-    levels = [1, 64] if quick else [1, 64, 256]
-    duration = 3.0 if quick else 10.0
-    info = machine()
-    systems: list[System] = []
-    with upstream(folder, modes) as nginx:
-        try:
-            for server in ("uvicorn", "granian"):
-                for client in ("aiohttp", "httpx", "httpx2"):
-                    systems.append(start_bare(folder, nginx.port, modes, server, client))
-            if with_llmrelay:
-                for server in ("uvicorn", "granian"):
-                    sub = folder / f"llmrelay-{server}"
-                    systems.append(start_llmrelay(sub, nginx.port, modes, server=server))
-            for system in systems:
-                check_answers(system, modes)
-            driver = Driver(folder, nginx)
-            print("warm-up ...", flush=True)
-            for system in systems:
-                for mode in modes:
-                    driver.window(system, mode, 64, 2, keep=False)
-            print("measuring; the systems alternate window by window ...", flush=True)
-            for mode in modes:
-                for c in levels:
-                    for system in systems:
-                        driver.window(system, mode, c, duration)
-            peaks = {s.name: s.peak_rss_kb() for s in systems}
-        finally:
-            for system in systems:
-                system.stop()
-    print()
-    print_table(driver.windows)
-    base = systems[0].name
-    print(f"\nrelative to {base} (req/s, CPU/request; x = errors, figure not valid):")
-    print(f"{'':<22}" + "".join(f" {f'{m} c={c}':>17}" for m in modes for c in levels))
-    for system in systems:
-        cells = []
-        for mode in modes:
-            for c in levels:
-                b, w = (find_window(driver.windows, n, mode, c) for n in (base, system.name))
-                if b is None or w is None or not b.rps or not b.cpu_us_per_req:
-                    cells.append(f"{'-':>17}")
-                    continue
-                bad = "x" if w.errors else " "
-                cells.append(
-                    f" {w.rps / b.rps:>7.0%} {w.cpu_us_per_req / b.cpu_us_per_req:>6.2f}x{bad}"
-                )
-        print(f"{system.name:<22}" + "".join(cells))
-    for system in systems:
-        for mode, problem in system.problems.items():
-            print(f"!! {system.name} {mode}: {problem}")
-    return {
-        "kind": "stack",
-        "quick": quick,
-        "machine": info,
-        "modes": list(modes),
-        "levels": levels,
-        "window_s": duration,
-        "windows": [asdict(w) for w in driver.windows],
-        "cold_start_s": {s.name: s.cold_start_s for s in systems},
-        "peak_rss_kb": peaks,
-        "problems": {s.name: s.problems for s in systems},
-        "errors": sum(w.errors for w in driver.windows),
-    }
-
-
 def preflight() -> list[str]:
     """The modes this machine can run; exits when a tool is missing."""
     os.environ["PATH"] = f"{os.environ.get('PATH', '')}:/usr/sbin"
@@ -319,13 +259,21 @@ def main() -> None:
         action="store_true",
         help="llmrelay alone: a virtual model with 8 routes (least_time) against 1 route",
     )
-    parser.add_argument("--modes", help=f"comma-separated subset of {','.join(ALL_MODES)}")
+    parser.add_argument(
+        "--translation",
+        action="store_true",
+        help="llmrelay alone: chat clients from an anthropic upstream against an openai one",
+    )
+    parser.add_argument(
+        "--modes", help=f"comma-separated subset of {','.join(ALL_MODES)} (not --translation)"
+    )
     parser.add_argument("--keep-temp", action="store_true", help="keep the temp folder (logs)")
     parser.add_argument("--markdown", type=Path, help="print a results file as Markdown, then exit")
     args = parser.parse_args()
     if args.markdown:
         data = json.loads(args.markdown.read_text())
-        print(routing_markdown(data) if data["kind"] == "routing" else markdown(args.markdown))
+        render = MARKDOWN.get(data["kind"])
+        print(render(data) if render else markdown(args.markdown))
         return
     modes = preflight()
     if args.routing and not args.modes:
@@ -342,6 +290,9 @@ def main() -> None:
         elif args.routing:
             data = compare_routing(folder, modes, args.quick)
             kind = "routing-quick" if args.quick else "routing"
+        elif args.translation:
+            data = compare_translation(folder, args.quick)
+            kind = "translation-quick" if args.quick else "translation"
         else:
             data = compare_llmrelay(folder, modes, args.quick)
             kind = "compare-quick" if args.quick else "compare"

@@ -24,7 +24,15 @@ from bench.procs import (
     venv_program,
     wait_for_quiet_core,
 )
-from bench.upstream import request_body, sse_events
+from bench.upstream import answer_fragments, carries, request_body, sse_events, streams
+
+#: The arms of bench.translation: per mode a model bench-API-MODE for each API, whose route
+#: leads to a provider of this type (and upstream model) on nginx's location for that API.
+TRANSLATION_ARMS = ("openai", "anthropic")
+_API_PROVIDERS = {
+    "openai": ("openai_compatible", "gpt-4o-mini"),
+    "anthropic": ("anthropic", "claude-haiku-4-5"),
+}
 
 
 @dataclass
@@ -97,19 +105,32 @@ def routed_mode(mode: str, routes: int) -> str:
     return f"{mode}-{routes}"
 
 
-def _provider(slug: str, upstream_port: int, mode: str) -> str:
+def translated_mode(mode: str, api: str) -> str:
+    """The label of a mode called through model bench-API-MODE (bench.translation):
+    "anthropic-sse" asks for a stream from the anthropic provider on /anthropic-sse/."""
+    return f"{api}-{mode}"
+
+
+def _provider(slug: str, upstream_port: int, mode: str, kind: str = "openai_compatible") -> str:
+    # An anthropic provider's base URL is the host root: the adapter adds /v1/messages.
+    path = f"anthropic-{mode}" if kind == "anthropic" else f"{mode}/v1"
     return (
         f"  - slug: {slug}\n"
-        "    type: openai_compatible\n"
-        f"    base_url: http://127.0.0.1:{upstream_port}/{mode}/v1\n"
+        f"    type: {kind}\n"
+        f"    base_url: http://127.0.0.1:{upstream_port}/{path}\n"
         "    api_key: sk-upstream-bench-not-a-secret\n"
         "    timeout_s: 30\n"
     )
 
 
-def _model(name: str, slugs: Sequence[str], strategy: str | None = None) -> str:
+def _model(
+    name: str,
+    slugs: Sequence[str],
+    strategy: str | None = None,
+    upstream_model: str = "gpt-4o-mini",
+) -> str:
     routes = "".join(
-        f"      - provider: {slug}\n        upstream_model: gpt-4o-mini\n" for slug in slugs
+        f"      - provider: {slug}\n        upstream_model: {upstream_model}\n" for slug in slugs
     )
     return (
         f"  - name: {name}\n"
@@ -120,11 +141,24 @@ def _model(name: str, slugs: Sequence[str], strategy: str | None = None) -> str:
     )
 
 
-def llmrelay_config(upstream_port: int, modes: Sequence[str], routed: Sequence[int] = ()) -> str:
+def llmrelay_config(
+    upstream_port: int,
+    modes: Sequence[str],
+    routed: Sequence[int] = (),
+    translated: Sequence[str] = (),
+) -> str:
     """Per mode a provider mock-MODE and a one-route model bench-MODE. For each n in
     `routed` also a `least_time` model bench-MODE-n whose n routes lead to providers
-    mock-MODE-r0, r1, ... : distinct providers (so distinct routes) on the same location."""
+    mock-MODE-r0, r1, ... : distinct providers (so distinct routes) on the same location.
+    For each mode in `translated`, per API of TRANSLATION_ARMS a one-route model
+    bench-API-MODE to its own provider mock-API-MODE."""
     providers, models = [], []
+    for mode in translated:
+        for api in TRANSLATION_ARMS:
+            kind, upstream_model = _API_PROVIDERS[api]
+            label = translated_mode(mode, api)
+            providers.append(_provider(f"mock-{label}", upstream_port, mode, kind))
+            models.append(_model(f"bench-{label}", [f"mock-{label}"], None, upstream_model))
     most = max(routed, default=0)
     for mode in modes:
         providers.append(_provider(f"mock-{mode}", upstream_port, mode))
@@ -148,17 +182,20 @@ def start_llmrelay(
     *,
     server: str = "uvicorn",
     routed: Sequence[int] = (),
+    translated: Sequence[str] = (),
 ) -> System:
     """uvicorn (as shipped): `llmrelay serve --config` on a fresh database (cold start with
     migrations and the config apply), stopped, then started again on it (restart).
     granian: the config applied with `llmrelay apply`, then the same app under granian.
-    `routed`: see llmrelay_config; their modes are callable as routed_mode(mode, n)."""
+    `routed`, `translated`: see llmrelay_config; their modes are callable as
+    routed_mode(mode, n) and translated_mode(mode, api)."""
     folder.mkdir(parents=True, exist_ok=True)
     config = folder / "llmrelay.yaml"
-    config.write_text(llmrelay_config(upstream_port, modes, routed))
+    config.write_text(llmrelay_config(upstream_port, modes, routed, translated))
     port = free_port()
     name = "llmrelay" if server == "uvicorn" else f"llmrelay-{server}"
     called = [*modes, *(routed_mode(m, n) for m in modes for n in routed)]
+    called += [translated_mode(m, api) for m in translated for api in TRANSLATION_ARMS]
     paths = dict.fromkeys(called, "/v1/chat/completions")
     system = System(name, port, paths, folder / f"{name}.log")
     env = {**os.environ, "LLMRELAY_DATABASE_URL": f"sqlite:///{folder / 'bench.db'}"}
@@ -203,7 +240,7 @@ def check_answers(system: System, modes: Sequence[str]) -> None:
         problem = None
         if status != 200:
             problem = f"status {status}: {body[:300]!r}"
-        elif not mode.startswith("sse"):  # plain, or plain-N (bench.routing)
+        elif not streams(mode):  # plain, plain-N (bench.routing), API-plain (translation)
             answer = json.loads(body)
             if answer.get("object") != "chat.completion" or not answer.get("choices"):
                 problem = f"not a chat.completion: {body[:300]!r}"
@@ -223,6 +260,9 @@ def check_answers(system: System, modes: Sequence[str]) -> None:
             }
             if models != {f"bench-{mode}"}:
                 problem = f"stream events name {sorted(map(str, models))}, not bench-{mode}"
+        if problem is None and not carries(body, answer_fragments(mode)):
+            wanted = " ... ".join(answer_fragments(mode))
+            problem = f"the answer lacks, in this order, {wanted}: {body[:600]!r}"
         if problem:
             system.problems[mode] = problem
             print(f"  !! {system.name} {mode}: {problem}", flush=True)

@@ -1,4 +1,5 @@
-"""The mock upstream: nginx on core 0 answering fixed OpenAI completions and streams."""
+"""The mock upstream: nginx on core 0 answering fixed OpenAI completions and streams, and the
+same answers in Anthropic's Messages format (for bench.translation)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,10 @@ from bench.procs import free_port, process_tree, stop_process
 
 # -- the mock upstream's answers --------------------------------------------------------
 
+TEXT = "Hello there, how are you today? I am a fixed benchmark answer."
+#: The content deltas of a stream.
+WORDS = ("Hello", " there", ",", " how", " are", " you", " today", "?")
+
 COMPLETION: dict[str, Any] = {
     "id": "chatcmpl-bench0001",
     "object": "chat.completion",
@@ -31,7 +36,7 @@ COMPLETION: dict[str, Any] = {
             "index": 0,
             "message": {
                 "role": "assistant",
-                "content": "Hello there, how are you today? I am a fixed benchmark answer.",
+                "content": TEXT,
                 "refusal": None,
             },
             "logprobs": None,
@@ -68,15 +73,118 @@ def _chunk(delta: dict[str, Any], finish: str | None = None, usage: Any = None) 
 
 def sse_events() -> list[str]:
     """Role, 8 content deltas, finish reason, usage, [DONE]: 12 events."""
-    words = ["Hello", " there", ",", " how", " are", " you", " today", "?"]
     usage = {"prompt_tokens": 21, "completion_tokens": 8, "total_tokens": 29}
     return [
         _chunk({"role": "assistant", "content": ""}),
-        *(_chunk({"content": w}) for w in words),
+        *(_chunk({"content": w}) for w in WORDS),
         _chunk({}, finish="stop"),
         _chunk({}, usage=usage),
         "data: [DONE]\n\n",
     ]
+
+
+# The same answers from an Anthropic provider (POST /v1/messages): a Message, and the event
+# stream of one (https://docs.anthropic.com/en/api/messages-streaming), with the usage
+# fields the API reports today.
+ANTHROPIC_MODEL = "claude-haiku-4-5-20251001"
+
+
+def _anthropic_usage(output_tokens: int) -> dict[str, Any]:
+    return {
+        "input_tokens": 21,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+        "output_tokens": output_tokens,
+        "service_tier": "standard",
+    }
+
+
+MESSAGE: dict[str, Any] = {
+    "id": "msg_bench0001",
+    "type": "message",
+    "role": "assistant",
+    "model": ANTHROPIC_MODEL,
+    "content": [{"type": "text", "text": TEXT}],
+    "stop_reason": "end_turn",
+    "stop_sequence": None,
+    "usage": _anthropic_usage(15),
+}
+
+
+def _named(data: dict[str, Any]) -> str:
+    return f"event: {data['type']}\ndata: {_compact(data)}\n\n"
+
+
+def anthropic_sse_events() -> list[str]:
+    """message_start, content_block_start, ping, 8 text deltas (the words of sse_events),
+    content_block_stop, message_delta (end_turn and the output tokens), message_stop: 14
+    events. Translated for a chat client they are sse_events' 12: role, 8 deltas, finish
+    reason, usage, [DONE]."""
+    start = {**MESSAGE, "id": "msg_bench0002", "content": [], "stop_reason": None}
+    start["usage"] = _anthropic_usage(1)
+    return [
+        _named({"type": "message_start", "message": start}),
+        _named(
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            }
+        ),
+        'event: ping\ndata: {"type": "ping"}\n\n',  # spaced: as Anthropic writes it
+        *(
+            _named(
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "text_delta", "text": w},
+                }
+            )
+            for w in WORDS
+        ),
+        _named({"type": "content_block_stop", "index": 0}),
+        _named(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": len(WORDS)},
+            }
+        ),
+        _named({"type": "message_stop"}),
+    ]
+
+
+def streams(mode: str) -> bool:
+    """Whether a mode asks for a stream: sse, sse-paced, sse-paced-8 (bench.routing),
+    anthropic-sse (bench.translation)."""
+    return "sse" in mode.split("-")
+
+
+def answer_fragments(mode: str) -> list[str]:
+    """What a correct chat answer of this mode carries, in this order, in compact JSON: the
+    role, the text (each content delta of a stream), the finish reason and the token counts.
+    The same whichever provider's format nginx answered in."""
+    pieces = WORDS if streams(mode) else (TEXT,)
+    text = [f'"content":{json.dumps(piece)}' for piece in pieces]
+    tokens = '"prompt_tokens":{},"completion_tokens":{}'.format(*tokens_of(mode))
+    return ['"role":"assistant"', *text, '"finish_reason":"stop"', tokens]
+
+
+def tokens_of(mode: str) -> tuple[int, int]:
+    """The prompt and completion tokens every answer of this mode reports (the usage in
+    COMPLETION and sse_events, and in the Anthropic answers)."""
+    return (21, len(WORDS)) if streams(mode) else (21, 15)
+
+
+def carries(body: bytes, fragments: Sequence[str]) -> bool:
+    """Whether `body` has these fragments in this order (the Lua check of bench.load)."""
+    at = 0
+    for fragment in fragments:
+        found = body.find(fragment.encode(), at)
+        if found < 0:
+            return False
+        at = found + len(fragment.encode())
+    return True
 
 
 def request_body(mode: str) -> str:
@@ -89,7 +197,7 @@ def request_body(mode: str) -> str:
         "max_tokens": 32,
         "temperature": 0,
     }
-    if mode.startswith("sse"):
+    if streams(mode):
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
     return _compact(body)
@@ -150,6 +258,16 @@ http {{
         location = /sse-paced/v1/chat/completions {{
             default_type "text/event-stream; charset=utf-8";
             {paced_body if "sse-paced" in self.modes else "return 404;"}
+        }}
+        # An anthropic provider's base URL is /anthropic-MODE (the adapter adds /v1/messages):
+        # one location per mode, as nginx cannot answer by the body's "stream".
+        location = /anthropic-plain/v1/messages {{
+            default_type application/json;
+            return 200 {_nginx_string(_compact(MESSAGE))};
+        }}
+        location = /anthropic-sse/v1/messages {{
+            default_type "text/event-stream; charset=utf-8";
+            return 200 {_nginx_string("".join(anthropic_sse_events()))};
         }}
         location / {{ return 404; }}
     }}

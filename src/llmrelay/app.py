@@ -79,14 +79,19 @@ class GatewayApp:
         handlers: dict[tuple[str, str], DataHandler],
         fallback: Starlette,
         settings: Settings,
+        prefixed: dict[str, DataHandler] | None = None,
     ) -> None:
         self._handlers = handlers
+        self._prefixed = tuple((prefixed or {}).items())
         self._fallback = fallback
         self._trusted = settings.trusted_proxies
         self._max_body = settings.max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         handler = self._handlers.get((scope.get("method", ""), scope.get("path", "")))
+        if handler is None and scope.get("type") == "http":
+            path = scope.get("path", "")
+            handler = next((h for p, h in self._prefixed if path.startswith(p)), None)
         if handler is None:  # not a data-plane call (or lifespan, websocket)
             await self._fallback(scope, receive, send)
             return
@@ -176,7 +181,7 @@ def create_app(settings: Settings) -> GatewayApp:
         exception_handlers={HTTPException: _http_error},
         lifespan=lifespan,
     )
-    return GatewayApp(handlers, fallback, settings)
+    return GatewayApp(handlers, fallback, settings, dataplane.prefixed())
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -16,6 +16,7 @@ from tests.support.gateway_process import GatewayProcess, serving
 from tests.support.mock_upstream import MockUpstream
 
 KEY = "e2e-responses-key-0123456789"
+OTHER_KEY = "e2e-responses-other-0123456789"
 SECRET = "sk-provider-secret-responses"
 TEXT = "the quick brown fox jumps over the lazy dog"
 TOOL: FunctionToolParam = {
@@ -55,6 +56,8 @@ models:
 projects:
   - name: responses
     keys: [{{name: k, key: {KEY}}}]
+  - name: elsewhere
+    keys: [{{name: k, key: {OTHER_KEY}}}]
 """
 
 
@@ -143,3 +146,37 @@ def test_what_chat_cannot_carry_is_a_400_naming_the_field(client: openai.OpenAI)
     with pytest.raises(openai.BadRequestError) as stored:
         client.responses.create(model="bridged", input="x", previous_response_id="resp_123")
     assert stored.value.param == "previous_response_id"
+
+
+def test_a_stored_response_is_read_and_cancelled_where_it_lives(
+    client: openai.OpenAI, gateway: GatewayProcess, upstream: MockUpstream
+) -> None:
+    created = client.responses.create(model="native", input="keep me")
+    read = client.responses.retrieve(created.id)
+    assert read.id == created.id and read.output_text == "keep me"
+    assert read.model == "native"  # the virtual name, not the provider's
+    fetched = [r for r in upstream.requests if r.path == f"/v1/responses/{created.id}"][-1]
+    assert fetched.headers["Authorization"] == f"Bearer {SECRET}"
+    assert KEY not in repr(fetched.headers)
+    cancelled = client.responses.cancel(created.id)
+    assert cancelled.status == "cancelled"
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve("resp_nobody_gave_this_out")
+    bridged = client.responses.create(model="bridged", input="not stored anywhere")
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(bridged.id)
+    other = openai.OpenAI(api_key=OTHER_KEY, base_url=gateway.base_url, max_retries=0)
+    with other, pytest.raises(openai.NotFoundError):
+        other.responses.retrieve(created.id)  # another project's
+
+
+def test_compaction_needs_a_provider_that_serves_responses(client: openai.OpenAI) -> None:
+    compacted = client.post(
+        "/responses/compact",
+        body={"model": "native", "input": "a long conversation"},
+        cast_to=object,
+    )
+    assert isinstance(compacted, dict) and compacted["model"] == "native"
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.post("/responses/compact", body={"model": "bridged", "input": "x"}, cast_to=object)
+    assert refused.value.param == "model"

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import itertools
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from aiohttp import web
 
-if TYPE_CHECKING:
-    from tests.support.mock_upstream import MockUpstream
+from tests.support.mock_upstream import MockUpstream, ReceivedRequest, _error
 
 _IDS = itertools.count(1)
 
@@ -25,11 +24,33 @@ _IDS = itertools.count(1)
 class OpenAIResponses:
     def __init__(self, server: MockUpstream) -> None:
         self.server = server
-        self.issued: set[str] = set()
+        self.issued: dict[str, dict[str, Any]] = {}
+
+    async def stored(self, request: web.Request) -> web.Response:
+        """GET /v1/responses/{id}, POST /v1/responses/{id}/cancel."""
+        self.server.requests.append(
+            ReceivedRequest(request.path, dict(request.headers), {}, dict(request.query))
+        )
+        found = self.issued.get(request.match_info["id"])
+        if found is None:
+            return web.json_response(
+                {"error": {"message": "not found", "type": "invalid_request_error"}}, status=404
+            )
+        if request.method == "POST":
+            found = {**found, "status": "cancelled"}
+        return web.json_response(found, dumps=_dumps)
+
+    async def compact(self, request: web.Request) -> web.Response:
+        body = await self.server._receive(request)
+        compacted = {
+            "id": f"cmp_mock{next(_IDS):06d}",
+            "object": "response.compaction",
+            "model": f"{body.get('model')}-2025-03-11",
+            "output": [{"type": "compaction", "encrypted_content": "opaque"}],
+        }
+        return web.json_response(compacted, dumps=_dumps)
 
     async def create(self, request: web.Request) -> web.StreamResponse:
-        from tests.support.mock_upstream import _error
-
         body = await self.server._receive(request)
         model = str(body.get("model", ""))
         refused = await self.server._admit(request, model, _error)
@@ -49,11 +70,10 @@ class OpenAIResponses:
                 status=404,
             )
         response_id = f"resp_mock{next(_IDS):06d}"
-        self.issued.add(response_id)
         text = _input_text(body.get("input"))
-        done = _response(response_id, model, text, "completed")
+        done = self.issued[response_id] = _response(response_id, model, text, "completed")
         if body.get("stream") is not True:
-            return web.json_response(done, dumps=lambda v: orjson.dumps(v).decode())
+            return web.json_response(done, dumps=_dumps)
         stream = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await stream.prepare(request)
         sequence = itertools.count()
@@ -109,6 +129,10 @@ class OpenAIResponses:
         await send("response.completed", response=done)
         await stream.write_eof()
         return stream
+
+
+def _dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
 
 
 def _input_text(given: Any) -> str:

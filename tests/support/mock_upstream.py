@@ -126,7 +126,11 @@ class MockUpstream:
         from tests.support.mock_responses import OpenAIResponses
 
         anthropic = AnthropicMessages(self)
-        app.router.add_post("/v1/responses", OpenAIResponses(self).create)
+        responses = OpenAIResponses(self)
+        app.router.add_post("/v1/responses", responses.create)
+        app.router.add_post("/v1/responses/compact", responses.compact)
+        app.router.add_get("/v1/responses/{id}", responses.stored)
+        app.router.add_post("/v1/responses/{id}/cancel", responses.stored)
         app.router.add_post("/v1/messages", anthropic.messages)
         app.router.add_post("/v1/messages/count_tokens", anthropic.count_tokens)
         app.router.add_post("/{version:v1beta|v1}/models/{target}", GeminiModels(self).target)

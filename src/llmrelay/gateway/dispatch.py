@@ -10,6 +10,7 @@ its first content in the client's protocol. `finish` queues the record.
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -33,6 +34,7 @@ from llmrelay.observability.metrics import Metrics
 from llmrelay.protocols import openai as wire
 from llmrelay.providers.base import Operation, UpstreamResponse
 from llmrelay.providers.errors import UpstreamProtocolError
+from llmrelay.providers.presets import speaks_responses
 from llmrelay.snapshot.holder import SnapshotHolder
 from llmrelay.snapshot.model import KeySnap, ModelSnap, PolicySnap, RouteSnap, Snapshot
 
@@ -70,6 +72,8 @@ class Dispatcher:
     def __init__(self) -> None:
         self.runtime: Runtime | None = None
         self._renames: dict[str, wire.ModelRename] = {}
+        #: Response id -> (route id, project id) of Responses a provider stores (bounded).
+        self.stored_responses: OrderedDict[str, tuple[str, str | None]] = OrderedDict()
 
     async def answer(
         self,
@@ -217,7 +221,7 @@ class Dispatcher:
                 virtual_model=model.name,
                 record=record,
                 on_malformed=lambda: runtime.metrics.malformed_events.labels(slug).inc(),
-                on_response_id=partial(self.remember_response, model, route.id),
+                on_response_id=partial(self.remember_response, model, route, record.project_id),
                 on_end=self.finish,
             )
             await relay.prime(runtime.deadlines)
@@ -225,12 +229,20 @@ class Dispatcher:
 
         return prime
 
-    def remember_response(self, model: ModelSnap, route_id: str, response_id: str) -> None:
+    def remember_response(
+        self, model: ModelSnap, route: RouteSnap, project_id: str | None, response_id: str
+    ) -> None:
         """A Response's id -> the route that holds it: a request continuing it
-        (`previous_response_id`) goes back there while that route is healthy."""
-        self.live().executor.affinity.remember(
-            f"{model.id}:{response_session(response_id)}", route_id
-        )
+        (`previous_response_id`) goes back there while that route is healthy, and one
+        reading or cancelling it is sent there (when that provider stores responses)."""
+        executor = self.live().executor
+        executor.affinity.remember(f"{model.id}:{response_session(response_id)}", route.id)
+        if speaks_responses(route.provider.type, route.provider.preset):
+            held = self.stored_responses
+            held[response_id] = (route.id, project_id)
+            held.move_to_end(response_id)
+            while len(held) > STORED_RESPONSES_MAX:
+                held.popitem(last=False)
 
     def finish(self, record: CallRecord) -> None:
         runtime = self.live()
@@ -292,6 +304,10 @@ async def read_json(route: RouteSnap, response: UpstreamResponse) -> Answer:
 
 def _route_id(route: RouteSnap) -> str:
     return route.id
+
+
+#: Response ids remembered per process for GET and cancel (like session affinity).
+STORED_RESPONSES_MAX = 100_000
 
 
 def response_session(response_id: str) -> str:

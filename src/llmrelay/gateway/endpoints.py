@@ -27,6 +27,7 @@ from llmrelay.gateway.executor import UpstreamRejected
 from llmrelay.gateway.ingress import RequestContext
 from llmrelay.gateway.messages import MessagesRoutes
 from llmrelay.gateway.responses import ResponsesRoutes
+from llmrelay.gateway.responses_stored import RESPONSES_PREFIX, StoredResponses
 from llmrelay.protocols import anthropic_models as anthropic_wire
 from llmrelay.protocols import openai as wire
 from llmrelay.providers.base import Operation
@@ -46,6 +47,7 @@ class DataPlane(Dispatcher):
         coroutine per call)."""
         anthropic = MessagesRoutes(self)
         responses = ResponsesRoutes(self)
+        stored = StoredResponses(self)
         return {
             ("POST", "/v1/chat/completions"): partial(self.model_call, operation=Operation.CHAT),
             ("POST", "/v1/embeddings"): partial(self.model_call, operation=Operation.EMBEDDINGS),
@@ -53,7 +55,12 @@ class DataPlane(Dispatcher):
             ("POST", "/v1/messages"): anthropic.messages,
             ("POST", "/v1/messages/count_tokens"): anthropic.count_tokens,
             ("POST", "/v1/responses"): responses.create,
+            ("POST", "/v1/responses/compact"): stored.compact,
         }
+
+    def prefixed(self) -> dict[str, Handler]:
+        """Path prefix -> handler, for paths with an id in them (tried after `handlers`)."""
+        return {RESPONSES_PREFIX: StoredResponses(self).by_id}
 
     # -- endpoints ---------------------------------------------------------------------
 

@@ -83,7 +83,7 @@ class ResponsesRoutes:
             take_usage(record, answered.get("usage"))
             response_id = answered.get("id")
             if isinstance(response_id, str):
-                dispatcher.remember_response(served, answer.route.id, response_id)
+                dispatcher.remember_response(served, answer.route, record.project_id, response_id)
             headers.append((b"x-llmrelay-model", served.name.encode()))
             headers.append((b"x-llmrelay-provider", answer.route.provider.slug.encode()))
             await send_json(send, 200, orjson.dumps(answered), headers)

@@ -21,6 +21,8 @@ class Operation(StrEnum):
     #: OpenAI Responses (POST /v1/responses): native where the provider serves it, bridged
     #: through chat elsewhere.
     RESPONSES = "responses"
+    #: POST /v1/responses/compact: only where the provider serves the Responses API.
+    RESPONSES_COMPACT = "responses_compact"
 
 
 class UnsupportedOperation(LookupError):
@@ -35,6 +37,7 @@ class UpstreamRequest:
     #: For a provider that does not speak the client's protocol: wraps its response so it
     #: reads as the client's protocol (bodies, stream chunks and errors alike).
     translate: Callable[[UpstreamResponse], UpstreamResponse] | None = None
+    method: str = "POST"
 
 
 class UpstreamResponse(Protocol):

@@ -88,7 +88,8 @@ class HttpTransport:
     async def send(self, request: UpstreamRequest, provider: ProviderSnap) -> HttpUpstreamResponse:
         deadline = self._deadlines.watch(provider.timeout_s, "first_byte")
         try:
-            response = await self._session.post(
+            response = await self._session.request(
+                request.method,
                 request.url,
                 data=request.body,
                 headers=request.headers,

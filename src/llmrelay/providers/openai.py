@@ -18,6 +18,7 @@ _PATHS = {
     Operation.CHAT: "/chat/completions",
     Operation.EMBEDDINGS: "/embeddings",
     Operation.RESPONSES: "/responses",  # for providers that serve it (presets.py)
+    Operation.RESPONSES_COMPACT: "/responses/compact",
 }
 
 
@@ -33,9 +34,7 @@ class OpenAIAdapter:
         held = self._fixed.get(provider.id)
         if held is not None and held[0] is provider:
             return held[1]
-        headers = {**provider.headers, "content-type": "application/json"}
-        if provider.api_key:
-            headers["authorization"] = f"Bearer {provider.api_key}"
+        headers = fixed_headers(provider)
         self._fixed[provider.id] = (provider, headers)
         return headers
 
@@ -60,8 +59,11 @@ class OpenAIAdapter:
                 route,
                 payload,
             )
-        if operation not in _PATHS:
-            raise UnsupportedOperation(f"OpenAI-compatible providers have no {operation.value}")
+        if operation not in _PATHS or (
+            operation is Operation.RESPONSES_COMPACT
+            and not speaks_responses(route.provider.type, route.provider.preset)
+        ):
+            raise UnsupportedOperation(f"provider has no {operation.value} API")
         provider = route.provider
         payload["model"] = route.upstream_model
         return UpstreamRequest(
@@ -69,3 +71,11 @@ class OpenAIAdapter:
             headers={**forwarded_headers, **self._fixed_headers(provider)},
             body=orjson.dumps(payload),
         )
+
+
+def fixed_headers(provider: ProviderSnap) -> dict[str, str]:
+    """The provider's configured headers and its credential as a bearer token."""
+    headers = {**provider.headers, "content-type": "application/json"}
+    if provider.api_key:
+        headers["authorization"] = f"Bearer {provider.api_key}"
+    return headers

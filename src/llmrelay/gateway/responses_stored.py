@@ -1,0 +1,161 @@
+"""Responses a provider keeps: `GET /v1/responses/{id}`, `POST /v1/responses/{id}/cancel`,
+and `POST /v1/responses/compact`.
+
+A stored response lives at the provider that created it, so reading or cancelling one goes
+to the route that answered it, as this process remembered (dispatch.Dispatcher.
+stored_responses). An id this process did not give out, one from another project, or one
+answered through chat (nothing was stored) is a 404, as OpenAI answers for an id it does not
+hold. Compaction needs a provider that serves the Responses API.
+"""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+from starlette.types import Receive, Scope, Send
+
+from llmrelay.gateway import requests as checks
+from llmrelay.gateway.asgi import read_body, send_json
+from llmrelay.gateway.auth import authenticate
+from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
+from llmrelay.gateway.dispatch import Dispatcher, ModelCall, bind
+from llmrelay.gateway.errors import (
+    ClientDisconnected,
+    GatewayError,
+    InvalidRequest,
+    NotFound,
+    UpstreamFailed,
+)
+from llmrelay.gateway.executor import UpstreamRejected, candidates, summarise
+from llmrelay.gateway.ingress import RequestContext
+from llmrelay.protocols import openai as wire
+from llmrelay.providers.base import Operation, UpstreamRequest
+from llmrelay.providers.errors import UpstreamError
+from llmrelay.providers.headers import forwardable
+from llmrelay.providers.openai import fixed_headers
+from llmrelay.providers.presets import speaks_responses
+from llmrelay.snapshot.model import KeySnap, RouteSnap, Snapshot
+
+RESPONSES_PREFIX = "/v1/responses/"
+
+
+class StoredResponses:
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self._dispatcher = dispatcher
+
+    async def by_id(
+        self, scope: Scope, receive: Receive, send: Send, context: RequestContext
+    ) -> None:
+        """GET /v1/responses/{id} and POST /v1/responses/{id}/cancel (GatewayApp routes every
+        path under /v1/responses/ here but compact)."""
+        runtime = self._dispatcher.live()
+        method = scope.get("method", "")
+        rest = str(scope.get("path", ""))[len(RESPONSES_PREFIX) :]
+        response_id, _, action = rest.partition("/")
+        headers = [(b"x-request-id", context.request_id.encode())]
+        try:
+            if not response_id or (method, action) not in (("GET", ""), ("POST", "cancel")):
+                raise NotFound(f"no route for {method} {scope.get('path', '')}")
+            snapshot = runtime.snapshots.current
+            principal = authenticate(scope["headers"], snapshot, context.client_ip, time.time())
+            route = self._route_of(snapshot, principal, response_id)
+            provider = route.provider
+            path = f"/responses/{response_id}" + ("/cancel" if action else "")
+            request = UpstreamRequest(
+                url=f"{provider.base_url}{path}",
+                headers={**fixed_headers(provider), "x-request-id": context.request_id},
+                body=b"",
+                method=method,
+            )
+            try:
+                upstream = await runtime.executor.registry.transport(provider.type).send(
+                    request, provider
+                )
+                raw = await upstream.read()
+                upstream.release()
+            except UpstreamError as exc:
+                raise UpstreamFailed(f"provider {provider.slug}: {exc}") from None
+            if upstream.status == 404:
+                raise NotFound(f"No response found with id '{response_id}'.")
+            if upstream.status >= 300:
+                detail = summarise(wire.upstream_error_message(raw) or "")
+                raise UpstreamFailed(
+                    f"provider {provider.slug} answered {upstream.status}: {detail}"
+                )
+            answered = orjson.loads(raw)
+            if isinstance(answered, dict):
+                answered["model"] = _virtual_model(snapshot, principal, route)
+            await send_json(send, 200, orjson.dumps(answered), headers)
+        except GatewayError as error:
+            await send_json(send, error.status, wire.error_body(error, context.request_id), headers)
+        except ClientDisconnected:
+            pass
+
+    def _route_of(self, snapshot: Snapshot, principal: KeySnap, response_id: str) -> RouteSnap:
+        held = self._dispatcher.stored_responses.get(response_id)
+        if held is not None and held[1] == principal.project.id:
+            for model in snapshot.tenant_models(principal.tenant_id).values():
+                for route in model.routes:
+                    if route.id == held[0]:
+                        return route
+        raise NotFound(f"No response found with id '{response_id}'.", code="response_not_found")
+
+    async def compact(
+        self, scope: Scope, receive: Receive, send: Send, context: RequestContext
+    ) -> None:
+        dispatcher = self._dispatcher
+        runtime = dispatcher.live()
+        record = CallRecord(context.request_id, "responses.compact", context.started)
+        headers = [(b"x-request-id", context.request_id.encode())]
+        try:
+            snapshot = runtime.snapshots.current
+            principal = authenticate(scope["headers"], snapshot, context.client_ip, time.time())
+            bind(record, principal)
+            payload = checks.parse_object(await read_body(receive, runtime.max_body_bytes))
+            name = payload.get("model")
+            if not isinstance(name, str) or not name:
+                raise InvalidRequest("'model' is required", param="model")
+            model, pinned = checks.resolve_model(snapshot, principal, name, embedding=False)
+            record.virtual_model = model.name
+            routes = candidates(model, pinned, principal.policy)
+            if not any(speaks_responses(r.provider.type, r.provider.preset) for r in routes):
+                raise InvalidRequest(
+                    f"model {model.name!r} has no provider that serves the Responses API, "
+                    "which compaction needs",
+                    param="model",
+                )
+            forwarded = forwardable(scope["headers"])
+            forwarded["x-request-id"] = context.request_id
+            call = ModelCall(
+                runtime,
+                Operation.RESPONSES_COMPACT,
+                payload,
+                forwarded,
+                record,
+                context.route_tag,
+                context.session_id,
+                principal.policy,
+                None,
+            )
+            served, answer = await dispatcher.answer(call, receive, snapshot, model, pinned)
+            headers.append((b"x-llmrelay-model", served.name.encode()))
+            headers.append((b"x-llmrelay-provider", answer.route.provider.slug.encode()))
+            body = dispatcher.rename(served.name).apply(answer.raw, answer.body)
+            await send_json(send, 200, body, headers)
+        except GatewayError as error:
+            record.fail(error.status, error.code)
+            if not isinstance(error, UpstreamRejected):
+                headers.extend((k.lower().encode(), v.encode()) for k, v in error.headers.items())
+            await send_json(send, error.status, wire.error_body(error, context.request_id), headers)
+        except ClientDisconnected:
+            record.fail(CLIENT_CLOSED_REQUEST, "client_disconnected")
+        finally:
+            dispatcher.finish(record)
+
+
+def _virtual_model(snapshot: Snapshot, principal: KeySnap, route: RouteSnap) -> str | None:
+    for model in snapshot.tenant_models(principal.tenant_id).values():
+        if any(r.id == route.id for r in model.routes):
+            return model.name
+    return None
