@@ -3,6 +3,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -333,3 +334,19 @@ def test_chat_stream_survives_anthropic_and_back(
     assert backward.finished
     assert out[-1]["usage"]["prompt_tokens"] == 50
     assert out[-1]["usage"]["completion_tokens"] == 7
+
+
+@pytest.mark.parametrize("include_usage", [True, False])
+def test_the_text_event_template_writes_what_the_chunk_serialises_to(include_usage: bool) -> None:
+    """The byte template for text deltas must never drift from the chunk it stands for."""
+    translator = AnthropicStreamToChat(model="claude-x", include_usage=include_usage)
+    start = {"type": "message_start", "message": {"id": "msg_1", "usage": {"input_tokens": 3}}}
+    translator.feed("message_start", start)
+    for text in ["Hello", ' "quoted" \\ back\nslash', "ünïcödé ✓", "</script>"]:
+        delta = {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "text_delta", "text": text},
+        }
+        (chunk,) = translator.feed("content_block_delta", delta)
+        assert translator.text_event(text) == b"data: " + orjson.dumps(chunk) + b"\n\n"

@@ -1,7 +1,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmrelay.protocols.sse import SSEEvent, SSEParser, is_plain_data
+from llmrelay.protocols.sse import SSEEvent, SSEParser, _parse_block, is_plain_data, parse_events
 
 STREAM = (
     b'data: {"a":1}\n\n: comment\n\nevent: ping\ndata: x\n\n'
@@ -93,3 +93,26 @@ def test_fast_path_never_differs_from_the_spec_parser(lines: list[bytes], cut: i
     got_full = full.feed(stream[:cut]) + full.feed(stream[cut:])
     got_fast = fast.feed_data(stream[:cut]) + fast.feed_data(stream[cut:])
     assert got_fast == _data_only(got_full)
+
+
+_LINE = st.binary(max_size=20).filter(lambda b: b"\n" not in b and b"\r" not in b)
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.builds(lambda n, d: b"event: " + n + b"\ndata: " + d, _LINE, _LINE),
+            st.builds(lambda d: b"data: " + d, _LINE),
+            st.builds(lambda n, d: b"event: " + n + b"\nid: 7\ndata: " + d, _LINE, _LINE),
+            st.builds(lambda n: b"event:" + n, _LINE),
+            st.just(b"event: a\ndata: x\ndata: y"),
+            st.just(b": keep-alive"),
+        ),
+        max_size=8,
+    )
+)
+def test_named_events_split_fast_exactly_as_the_spec_parses_them(blocks: list[bytes]) -> None:
+    """The shortcut for `event:` + `data:` blocks gives what the line-by-line parse gives."""
+    text = b"".join(block + b"\n\n" for block in blocks)
+    expected = [e for e in (_parse_block(b) for b in blocks) if e is not None]
+    assert parse_events(text) == expected

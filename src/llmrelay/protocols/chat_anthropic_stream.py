@@ -53,6 +53,7 @@ class AnthropicStreamToChat:
         #: Anthropic block index -> Chat tool call index (tool blocks counted alone)
         self._tool_calls: dict[int, int] = {}
         self._finish_sent = False
+        self._text_template: tuple[str, bytes, bytes] | None = None
 
     def feed(self, event: str | None, data: dict[str, Any]) -> list[dict[str, Any]]:
         kind = data.get("type") or event
@@ -74,6 +75,21 @@ class AnthropicStreamToChat:
             )
         # ping, content_block_stop and event types added after this was written.
         return []
+
+    def text_event(self, text: str) -> bytes:
+        """The `data: ` event of a text delta's chunk, byte for byte what serialising
+        `_chunk({"content": text})` gives, from a template made once per message (text
+        deltas are nearly every event of a stream)."""
+        template = self._text_template
+        if template is None or template[0] != self._id:
+            head = orjson.dumps(self._chunk({"content": ""}))
+            prefix, _, suffix = head.partition(b'{"content":""}')
+            template = self._text_template = (
+                self._id,
+                b"data: " + prefix + b'{"content":',
+                b"}" + suffix + b"\n\n",
+            )
+        return template[1] + orjson.dumps(text) + template[2]
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         chunk: dict[str, Any] = {

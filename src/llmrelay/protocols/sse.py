@@ -10,6 +10,7 @@ from __future__ import annotations
 
 SSEEvent = tuple[str | None, bytes]
 _DATA = b"data: "
+_EVENT = b"event: "
 
 
 class SSEParser:
@@ -70,10 +71,21 @@ def event_data(text: bytes) -> list[bytes]:
 
 
 def parse_events(text: bytes) -> list[SSEEvent]:
+    """Every event of `text` (from complete_text). The shapes providers write — a lone
+    `data: ` line, or `event: ` then `data: ` (Anthropic names every event) — are split
+    without the line-by-line parse; anything else (comments, multi-line data, ids) gets it."""
     events: list[SSEEvent] = []
     if not text:
         return events
     for block in text[:-2].split(b"\n\n"):
+        if block.startswith(_EVENT):
+            head, found, data = block.partition(b"\ndata: ")
+            if found and b"\n" not in data and b"\n" not in head:
+                events.append((head[7:].decode("utf-8", "replace"), data))
+                continue
+        elif block.startswith(_DATA) and b"\n" not in block:
+            events.append((None, block[6:]))
+            continue
         event = _parse_block(block)
         if event is not None:
             events.append(event)

@@ -26,6 +26,8 @@ log = structlog.get_logger(__name__)
 
 ANTHROPIC_VERSION = "2023-06-01"
 _NO_HEADERS: Mapping[str, str] = {}
+#: Events with nothing to say in chat (named as Anthropic names every event).
+_NO_CHAT_FORM = frozenset({"ping", "content_block_stop"})
 
 
 class AnthropicAdapter:
@@ -105,10 +107,13 @@ class _Decoder:
         message = found[1] if found else f"anthropic answered {status}"
         return message, context_code(message) if status == 400 else None
 
-    def chunks(self, chunk: bytes) -> list[dict[str, Any] | None]:
+    def chunks(self, chunk: bytes) -> list[dict[str, Any] | bytes | None]:
         assert self._parser is not None
-        out: list[dict[str, Any] | None] = []
+        out: list[dict[str, Any] | bytes | None] = []
+        stream = self._stream
         for name, data in self._parser.feed(chunk):
+            if name in _NO_CHAT_FORM:
+                continue
             try:
                 event = orjson.loads(data)
             except orjson.JSONDecodeError:
@@ -116,11 +121,19 @@ class _Decoder:
                 continue
             if not isinstance(event, dict):
                 continue
+            if name == "content_block_delta":
+                # Text, nearly every event of a stream: straight to the chunk's bytes.
+                delta = event.get("delta")
+                if isinstance(delta, dict) and delta.get("type") == "text_delta":
+                    text = delta.get("text")
+                    if isinstance(text, str) and text:
+                        out.append(stream.text_event(text))
+                        continue
             try:
-                out.extend(self._stream.feed(name, event))
+                out.extend(stream.feed(name, event))
             except StreamError as exc:
                 out.append(error_event(exc.message, exc.error_type))
         return out
 
-    def end(self) -> list[dict[str, Any] | None]:
+    def end(self) -> list[dict[str, Any] | bytes | None]:
         return []

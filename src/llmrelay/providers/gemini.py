@@ -91,9 +91,9 @@ class _Decoder:
         message = upstream_error_message(raw) or f"gemini answered {status}"
         return message, context_code(message) if status == 400 else None
 
-    def chunks(self, chunk: bytes) -> list[dict[str, Any] | None]:
+    def chunks(self, chunk: bytes) -> list[dict[str, Any] | bytes | None]:
         assert self._parser is not None
-        out: list[dict[str, Any] | None] = []
+        out: list[dict[str, Any] | bytes | None] = []
         for data in self._parser.feed_data(chunk):
             try:
                 event = orjson.loads(data)
@@ -106,5 +106,5 @@ class _Decoder:
                 out.extend(self._stream.feed(event))
         return out
 
-    def end(self) -> list[dict[str, Any] | None]:
+    def end(self) -> list[dict[str, Any] | bytes | None]:
         return list(self._stream.finish())

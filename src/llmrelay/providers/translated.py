@@ -24,7 +24,11 @@ _CONTEXT_TOO_LONG = "context_length_exceeded"
 _MALFORMED = b"data: !\n\n"
 
 
-def _event(chunk: dict[str, Any]) -> bytes:
+def _render(chunk: dict[str, Any] | bytes | None) -> bytes:
+    if chunk is None:
+        return _MALFORMED
+    if isinstance(chunk, bytes):
+        return chunk  # the decoder wrote the event itself
     return b"data: " + orjson.dumps(chunk) + b"\n\n"
 
 
@@ -39,12 +43,13 @@ class ChatDecoder(Protocol):
         """An error body -> (message, OpenAI-style code or None)."""
         ...
 
-    def chunks(self, chunk: bytes) -> list[dict[str, Any] | None]:
-        """Stream bytes as they came -> chat.completion.chunk dicts (may be none yet); None
-        for an upstream event that could not be read (the relay drops and counts it)."""
+    def chunks(self, chunk: bytes) -> list[dict[str, Any] | bytes | None]:
+        """Stream bytes as they came -> chat.completion.chunk dicts (may be none yet), or
+        their `data: ` events already as bytes; None for an upstream event that could not
+        be read (the relay drops and counts it)."""
         ...
 
-    def end(self) -> list[dict[str, Any] | None]:
+    def end(self) -> list[dict[str, Any] | bytes | None]:
         """The upstream stream ended -> its last chunks (a usage chunk, say)."""
         ...
 
@@ -93,7 +98,7 @@ class TranslatedResponse:
                 self._ended = True
                 events = self._decoder.end()
             if events:
-                return b"".join(_MALFORMED if e is None else _event(e) for e in events)
+                return b"".join(_render(e) for e in events)
         return b""
 
     def release(self) -> None:
