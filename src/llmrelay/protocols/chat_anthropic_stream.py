@@ -9,6 +9,7 @@ choices.
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from typing import Any
@@ -28,6 +29,8 @@ _USAGE_KEYS = (
     "cache_read_input_tokens",
 )
 
+_PLACEHOLDER_IDS = itertools.count(1)
+
 
 class StreamError(Exception):
     """Anthropic sent an `error` event after the 200 (typically overloaded_error): the
@@ -46,10 +49,12 @@ class AnthropicStreamToChat:
         self.model = model
         self.include_usage = include_usage
         self.finished = False
-        self.usage: dict[str, Any] | None = None
-        self._id = "chatcmpl-" + uuid.uuid4().hex  # replaced by the message id
+        # Replaced by the message's own id at message_start (a counter costs far less than a
+        # random id nobody sees).
+        self._id = f"chatcmpl-llmrelay{next(_PLACEHOLDER_IDS)}"
         self._created = int(time.time())
         self._raw_usage: dict[str, int] = {}
+        self._usage_seen = False
         #: Anthropic block index -> Chat tool call index (tool blocks counted alone)
         self._tool_calls: dict[int, int] = {}
         self._finish_sent = False
@@ -76,10 +81,20 @@ class AnthropicStreamToChat:
         # ping, content_block_stop and event types added after this was written.
         return []
 
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        """Chat-shaped usage once Anthropic reported any (worked out when asked: the counts
+        come twice a stream, and only the last matter)."""
+        return chat_usage_from_anthropic(self._raw_usage) if self._usage_seen else None
+
     def text_event(self, text: str) -> bytes:
         """The `data: ` event of a text delta's chunk, byte for byte what serialising
         `_chunk({"content": text})` gives, from a template made once per message (text
         deltas are nearly every event of a stream)."""
+        return self.text_event_json(orjson.dumps(text))
+
+    def text_event_json(self, text: bytes) -> bytes:
+        """`text_event` for text already a JSON string token (as the provider wrote it)."""
         template = self._text_template
         if template is None or template[0] != self._id:
             head = orjson.dumps(self._chunk({"content": ""}))
@@ -89,7 +104,7 @@ class AnthropicStreamToChat:
                 b"data: " + prefix + b'{"content":',
                 b"}" + suffix + b"\n\n",
             )
-        return template[1] + orjson.dumps(text) + template[2]
+        return template[1] + text + template[2]
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         chunk: dict[str, Any] = {
@@ -113,7 +128,7 @@ class AnthropicStreamToChat:
             value = usage.get(key)
             if isinstance(value, int):
                 self._raw_usage[key] = value
-        self.usage = chat_usage_from_anthropic(self._raw_usage)
+        self._usage_seen = True
 
     def _message_start(self, message: dict[str, Any]) -> list[dict[str, Any]]:
         if message.get("id"):
@@ -166,7 +181,8 @@ class AnthropicStreamToChat:
             self._finish_sent = True
             chunks.append(self._chunk({}, "stop"))
         # No usage reported is left unknown rather than billed as zero tokens.
-        if self.include_usage and self.usage is not None:
+        usage = self.usage if self.include_usage else None
+        if usage is not None:
             chunks.append(
                 {
                     "id": self._id,
@@ -174,7 +190,7 @@ class AnthropicStreamToChat:
                     "created": self._created,
                     "model": self.model,
                     "choices": [],
-                    "usage": self.usage,
+                    "usage": usage,
                 }
             )
         return chunks

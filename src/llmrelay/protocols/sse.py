@@ -11,6 +11,23 @@ from __future__ import annotations
 SSEEvent = tuple[str | None, bytes]
 _DATA = b"data: "
 _EVENT = b"event: "
+#: Event names seen (a stream repeats a handful): bytes -> str without decoding each time.
+_NAMES: dict[bytes, str] = {}
+
+
+def _all_start(lines: list[bytes], prefix: bytes) -> bool:
+    """Whether every line starts with `prefix` (lines without newlines; two C-level scans)."""
+    joined = b"\n".join(lines)
+    return joined.startswith(prefix) and joined.count(b"\n" + prefix) == len(lines) - 1
+
+
+def _event_name(line: bytes) -> str:
+    name = _NAMES.get(line)
+    if name is None:
+        name = line[7:].decode("utf-8", "replace")
+        if len(_NAMES) < 1024:
+            _NAMES[line] = name
+    return name
 
 
 class SSEParser:
@@ -77,6 +94,13 @@ def parse_events(text: bytes) -> list[SSEEvent]:
     events: list[SSEEvent] = []
     if not text:
         return events
+    lines = text[:-2].split(b"\n")
+    if len(lines) % 3 == 2:  # perhaps only `event:` + `data:` blocks: checked at C speed
+        names, datas = lines[0::3], lines[1::3]
+        # Lines hold no newline, so "\nevent: " in the joined names starts a name line.
+        if not b"".join(lines[2::3]) and _all_start(names, _EVENT) and _all_start(datas, _DATA):
+            known = _NAMES.get
+            return [(known(n) or _event_name(n), d[6:]) for n, d in zip(names, datas, strict=True)]
     for block in text[:-2].split(b"\n\n"):
         if block.startswith(_EVENT):
             head, found, data = block.partition(b"\ndata: ")
