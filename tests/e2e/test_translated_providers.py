@@ -59,6 +59,15 @@ models:
     routes: [{{provider: azure, upstream_model: my-deployment}}]
   - name: azure-filtered
     routes: [{{provider: azure, upstream_model: content-filter}}]
+  - name: gemini-embed
+    embedding: true
+    routes: [{{provider: google, upstream_model: text-embedding-test}}]
+  - name: azure-embed
+    embedding: true
+    routes: [{{provider: azure, upstream_model: embed-deployment}}]
+  - name: claude-embed
+    embedding: true
+    routes: [{{provider: claude, upstream_model: no-such-api}}]
 projects:
   - name: translated
     keys: [{{name: k, key: {KEY}}}]
@@ -228,3 +237,28 @@ def test_a_translated_stream_that_fails_after_its_first_byte_ends_with_an_error(
     with pytest.raises(openai.APIError, match=said):
         read()
     assert received and "".join(received) != TEXT
+
+
+def test_embeddings_from_gemini_and_azure(client: openai.OpenAI, upstream: MockUpstream) -> None:
+    made = client.embeddings.create(model="gemini-embed", input=["one", "two words"])
+    assert made.model == "gemini-embed"
+    assert [d.index for d in made.data] == [0, 1]
+    # The SDK asked for base64 (its default) and decoded it: the mock's vectors come back.
+    assert made.data[0].embedding == [3.0, 1.0, float(ord("o"))]
+    assert made.data[1].embedding == [9.0, 2.0, float(ord("t"))]
+    assert made.usage.prompt_tokens >= 2  # Gemini reports none: the gateway's estimate
+    sent = _last(upstream, ":batchEmbedContents")
+    assert sent.path == "/v1beta/models/text-embedding-test:batchEmbedContents"
+    assert [r["model"] for r in sent.body["requests"]] == ["models/text-embedding-test"] * 2
+    sized = client.embeddings.create(
+        model="gemini-embed", input="x", dimensions=5, encoding_format="float"
+    )
+    assert len(sized.data[0].embedding) == 5
+    azure = client.embeddings.create(model="azure-embed", input="hello")
+    assert azure.model == "azure-embed" and len(azure.data) == 1
+    assert _last(upstream, "/openai/deployments/").path == (
+        "/openai/deployments/embed-deployment/embeddings"
+    )
+    with pytest.raises(openai.APIStatusError) as none:
+        client.embeddings.create(model="claude-embed", input="x")
+    assert none.value.status_code == 502 and "embeddings" in none.value.message

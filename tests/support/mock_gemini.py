@@ -53,7 +53,7 @@ STATUSES = {
 }
 #: Tokens a request with a `systemInstruction` reports as read from the cache.
 CACHED_SYSTEM_TOKENS = 3
-METHODS = ("generateContent", "streamGenerateContent")
+METHODS = ("generateContent", "streamGenerateContent", "batchEmbedContents")
 
 
 def reported_model(model: str) -> str:
@@ -85,12 +85,30 @@ class GeminiModels:
             refused = await self.server._admit(request, model, _error)
         if refused is not None:
             return refused
+        if method == "batchEmbedContents":
+            return web.json_response({"embeddings": _embeddings(body)}, dumps=_dumps)
         responses = _responses(model, body, _answer(body))
         if method == "generateContent":
             return web.json_response(responses[-1] | _whole(responses), dumps=_dumps)
         if request.query.get("alt") != "sse":
             return web.json_response(responses, dumps=_dumps)
         return await _stream(request, responses, *_behaviour(model))
+
+
+def _embeddings(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """One vector per request: its length, word count and first byte, padded to
+    `outputDimensionality` (default 3), so a test can tell inputs apart."""
+    out = []
+    for request in body.get("requests", []):
+        text = " ".join(p.get("text", "") for p in request["content"]["parts"])
+        size = int(request.get("outputDimensionality") or 3)
+        values = [
+            float(len(text)),
+            float(len(text.split())),
+            float(text.encode()[:1][0] if text else 0),
+        ]
+        out.append({"values": (values + [0.5] * size)[:size]})
+    return out
 
 
 def _refusal(request: web.Request, method: str) -> web.Response | None:

@@ -18,8 +18,14 @@ import structlog
 from llmrelay.protocols.chat_gemini import chat_request_to_gemini, gemini_response_to_chat
 from llmrelay.protocols.chat_gemini_stream import GeminiStreamToChat
 from llmrelay.protocols.gemini import upstream_error_message
+from llmrelay.protocols.gemini_embeddings import (
+    embeddings_request_to_gemini,
+    gemini_embeddings_to_openai,
+    input_texts,
+)
 from llmrelay.protocols.sse import SSEParser
 from llmrelay.providers.base import Operation, UnsupportedOperation, UpstreamRequest
+from llmrelay.providers.errors import UpstreamProtocolError
 from llmrelay.providers.messages_bridge import messages_over_chat
 from llmrelay.providers.responses_bridge import responses_over_chat
 from llmrelay.providers.translated import TranslatedResponse, context_code
@@ -52,6 +58,8 @@ class GeminiAdapter:
                 route,
                 payload,
             )
+        if operation is Operation.EMBEDDINGS:
+            return _embeddings_request(route, payload, forwarded_headers)
         if operation is not Operation.CHAT:
             raise UnsupportedOperation(f"gemini providers have no {operation.value} API here")
         body, dropped = chat_request_to_gemini(payload)
@@ -62,20 +70,48 @@ class GeminiAdapter:
         include_usage = isinstance(options, dict) and options.get("include_usage") is True
         model = route.upstream_model
         method = "streamGenerateContent?alt=sse" if stream else "generateContent"
-        provider = route.provider
-        headers = {**forwarded_headers, **provider.headers, "content-type": "application/json"}
-        if provider.api_key:
-            headers["x-goog-api-key"] = provider.api_key
 
         def translate(response: Any) -> TranslatedResponse:
             return TranslatedResponse(response, _Decoder(model, include_usage, stream))
 
         return UpstreamRequest(
-            url=f"{provider.base_url}/{API_VERSION}/models/{quote(model, safe='')}:{method}",
-            headers=headers,
+            url=_url(route, method),
+            headers=_headers(route, forwarded_headers),
             body=orjson.dumps(body),
             translate=translate,
         )
+
+
+def _url(route: RouteSnap, method: str) -> str:
+    model = quote(route.upstream_model, safe="")
+    return f"{route.provider.base_url}/{API_VERSION}/models/{model}:{method}"
+
+
+def _headers(route: RouteSnap, forwarded: Mapping[str, str]) -> dict[str, str]:
+    provider = route.provider
+    headers = {**forwarded, **provider.headers, "content-type": "application/json"}
+    if provider.api_key:
+        headers["x-goog-api-key"] = provider.api_key
+    return headers
+
+
+def _embeddings_request(
+    route: RouteSnap, payload: dict[str, Any], forwarded: Mapping[str, str]
+) -> UpstreamRequest:
+    body = embeddings_request_to_gemini(payload, upstream_model=route.upstream_model)
+    texts = input_texts(payload)
+    as_base64 = payload.get("encoding_format") == "base64"
+    model = route.upstream_model
+
+    def translate(response: Any) -> TranslatedResponse:
+        return TranslatedResponse(response, _EmbeddingsDecoder(model, texts, as_base64))
+
+    return UpstreamRequest(
+        url=_url(route, "batchEmbedContents"),
+        headers=_headers(route, forwarded),
+        body=orjson.dumps(body),
+        translate=translate,
+    )
 
 
 class _Decoder:
@@ -108,3 +144,26 @@ class _Decoder:
 
     def end(self) -> list[dict[str, Any] | bytes | None]:
         return list(self._stream.finish())
+
+
+class _EmbeddingsDecoder:
+    """batchEmbedContents' answer read as OpenAI Embeddings (never a stream)."""
+
+    def __init__(self, model: str, texts: list[str], as_base64: bool) -> None:
+        self._model = model
+        self._texts = texts
+        self._as_base64 = as_base64
+
+    def completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        return gemini_embeddings_to_openai(
+            body, model=self._model, texts=self._texts, as_base64=self._as_base64
+        )
+
+    def error(self, status: int, raw: bytes) -> tuple[str, str | None]:
+        return upstream_error_message(raw) or f"gemini answered {status}", None
+
+    def chunks(self, chunk: bytes) -> list[dict[str, Any] | bytes | None]:
+        raise UpstreamProtocolError("embeddings are not streamed")
+
+    def end(self) -> list[dict[str, Any] | bytes | None]:
+        return []

@@ -7,16 +7,15 @@ format, so it exercises the same pass-through path as a real provider.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import math
-import struct
 import time
 from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
+from llmrelay.protocols.gemini_embeddings import vector_value
 from llmrelay.providers.base import Operation, UnsupportedOperation, UpstreamRequest
 from llmrelay.providers.messages_bridge import messages_over_chat
 from llmrelay.providers.responses_bridge import responses_over_chat
@@ -198,12 +197,9 @@ def _embeddings(payload: dict[str, Any]) -> MockResponse:
         text = item if isinstance(item, str) else " ".join(str(t) for t in item)
         tokens += count_tokens(text)
         vector = embed(text, dimensions)
-        encoded: list[float] | str = (
-            base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
-            if as_base64
-            else vector
+        data.append(
+            {"object": "embedding", "index": index, "embedding": vector_value(vector, as_base64)}
         )
-        data.append({"object": "embedding", "index": index, "embedding": encoded})
     body = {
         "object": "list",
         "data": data,
