@@ -7,6 +7,7 @@ reached the provider."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -59,6 +60,9 @@ models:
     routes: [{{provider: azure, upstream_model: my-deployment}}]
   - name: azure-filtered
     routes: [{{provider: azure, upstream_model: content-filter}}]
+  - name: gemini-throttled
+    retry: {{attempts: 2}}
+    routes: [{{provider: google, upstream_model: throttle-first-1}}]
   - name: gemini-embed
     embedding: true
     routes: [{{provider: google, upstream_model: text-embedding-test}}]
@@ -262,3 +266,17 @@ def test_embeddings_from_gemini_and_azure(client: openai.OpenAI, upstream: MockU
     with pytest.raises(openai.APIStatusError) as none:
         client.embeddings.create(model="claude-embed", input="x")
     assert none.value.status_code == 502 and "embeddings" in none.value.message
+
+
+def test_geminis_retry_delay_in_the_body_is_honoured(
+    client: openai.OpenAI, upstream: MockUpstream
+) -> None:
+    """Google sends no Retry-After header on a 429, only a RetryInfo detail of 1 s in the
+    body: the retry waits that long, not the backoff's quarter of a second."""
+    started = time.monotonic()
+    completion = client.chat.completions.create(
+        model="gemini-throttled", messages=[{"role": "user", "content": "patience"}]
+    )
+    assert completion.choices[0].message.content == "patience"
+    assert time.monotonic() - started >= 0.9
+    assert upstream.seen["throttle-first-1"] == 2

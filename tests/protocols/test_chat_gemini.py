@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from llmrelay.protocols import gemini
 from llmrelay.protocols.chat_gemini import chat_request_to_gemini, gemini_response_to_chat
 from llmrelay.protocols.translation import TranslationError
+from llmrelay.providers.gemini import retry_delay
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gemini"
 CALL_ID = re.compile(r"call_[0-9a-f]{24}")
@@ -451,3 +452,19 @@ def test_a_conversation_survives_translation(request: dict[str, Any]) -> None:
     ]
     declared = body["tools"][0]["functionDeclarations"]
     assert [d["name"] for d in declared] == [t["function"]["name"] for t in request["tools"]]
+
+
+def test_a_retry_delay_is_read_from_googles_error_details() -> None:
+    body = {
+        "error": {
+            "code": 429,
+            "status": "RESOURCE_EXHAUSTED",
+            "details": [
+                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "1.5s"}
+            ],
+        }
+    }
+    assert retry_delay(orjson.dumps(body)) == "1.5"
+    assert retry_delay(orjson.dumps([body])) == "1.5"
+    assert retry_delay(b'{"error": {"code": 429}}') is None
+    assert retry_delay(b"not json") is None

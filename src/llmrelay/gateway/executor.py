@@ -368,13 +368,14 @@ class Executor:
     async def _refused(self, response: UpstreamResponse, provider: str, ticket: Any) -> None:
         """An error answer: raise what the executor does next (always raises)."""
         status = response.status
-        wait = retry_after_s(response.header("retry-after"))
         try:
             body = await response.read()
         except UpstreamError:
             body = b""
         finally:
             response.release()
+        # After the body: a translated response may find the hint there (Gemini's RetryInfo).
+        wait = retry_after_s(response.header("retry-after"))
         if status in _CLIENT_FAULT:
             self.breakers.succeeded(ticket)  # the provider is fine; the request is not
             raise UpstreamRejected(status, body, provider)

@@ -108,6 +108,9 @@ class _Decoder:
         message = found[1] if found else f"anthropic answered {status}"
         return message, context_code(message) if status == 400 else None
 
+    def retry_after(self, raw: bytes) -> str | None:
+        return None  # Anthropic sends a retry-after header
+
     def chunks(self, chunk: bytes) -> list[dict[str, Any] | bytes | None]:
         assert self._parser is not None
         out: list[dict[str, Any] | bytes | None] = []

@@ -127,6 +127,9 @@ class _Decoder:
         message = upstream_error_message(raw) or f"gemini answered {status}"
         return message, context_code(message) if status == 400 else None
 
+    def retry_after(self, raw: bytes) -> str | None:
+        return retry_delay(raw)
+
     def chunks(self, chunk: bytes) -> list[dict[str, Any] | bytes | None]:
         assert self._parser is not None
         out: list[dict[str, Any] | bytes | None] = []
@@ -162,8 +165,33 @@ class _EmbeddingsDecoder:
     def error(self, status: int, raw: bytes) -> tuple[str, str | None]:
         return upstream_error_message(raw) or f"gemini answered {status}", None
 
+    def retry_after(self, raw: bytes) -> str | None:
+        return retry_delay(raw)
+
     def chunks(self, chunk: bytes) -> list[dict[str, Any] | bytes | None]:
         raise UpstreamProtocolError("embeddings are not streamed")
 
     def end(self) -> list[dict[str, Any] | bytes | None]:
         return []
+
+
+def retry_delay(raw: bytes) -> str | None:
+    """Seconds from a Google error's `google.rpc.RetryInfo` detail (`"retryDelay": "1.5s"`),
+    which Google sends instead of a Retry-After header."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if isinstance(body, list) and body:
+        body = body[0]
+    error = body.get("error") if isinstance(body, dict) else None
+    details = error.get("details") if isinstance(error, dict) else None
+    for detail in details if isinstance(details, list) else []:
+        if isinstance(detail, dict) and str(detail.get("@type", "")).endswith("RetryInfo"):
+            delay = detail.get("retryDelay")
+            if isinstance(delay, str) and delay.endswith("s"):
+                try:
+                    return str(float(delay[:-1]))
+                except ValueError:
+                    return None
+    return None

@@ -43,6 +43,11 @@ class ChatDecoder(Protocol):
         """An error body -> (message, OpenAI-style code or None)."""
         ...
 
+    def retry_after(self, raw: bytes) -> str | None:
+        """A retry hint the provider puts in its error body rather than a header, as a
+        `Retry-After` value (seconds), or None."""
+        ...
+
     def chunks(self, chunk: bytes) -> list[dict[str, Any] | bytes | None]:
         """Stream bytes as they came -> chat.completion.chunk dicts (may be none yet), or
         their `data: ` events already as bytes; None for an upstream event that could not
@@ -61,14 +66,19 @@ class TranslatedResponse:
         self._inner = inner
         self._decoder = decoder
         self._ended = False
+        self._retry_after: str | None = None
         self.status = inner.status
 
     def header(self, name: str) -> str | None:
-        return self._inner.header(name)
+        found = self._inner.header(name)
+        if found is None and name.lower() == "retry-after":
+            return self._retry_after  # from the error body, once read
+        return found
 
     async def read(self) -> bytes:
         raw = await self._inner.read()
         if self.status >= 300:
+            self._retry_after = self._decoder.retry_after(raw)
             message, code = self._decoder.error(self.status, raw)
             error: dict[str, Any] = {"message": message, "type": _error_type(self.status)}
             if code is not None:
