@@ -1,7 +1,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmrelay.protocols.sse import SSEEvent, SSEParser, _parse_block, is_plain_data, parse_events
+from llmrelay.protocols.sse import SSEEvent, SSEParser, is_plain_data, parse_block, parse_events
 
 STREAM = (
     b'data: {"a":1}\n\n: comment\n\nevent: ping\ndata: x\n\n'
@@ -114,5 +114,5 @@ _LINE = st.binary(max_size=20).filter(lambda b: b"\n" not in b and b"\r" not in 
 def test_named_events_split_fast_exactly_as_the_spec_parses_them(blocks: list[bytes]) -> None:
     """The shortcut for `event:` + `data:` blocks gives what the line-by-line parse gives."""
     text = b"".join(block + b"\n\n" for block in blocks)
-    expected = [e for e in (_parse_block(b) for b in blocks) if e is not None]
+    expected = [e for e in (parse_block(b) for b in blocks) if e is not None]
     assert parse_events(text) == expected

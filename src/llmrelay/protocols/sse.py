@@ -110,13 +110,13 @@ def parse_events(text: bytes) -> list[SSEEvent]:
         elif block.startswith(_DATA) and b"\n" not in block:
             events.append((None, block[6:]))
             continue
-        event = _parse_block(block)
+        event = parse_block(block)
         if event is not None:
             events.append(event)
     return events
 
 
-def _parse_block(block: bytes) -> SSEEvent | None:
+def parse_block(block: bytes) -> SSEEvent | None:
     name: str | None = None
     data: list[bytes] = []
     for line in block.split(b"\n"):

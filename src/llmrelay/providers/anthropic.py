@@ -16,7 +16,7 @@ import structlog
 from llmrelay.protocols.anthropic import upstream_error
 from llmrelay.protocols.chat_anthropic import anthropic_response_to_chat, chat_request_to_anthropic
 from llmrelay.protocols.chat_anthropic_stream import AnthropicStreamToChat, StreamError
-from llmrelay.protocols.sse import SSEParser
+from llmrelay.protocols.sse import SSEParser, parse_block
 from llmrelay.providers.base import Operation, UnsupportedOperation, UpstreamRequest
 from llmrelay.providers.responses_bridge import responses_over_chat
 from llmrelay.providers.translated import TranslatedResponse, context_code, error_event
@@ -26,9 +26,10 @@ log = structlog.get_logger(__name__)
 
 ANTHROPIC_VERSION = "2023-06-01"
 _NO_HEADERS: Mapping[str, str] = {}
+_TEXT_BLOCK = b"event: content_block_delta\ndata: "
 _TEXT_DELTA = b'"delta":{"type":"text_delta","text":"'
 #: Events with nothing to say in chat (named as Anthropic names every event).
-_NO_CHAT_FORM = frozenset({"ping", "content_block_stop"})
+_SILENT = (b"event: ping\n", b"event: content_block_stop\n")
 
 
 class AnthropicAdapter:
@@ -112,43 +113,55 @@ class _Decoder:
         return None  # Anthropic sends a retry-after header
 
     def chunks(self, chunk: bytes) -> list[dict[str, Any] | bytes | None]:
+        """Text deltas, nearly every event of a stream, are recognised by how Anthropic writes
+        them (`event: content_block_delta`, then its data in a fixed key order): a text with
+        no quote, backslash or newline in it goes into the chat chunk as it came, unparsed.
+        Every other block is parsed as the SSE spec says and translated through dicts."""
         assert self._parser is not None
+        text = self._parser.complete_text(chunk)
+        if not text:
+            return []
         out: list[dict[str, Any] | bytes | None] = []
         stream = self._stream
-        for name, data in self._parser.feed(chunk):
-            if name in _NO_CHAT_FORM:
-                continue
-            if name == "content_block_delta":
-                # Text, nearly every event of a stream, in Anthropic's fixed key order: a text
-                # with no quote or backslash in it goes into the chunk as it came, unparsed.
-                at = data.find(_TEXT_DELTA)
-                if at > 0 and data.endswith(b'"}}'):
-                    token = data[at + len(_TEXT_DELTA) - 1 : -2]
+        for block in text[:-2].split(b"\n\n"):
+            if block.startswith(_TEXT_BLOCK):
+                at = block.find(_TEXT_DELTA, len(_TEXT_BLOCK))
+                if at > 0 and block.endswith(b'"}}'):
+                    token = block[at + len(_TEXT_DELTA) - 1 : -2]
                     inner = token[1:-1]
-                    if b'"' not in inner and b"\\" not in inner:
+                    if b'"' not in inner and b"\\" not in inner and b"\n" not in inner:
                         if inner:
                             out.append(stream.text_event_json(token))
                         continue
-            try:
-                event = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                out.append(None)  # malformed: dropped and counted by the relay
-                continue
-            if not isinstance(event, dict):
-                continue
-            if name == "content_block_delta":
-                # Text, nearly every event of a stream: straight to the chunk's bytes.
-                delta = event.get("delta")
-                if isinstance(delta, dict) and delta.get("type") == "text_delta":
-                    text = delta.get("text")
-                    if isinstance(text, str) and text:
-                        out.append(stream.text_event(text))
-                        continue
-            try:
-                out.extend(stream.feed(name, event))
-            except StreamError as exc:
-                out.append(error_event(exc.message, exc.error_type))
+            elif block.startswith(_SILENT):
+                continue  # ping, content_block_stop: nothing to say in chat
+            event = parse_block(block)
+            if event is not None:
+                self._take(event[0], event[1], out)
         return out
+
+    def _take(
+        self, name: str | None, data: bytes, out: list[dict[str, Any] | bytes | None]
+    ) -> None:
+        try:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            out.append(None)  # malformed: dropped and counted by the relay
+            return
+        if not isinstance(event, dict):
+            return
+        if name == "content_block_delta":
+            delta = event.get("delta")
+            if isinstance(delta, dict) and delta.get("type") == "text_delta":
+                text = delta.get("text")
+                if isinstance(text, str):
+                    if text:
+                        out.append(self._stream.text_event(text))
+                    return
+        try:
+            out.extend(self._stream.feed(name, event))
+        except StreamError as exc:
+            out.append(error_event(exc.message, exc.error_type))
 
     def end(self) -> list[dict[str, Any] | bytes | None]:
         return []
