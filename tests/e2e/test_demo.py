@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -55,6 +56,19 @@ def test_demo_answers_chat_stream_and_embeddings(tmp_path: Path) -> None:
             model="demo-embedding", input="other text", encoding_format="float"
         )
         assert other.data[0].embedding != second.data[0].embedding
+
+        # The README's Anthropic example: the same demo model through /v1/messages.
+        with anthropic.Anthropic(api_key=key, base_url=process.url, max_retries=0) as claude:
+            message = claude.messages.create(
+                model="demo", max_tokens=100, messages=[{"role": "user", "content": "Hello!"}]
+            )
+            assert message.content[0].type == "text" and message.content[0].text == "Hello!"
+            with claude.messages.stream(
+                model="demo", max_tokens=100, messages=[{"role": "user", "content": "a b c d"}]
+            ) as stream:
+                assert "".join(stream.text_stream) == "a b c d"
+        responded = client.responses.create(model="demo", input="via responses")
+        assert responded.output_text == "via responses"
     finally:
         assert process.stop() == 0
 
