@@ -9,26 +9,29 @@ twice changes no row and does not move the config generation.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from decimal import ROUND_HALF_UP, Decimal
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from llmrelay import apikeys
+from llmrelay.config.apply_models import upsert_model
+from llmrelay.config.apply_rows import (
+    ApplyResult,
+    GeneratedKey,
+    assign,
+    existing_or_new,
+    note,
+    usd_to_micros,
+)
 from llmrelay.config.loader import ConfigError, check_references
 from llmrelay.config.schema import (
     GatewayConfig,
     KeyConfig,
-    ModelConfig,
     PolicyConfig,
-    PricingConfig,
     ProjectConfig,
     ProviderConfig,
-    RouteConfig,
     RoutingConfig,
 )
 from llmrelay.store.bootstrap import bump_generation, current_generation, ensure_default_tenant
@@ -36,51 +39,14 @@ from llmrelay.store.crypto import CredentialError, Sealer
 from llmrelay.store.models import (
     ApiKey,
     GatewaySetting,
-    PriceVersion,
     Project,
     Provider,
-    Route,
     RoutingPolicy,
     VirtualModel,
     new_id,
 )
-from llmrelay.store.types import utcnow
 
-MICROS = Decimal(1_000_000)
-
-
-@dataclass(frozen=True, slots=True)
-class GeneratedKey:
-    project: str
-    name: str
-    key: str
-
-
-@dataclass(slots=True)
-class ApplyResult:
-    changes: list[str] = field(default_factory=list)
-    generated_keys: list[GeneratedKey] = field(default_factory=list)
-    generation: int = 0
-
-    @property
-    def changed(self) -> bool:
-        return bool(self.changes)
-
-
-def usd_to_micros(value: Decimal | None) -> int | None:
-    if value is None:
-        return None
-    return int((value * MICROS).quantize(Decimal(1), rounding=ROUND_HALF_UP))
-
-
-def _assign(row: Any, values: dict[str, Any]) -> list[str]:
-    """Set only the attributes that differ, so an unchanged row is never written."""
-    changed = []
-    for name, value in values.items():
-        if getattr(row, name) != value:
-            setattr(row, name, value)
-            changed.append(name)
-    return changed
+__all__ = ["ApplyResult", "GeneratedKey", "apply_config", "open_credentials"]
 
 
 async def apply_config(
@@ -114,7 +80,7 @@ async def apply_config(
     for provider_config in config.providers:
         await _upsert_provider(session, tenant.id, provider_config, providers, sealer, result)
     for model_config in config.models:
-        await _upsert_model(session, tenant.id, model_config, models, providers, result)
+        await upsert_model(session, tenant.id, model_config, models, providers, result)
     if config.routing is not None:
         for policy_config in config.routing.policies:
             _upsert_policy(session, tenant.id, policy_config, policies, result)
@@ -152,13 +118,13 @@ async def _upsert_provider(
     sealer: Sealer,
     result: ApplyResult,
 ) -> None:
-    row, created = _existing_or_new(
+    row, created = existing_or_new(
         session,
         existing,
         config.slug,
         lambda: Provider(id=new_id(), tenant_id=tenant_id, slug=config.slug),
     )
-    changed = _assign(
+    changed = assign(
         row,
         {
             "type": config.type.value,
@@ -187,137 +153,7 @@ async def _upsert_provider(
             row.api_key_last_four = key[-4:] if key else None
         if not created:
             changed.append("credentials")
-    _note(result, "provider", config.slug, created, changed)
-
-
-R = TypeVar("R")
-
-
-def _existing_or_new(
-    session: AsyncSession, existing: dict[str, R], key: str, make: Callable[[], R]
-) -> tuple[R, bool]:
-    """The stored row under `key`, or a new one (added to the session and to `existing`);
-    whether it is new."""
-    row = existing.get(key)
-    if row is not None:
-        return row, False
-    row = existing[key] = make()
-    session.add(row)
-    return row, True
-
-
-async def _upsert_model(
-    session: AsyncSession,
-    tenant_id: str,
-    config: ModelConfig,
-    existing: dict[str, VirtualModel],
-    providers: dict[str, Provider],
-    result: ApplyResult,
-) -> None:
-    row, created = _existing_or_new(
-        session,
-        existing,
-        config.name,
-        lambda: VirtualModel(id=new_id(), tenant_id=tenant_id, name=config.name),
-    )
-    changed = _assign(
-        row,
-        {
-            "strategy": config.strategy.value,
-            "retry_attempts": config.retry.attempts,
-            "retry_backoff_ms": config.retry.backoff_ms,
-            "deadline_s": config.deadline_s,
-            "fallbacks": list(config.fallbacks),
-            "context_fallbacks": list(config.context_fallbacks),
-            "embedding": config.embedding,
-        },
-    )
-    if await _sync_routes(session, row, config, providers):
-        changed.append("routes")
-    if config.pricing is not None and await _sync_price(session, row, config.pricing):
-        changed.append("pricing")
-    _note(result, "model", config.name, created, changed)
-
-
-async def _sync_routes(
-    session: AsyncSession, model: VirtualModel, config: ModelConfig, providers: dict[str, Provider]
-) -> bool:
-    current = {
-        (r.provider_id, r.upstream_model): r
-        for r in await session.scalars(select(Route).where(Route.model_id == model.id))
-    }
-    changed = False
-    wanted_keys = set()
-    for position, route_config in enumerate(config.routes):
-        provider_id = providers[route_config.provider].id
-        key = (provider_id, route_config.upstream_model)
-        wanted_keys.add(key)
-        row = current.get(key)
-        if row is None:
-            row = Route(
-                id=new_id(),
-                model_id=model.id,
-                provider_id=provider_id,
-                upstream_model=route_config.upstream_model,
-            )
-            session.add(row)
-            changed = True
-        changed |= bool(
-            _assign(
-                row,
-                {
-                    "priority": route_config.priority,
-                    "weight": route_config.weight,
-                    "tag": route_config.tag,
-                    "disabled": route_config.disabled,
-                    "position": position,
-                    "capabilities": _capabilities(route_config),
-                    "pricing": _route_pricing(route_config),
-                },
-            )
-        )
-    for key, row in current.items():
-        if key not in wanted_keys:
-            await session.delete(row)
-            changed = True
-    return changed
-
-
-def _capabilities(route: RouteConfig) -> dict[str, Any] | None:
-    """Only what the file states: a capability left out stays unknown."""
-    if route.capabilities is None:
-        return None
-    return route.capabilities.model_dump(exclude_none=True) or None
-
-
-def _route_pricing(route: RouteConfig) -> dict[str, Any] | None:
-    if route.pricing is None:
-        return None
-    return {
-        "input": usd_to_micros(route.pricing.input_per_mtok),
-        "output": usd_to_micros(route.pricing.output_per_mtok),
-    }
-
-
-async def _sync_price(session: AsyncSession, model: VirtualModel, pricing: PricingConfig) -> bool:
-    """Add a price version when the file's prices differ from the version in force."""
-    wanted = {
-        "input_micros_per_mtok": usd_to_micros(pricing.input_per_mtok),
-        "output_micros_per_mtok": usd_to_micros(pricing.output_per_mtok),
-        "cached_input_micros_per_mtok": usd_to_micros(pricing.cached_input_per_mtok),
-        "cache_write_micros_per_mtok": usd_to_micros(pricing.cache_write_per_mtok),
-    }
-    now = utcnow()
-    latest = await session.scalar(
-        select(PriceVersion)
-        .where(PriceVersion.model_id == model.id, PriceVersion.effective_from <= now)
-        .order_by(PriceVersion.effective_from.desc())
-        .limit(1)
-    )
-    if latest is not None and all(getattr(latest, k) == v for k, v in wanted.items()):
-        return False
-    session.add(PriceVersion(model_id=model.id, effective_from=now, source="config", **wanted))
-    return True
+    note(result, "provider", config.slug, created, changed)
 
 
 def _upsert_policy(
@@ -327,13 +163,13 @@ def _upsert_policy(
     existing: dict[str, RoutingPolicy],
     result: ApplyResult,
 ) -> None:
-    row, created = _existing_or_new(
+    row, created = existing_or_new(
         session,
         existing,
         config.name,
         lambda: RoutingPolicy(id=new_id(), tenant_id=tenant_id, name=config.name),
     )
-    changed = _assign(
+    changed = assign(
         row,
         {
             "providers": _optional_list(config.providers),
@@ -342,7 +178,7 @@ def _upsert_policy(
             "strategy": None if config.strategy is None else config.strategy.value,
         },
     )
-    _note(result, "routing policy", config.name, created, changed)
+    note(result, "routing policy", config.name, created, changed)
 
 
 def _optional_list(values: list[str] | None) -> list[str] | None:
@@ -385,7 +221,7 @@ async def _upsert_project(
     if row is None:
         row = Project(id=new_id(), tenant_id=tenant_id, name=config.name)
         session.add(row)
-    changed = _assign(
+    changed = assign(
         row,
         {
             "allowed_models": None if config.models is None else list(config.models),
@@ -393,7 +229,7 @@ async def _upsert_project(
             **_limit_values(config),
         },
     )
-    _note(result, "project", config.name, created, changed)
+    note(result, "project", config.name, created, changed)
     keys = {
         k.name: k for k in await session.scalars(select(ApiKey).where(ApiKey.project_id == row.id))
     }
@@ -434,10 +270,10 @@ def _upsert_key(
     if plain is not None:
         shown = apikeys.display(plain)
         values.update(digest=apikeys.digest(plain), prefix=shown.prefix, last_four=shown.last_four)
-    changed = _assign(row, values)
+    changed = assign(row, values)
     if "digest" in changed and not created:
         changed = [c for c in changed if c not in ("prefix", "last_four", "source")]
-    _note(result, "key", label, created, changed)
+    note(result, "key", label, created, changed)
 
 
 async def _upsert_setting(
@@ -450,10 +286,3 @@ async def _upsert_setting(
     elif row.value != value:
         row.value = value
         result.changes.append(f"updated setting {key}")
-
-
-def _note(result: ApplyResult, kind: str, name: str, created: bool, changed: list[str]) -> None:
-    if created:
-        result.changes.append(f"created {kind} {name}")
-    elif changed:
-        result.changes.append(f"updated {kind} {name} ({', '.join(sorted(changed))})")
