@@ -1,10 +1,8 @@
-"""Chat Completions <-> Gemini generateContent: request, whole answer, shared wire helpers."""
+"""Chat Completions <-> Gemini generateContent: the request and the whole answer."""
 
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -15,15 +13,9 @@ from hypothesis import strategies as st
 from llmrelay.protocols import gemini
 from llmrelay.protocols.chat_gemini import chat_request_to_gemini, gemini_response_to_chat
 from llmrelay.protocols.translation import TranslationError
-from llmrelay.providers.gemini import retry_delay
+from tests.protocols.gemini_support import chat, fixture, tool, translated, user
 
-FIXTURES = Path(__file__).parent / "fixtures" / "gemini"
 CALL_ID = re.compile(r"call_[0-9a-f]{24}")
-
-
-def fixture(name: str) -> dict[str, Any]:
-    loaded: dict[str, Any] = json.loads((FIXTURES / name).read_text())
-    return loaded
 
 
 def masked_call_ids(value: Any) -> Any:
@@ -39,21 +31,9 @@ def masked_call_ids(value: Any) -> Any:
     return value
 
 
-def chat(*messages: dict[str, Any], **fields: Any) -> dict[str, Any]:
-    return {"model": "m", "messages": list(messages) or [user("hi")], **fields}
-
-
-def user(content: Any) -> dict[str, Any]:
-    return {"role": "user", "content": content}
-
-
 def call(ident: str, name: str, arguments: str, **extra: Any) -> dict[str, Any]:
     function = {"name": name, "arguments": arguments}
     return {"id": ident, "type": "function", "function": function, **extra}
-
-
-def translated(**fields: Any) -> dict[str, Any]:
-    return chat_request_to_gemini(chat(**fields))[0]
 
 
 # Golden fixtures ----------------------------------------------------------------------------
@@ -279,10 +259,6 @@ def test_broken_conversations_are_refused_naming_messages(messages: list[Any]) -
 # Request: tools -----------------------------------------------------------------------------
 
 
-def tool(name: str, parameters: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"type": "function", "function": {"name": name, "parameters": parameters}}
-
-
 @pytest.mark.parametrize(
     ("choice", "config"),
     [
@@ -310,39 +286,7 @@ def test_allowed_tools_declares_only_those_tools() -> None:
     assert body["toolConfig"] == {"functionCallingConfig": {"mode": "ANY"}}
 
 
-def test_parameters_keep_only_what_gemini_schema_accepts() -> None:
-    case = fixture("schema_parameters.json")
-    assert gemini.function_parameters(case["json_schema"]) == case["gemini"]
-
-
-@pytest.mark.parametrize(
-    "schema", [None, {"type": "object", "properties": {}}, {"type": "object"}, "free"]
-)
-def test_a_function_without_parameters_declares_none(schema: Any) -> None:
-    assert gemini.function_parameters(schema) is None
-    declarations = translated(tools=[tool("ping", schema)])["tools"][0]["functionDeclarations"]
-    assert declarations == [{"name": "ping"}]
-
-
 # Answer -------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("reason", "calls", "expected"),
-    [
-        ("STOP", False, "stop"),
-        ("STOP", True, "tool_calls"),
-        ("MAX_TOKENS", True, "length"),
-        ("SAFETY", False, "content_filter"),
-        ("RECITATION", False, "content_filter"),
-        ("SPII", False, "content_filter"),
-        ("MALFORMED_FUNCTION_CALL", False, "stop"),
-        ("OTHER", False, "stop"),
-        (None, False, "stop"),
-    ],
-)
-def test_finish_reasons(reason: str | None, calls: bool, expected: str) -> None:
-    assert gemini.finish_reason(reason, tool_calls=calls) == expected
 
 
 def test_every_candidate_is_a_choice_and_a_missing_id_is_made() -> None:
@@ -365,25 +309,6 @@ def test_every_candidate_is_a_choice_and_a_missing_id_is_made() -> None:
         (1, "two", "length"),
         (2, "", "content_filter"),
     ]
-
-
-@pytest.mark.parametrize(
-    ("body", "message"),
-    [
-        (
-            b'{"error": {"code": 503, "message": "Overloaded.", "status": "UNAVAILABLE"}}',
-            "Overloaded.",
-        ),
-        (
-            b'[{"error": {"code": 400, "message": "Bad thing", "status": "INVALID_ARGUMENT"}}]',
-            "Bad thing",
-        ),
-        (b'{"error": "text"}', None),
-        (b"<html>", None),
-    ],
-)
-def test_error_bodies_give_their_message(body: bytes, message: str | None) -> None:
-    assert gemini.upstream_error_message(body) == message
 
 
 # Property: a conversation keeps its turns, texts, tools and calls ----------------------------
@@ -452,19 +377,3 @@ def test_a_conversation_survives_translation(request: dict[str, Any]) -> None:
     ]
     declared = body["tools"][0]["functionDeclarations"]
     assert [d["name"] for d in declared] == [t["function"]["name"] for t in request["tools"]]
-
-
-def test_a_retry_delay_is_read_from_googles_error_details() -> None:
-    body = {
-        "error": {
-            "code": 429,
-            "status": "RESOURCE_EXHAUSTED",
-            "details": [
-                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "1.5s"}
-            ],
-        }
-    }
-    assert retry_delay(orjson.dumps(body)) == "1.5"
-    assert retry_delay(orjson.dumps([body])) == "1.5"
-    assert retry_delay(b'{"error": {"code": 429}}') is None
-    assert retry_delay(b"not json") is None

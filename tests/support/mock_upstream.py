@@ -23,7 +23,7 @@ adapters meet the real thing; their base URL is the host root (`root_url`):
     gemini        /v1beta/models/{model}:generateContent, :streamGenerateContent (mock_gemini)
     responses     /v1/responses on the OpenAI base URL (`base_url`)    (mock_responses)
     azure_openai  /openai/deployments/{deployment}/chat/completions and /embeddings: the OpenAI
-                  answers behind Azure's checks (`_azure_refusal`; model `content-filter`)
+                  answers behind Azure's checks (mock_azure; model `content-filter`)
 
 Like OpenAI, which answers a request for `gpt-4o-mini` as `gpt-4o-mini-2024-07-18`, every
 answer names a dated snapshot of the model asked for (`reported_model`): the gateway must
@@ -117,15 +117,17 @@ class MockUpstream:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/embeddings", self._embeddings)
         app.router.add_post("/elsewhere/chat/completions", self._chat)
-        azure = "/openai/deployments/{deployment}"
-        app.router.add_post(f"{azure}/chat/completions", self._azure_chat)
-        app.router.add_post(f"{azure}/embeddings", self._azure_embeddings)
-        # Imported here, not at the top: both modules build on this one's helpers.
+        # Imported here, not at the top: these modules build on this one's helpers.
         from tests.support.mock_anthropic import AnthropicMessages
+        from tests.support.mock_azure import AzureDeployments
         from tests.support.mock_gemini import GeminiModels
         from tests.support.mock_responses import OpenAIResponses
 
         anthropic = AnthropicMessages(self)
+        azure = AzureDeployments(self)
+        deployment = "/openai/deployments/{deployment}"
+        app.router.add_post(f"{deployment}/chat/completions", azure.chat)
+        app.router.add_post(f"{deployment}/embeddings", azure.embeddings)
         responses = OpenAIResponses(self)
         app.router.add_post("/v1/responses", responses.create)
         app.router.add_post("/v1/responses/compact", responses.compact)
@@ -256,57 +258,6 @@ class MockUpstream:
             },
             dumps=_dumps,
         )
-
-    async def _azure_chat(self, request: web.Request) -> web.StreamResponse:
-        body = {"model": request.match_info["deployment"], **await self._receive(request)}
-        refused = _azure_refusal(request, str(body["model"]))
-        return refused if refused is not None else await self._answer_chat(request, body)
-
-    async def _azure_embeddings(self, request: web.Request) -> web.Response:
-        body = {"model": request.match_info["deployment"], **await self._receive(request)}
-        refused = _azure_refusal(request)
-        return refused if refused is not None else self._answer_embeddings(body)
-
-
-def _azure_refusal(request: web.Request, model: str = "") -> web.Response | None:
-    """What Azure answers before any model runs: no key, no `api-version` (a 404 "Resource not
-    found" on the real service, not a 400), or a prompt its content filter blocks."""
-    if not request.headers.get("api-key"):
-        message = (
-            "Access denied due to invalid subscription key or wrong API endpoint. Make sure to "
-            "provide a valid key for an active subscription and use a correct regional API "
-            "endpoint for your resource."
-        )
-        return web.json_response({"error": {"code": "401", "message": message}}, status=401)
-    if not request.query.get("api-version"):
-        error = {"error": {"code": "404", "message": "Resource not found"}}
-        return web.json_response(error, status=404)
-    if _behaviour(model)[0] == "content-filter":
-        return web.json_response(_CONTENT_FILTERED, status=400)
-    return None
-
-
-_SAFE = {"filtered": False, "severity": "safe"}
-#: What Azure OpenAI answers when its content filter blocks a prompt (HTTP 400).
-_CONTENT_FILTERED = {
-    "error": {
-        "message": "The response was filtered due to the prompt triggering Azure OpenAI's content "
-        "management policy. Please modify your prompt and retry. To learn more about our content "
-        "filtering policies please read our documentation: "
-        "https://go.microsoft.com/fwlink/?linkid=2198766",
-        "type": None,
-        "param": "prompt",
-        "code": "content_filter",
-        "status": 400,
-        "innererror": {
-            "code": "ResponsibleAIPolicyViolation",
-            "content_filter_result": {
-                "hate": {"filtered": True, "severity": "high"},
-                **{category: _SAFE for category in ("self_harm", "sexual", "violence")},
-            },
-        },
-    }
-}
 
 
 async def _wait_unless_gone(request: web.Request, seconds: float) -> bool:
