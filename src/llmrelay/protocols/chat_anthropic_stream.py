@@ -95,6 +95,12 @@ class AnthropicStreamToChat:
 
     def text_event_json(self, text: bytes) -> bytes:
         """`text_event` for text already a JSON string token (as the provider wrote it)."""
+        prefix, suffix = self.text_template()
+        return prefix + text + suffix
+
+    def text_template(self) -> tuple[bytes, bytes]:
+        """The bytes before and after a text delta's JSON string in its `data: ` event, for
+        the message as it stands (its id comes with message_start)."""
         template = self._text_template
         if template is None or template[0] != self._id:
             head = orjson.dumps(self._chunk({"content": ""}))
@@ -104,7 +110,7 @@ class AnthropicStreamToChat:
                 b"data: " + prefix + b'{"content":',
                 b"}" + suffix + b"\n\n",
             )
-        return template[1] + text + template[2]
+        return template[1], template[2]
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         chunk: dict[str, Any] = {

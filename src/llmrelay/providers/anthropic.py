@@ -26,8 +26,12 @@ log = structlog.get_logger(__name__)
 
 ANTHROPIC_VERSION = "2023-06-01"
 _NO_HEADERS: Mapping[str, str] = {}
-_TEXT_BLOCK = b"event: content_block_delta\ndata: "
-_TEXT_DELTA = b'"delta":{"type":"text_delta","text":"'
+#: How a text delta of the first content block starts (its JSON string follows).
+_TEXT_HEAD = (
+    b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+    b'"delta":{"type":"text_delta","text":"'
+)
+_TEXT_HEAD_LEN = len(_TEXT_HEAD) - 1  # the string's opening quote belongs to it
 #: Events with nothing to say in chat (named as Anthropic names every event).
 _SILENT = (b"event: ping\n", b"event: content_block_stop\n")
 
@@ -114,27 +118,32 @@ class _Decoder:
 
     def chunks(self, chunk: bytes) -> list[dict[str, Any] | bytes | None]:
         """Text deltas, nearly every event of a stream, are recognised by how Anthropic writes
-        them (`event: content_block_delta`, then its data in a fixed key order): a text with
-        no quote, backslash or newline in it goes into the chat chunk as it came, unparsed.
-        Every other block is parsed as the SSE spec says and translated through dicts."""
+        them (`event: content_block_delta`, then its data in a fixed key order, a text with no
+        quote, backslash or newline): the text's JSON string goes into the chat chunk as it
+        came, unparsed. Other blocks of the usual two lines are split without the line parse;
+        anything else is parsed as the SSE spec says. Measured under load, this loop is most
+        of what a translated stream costs."""
         assert self._parser is not None
         text = self._parser.complete_text(chunk)
         if not text:
             return []
         out: list[dict[str, Any] | bytes | None] = []
-        stream = self._stream
+        template: tuple[bytes, bytes] | None = None
         for block in text[:-2].split(b"\n\n"):
-            if block.startswith(_TEXT_BLOCK):
-                at = block.find(_TEXT_DELTA, len(_TEXT_BLOCK))
-                if at > 0 and block.endswith(b'"}}'):
-                    token = block[at + len(_TEXT_DELTA) - 1 : -2]
-                    inner = token[1:-1]
-                    if b'"' not in inner and b"\\" not in inner and b"\n" not in inner:
-                        if inner:
-                            out.append(stream.text_event_json(token))
-                        continue
+            if block.startswith(_TEXT_HEAD) and block.endswith(b'"}}'):
+                token = block[_TEXT_HEAD_LEN:-2]
+                if token.count(b'"') == 2 and b"\\" not in token and b"\n" not in token:
+                    if len(token) > 2:
+                        if template is None:
+                            template = self._stream.text_template()
+                        out.append(template[0] + token + template[1])
+                    continue
             elif block.startswith(_SILENT):
                 continue  # ping, content_block_stop: nothing to say in chat
+            head, found, data = block.partition(b"\ndata: ")
+            if found and head.startswith(b"event: ") and b"\n" not in head and b"\n" not in data:
+                self._take(head[7:].decode(), data, out)
+                continue
             event = parse_block(block)
             if event is not None:
                 self._take(event[0], event[1], out)
