@@ -38,6 +38,7 @@ from llmrelay.gateway.errors import (
 from llmrelay.protocols.openai import upstream_error_message
 from llmrelay.protocols.translation import TranslationError
 from llmrelay.providers.base import Operation, UnsupportedOperation, UpstreamResponse
+from llmrelay.providers.bridges import build_request
 from llmrelay.providers.errors import (
     UpstreamConnectError,
     UpstreamError,
@@ -302,7 +303,7 @@ class Executor:
             error = UpstreamFailed(f"provider {slug}: {exc}", code="provider_unsupported")
             raise _NextRoute(error) from None
         try:
-            request = adapter.build_request(operation, route, payload, forwarded_headers)
+            request = build_request(adapter, operation, route, payload, forwarded_headers)
         except TranslationError as exc:
             # What the request asks cannot be said in this provider's protocol.
             breakers.abandon(ticket)

@@ -18,7 +18,6 @@ from llmrelay.protocols.chat_anthropic import anthropic_response_to_chat, chat_r
 from llmrelay.protocols.chat_anthropic_stream import AnthropicStreamToChat, StreamError
 from llmrelay.protocols.sse import SSEParser, parse_block
 from llmrelay.providers.base import Operation, UnsupportedOperation, UpstreamRequest
-from llmrelay.providers.responses_bridge import responses_over_chat
 from llmrelay.providers.translated import TranslatedResponse, context_code, error_event
 from llmrelay.snapshot.model import ProviderSnap, RouteSnap
 
@@ -46,12 +45,6 @@ class AnthropicAdapter:
         payload: dict[str, Any],
         forwarded_headers: Mapping[str, str],
     ) -> UpstreamRequest:
-        if operation is Operation.RESPONSES:
-            return responses_over_chat(
-                lambda chat: self.build_request(Operation.CHAT, route, chat, forwarded_headers),
-                route,
-                payload,
-            )
         if operation in _NATIVE:
             # Same protocol: the body passes through with only `model` rewritten.
             payload["model"] = route.upstream_model

@@ -15,8 +15,6 @@ from urllib.parse import quote
 import orjson
 
 from llmrelay.providers.base import Operation, UnsupportedOperation, UpstreamRequest
-from llmrelay.providers.messages_bridge import messages_over_chat
-from llmrelay.providers.responses_bridge import responses_over_chat
 from llmrelay.snapshot.model import RouteSnap
 
 DEFAULT_API_VERSION = "2024-10-21"
@@ -33,18 +31,6 @@ class AzureOpenAIAdapter:
         payload: dict[str, Any],
         forwarded_headers: Mapping[str, str],
     ) -> UpstreamRequest:
-        if operation is Operation.RESPONSES:
-            return responses_over_chat(
-                lambda chat: self.build_request(Operation.CHAT, route, chat, forwarded_headers),
-                route,
-                payload,
-            )
-        if operation is Operation.MESSAGES:
-            return messages_over_chat(
-                lambda chat: self.build_request(Operation.CHAT, route, chat, forwarded_headers),
-                route,
-                payload,
-            )
         if operation not in _PATHS:
             raise UnsupportedOperation(f"azure_openai providers have no {operation.value}")
         provider = route.provider

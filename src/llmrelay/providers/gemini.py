@@ -26,8 +26,6 @@ from llmrelay.protocols.gemini_embeddings import (
 from llmrelay.protocols.sse import SSEParser
 from llmrelay.providers.base import Operation, UnsupportedOperation, UpstreamRequest
 from llmrelay.providers.errors import UpstreamProtocolError
-from llmrelay.providers.messages_bridge import messages_over_chat
-from llmrelay.providers.responses_bridge import responses_over_chat
 from llmrelay.providers.translated import TranslatedResponse, context_code
 from llmrelay.snapshot.model import RouteSnap
 
@@ -46,18 +44,6 @@ class GeminiAdapter:
         payload: dict[str, Any],
         forwarded_headers: Mapping[str, str],
     ) -> UpstreamRequest:
-        if operation is Operation.RESPONSES:
-            return responses_over_chat(
-                lambda chat: self.build_request(Operation.CHAT, route, chat, forwarded_headers),
-                route,
-                payload,
-            )
-        if operation is Operation.MESSAGES:
-            return messages_over_chat(
-                lambda chat: self.build_request(Operation.CHAT, route, chat, forwarded_headers),
-                route,
-                payload,
-            )
         if operation is Operation.EMBEDDINGS:
             return _embeddings_request(route, payload, forwarded_headers)
         if operation is not Operation.CHAT:

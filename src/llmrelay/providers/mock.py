@@ -17,8 +17,6 @@ import orjson
 
 from llmrelay.protocols.gemini_embeddings import vector_value
 from llmrelay.providers.base import Operation, UnsupportedOperation, UpstreamRequest
-from llmrelay.providers.messages_bridge import messages_over_chat
-from llmrelay.providers.responses_bridge import responses_over_chat
 from llmrelay.snapshot.model import ProviderSnap, RouteSnap
 
 DEFAULT_DIMENSIONS = 64
@@ -35,18 +33,6 @@ class MockAdapter:
         payload: dict[str, Any],
         forwarded_headers: Mapping[str, str],
     ) -> UpstreamRequest:
-        if operation is Operation.RESPONSES:
-            return responses_over_chat(
-                lambda chat: self.build_request(Operation.CHAT, route, chat, forwarded_headers),
-                route,
-                payload,
-            )
-        if operation is Operation.MESSAGES:
-            return messages_over_chat(
-                lambda chat: self.build_request(Operation.CHAT, route, chat, forwarded_headers),
-                route,
-                payload,
-            )
         if operation not in (Operation.CHAT, Operation.EMBEDDINGS):
             raise UnsupportedOperation(f"the mock provider has no {operation.value}")
         payload["model"] = route.upstream_model

@@ -9,9 +9,7 @@ from typing import Any
 import orjson
 
 from llmrelay.providers.base import Operation, UnsupportedOperation, UpstreamRequest
-from llmrelay.providers.messages_bridge import messages_over_chat
 from llmrelay.providers.presets import speaks_responses
-from llmrelay.providers.responses_bridge import responses_over_chat
 from llmrelay.snapshot.model import ProviderSnap, RouteSnap
 
 _PATHS = {
@@ -45,20 +43,6 @@ class OpenAIAdapter:
         payload: dict[str, Any],
         forwarded_headers: Mapping[str, str],
     ) -> UpstreamRequest:
-        if operation is Operation.RESPONSES and not speaks_responses(
-            route.provider.type, route.provider.preset
-        ):
-            return responses_over_chat(
-                lambda chat: self.build_request(Operation.CHAT, route, chat, forwarded_headers),
-                route,
-                payload,
-            )
-        if operation is Operation.MESSAGES:
-            return messages_over_chat(
-                lambda chat: self.build_request(Operation.CHAT, route, chat, forwarded_headers),
-                route,
-                payload,
-            )
         if operation not in _PATHS or (
             operation is Operation.RESPONSES_COMPACT
             and not speaks_responses(route.provider.type, route.provider.preset)
