@@ -15,14 +15,12 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-import orjson
 import structlog
 
 from llmrelay.protocols.chat_anthropic import anthropic_request_to_chat, chat_response_to_anthropic
 from llmrelay.protocols.chat_anthropic_stream import ChatStreamToAnthropic
-from llmrelay.protocols.sse import SSEParser
 from llmrelay.providers.base import UpstreamRequest, UpstreamResponse
-from llmrelay.providers.errors import UpstreamProtocolError
+from llmrelay.providers.from_chat import Event, FromChat
 from llmrelay.snapshot.model import RouteSnap
 
 log = structlog.get_logger(__name__)
@@ -64,67 +62,22 @@ def over_chat(
     return dataclasses.replace(request, translate=translate)
 
 
-class MessagesFromChat:
-    """A chat response (JSON or SSE) read as Anthropic Messages."""
+class MessagesFromChat(FromChat):
+    """A chat response read as Anthropic Messages."""
 
     def __init__(self, inner: UpstreamResponse, *, model: str, stream: bool) -> None:
-        self._inner = inner
+        super().__init__(inner, stream=stream)
         self._model = model
-        self._parser = SSEParser() if stream else None
         self._events = ChatStreamToAnthropic(model=model, message_id=f"msg_{id(self):x}")
-        self._ended = False
-        self.status = inner.status
 
-    def header(self, name: str) -> str | None:
-        return self._inner.header(name)
+    def _answer(self, completion: dict[str, Any]) -> dict[str, Any]:
+        return chat_response_to_anthropic(completion, model=self._model)
 
-    async def read(self) -> bytes:
-        raw = await self._inner.read()
-        if self.status >= 300:
-            return raw  # the gateway reads `error.message`, present in both shapes
-        try:
-            body = orjson.loads(raw)
-            return orjson.dumps(chat_response_to_anthropic(body, model=self._model))
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise UpstreamProtocolError(f"the answer is not a chat completion: {exc}") from None
-
-    async def next_chunk(self) -> bytes:
-        assert self._parser is not None
-        while not self._ended:
-            chunk = await self._inner.next_chunk()
-            out: list[tuple[str, dict[str, Any]]] = []
-            if not chunk:
-                self._ended = True
-                out.extend(self._events.finish())
-            else:
-                for data in self._parser.feed_data(chunk):
-                    out.extend(self._take(data))
-            if out:
-                return b"".join(_event(name, data) for name, data in out)
-        return b""
-
-    def _take(self, data: bytes) -> list[tuple[str, dict[str, Any]]]:
-        if data == b"[DONE]":
-            return self._events.finish()
-        try:
-            chunk = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return [("malformed", {})]
-        if not isinstance(chunk, dict):
-            return []
-        error = chunk.get("error")
-        if error is not None:
-            message = error.get("message") if isinstance(error, dict) else str(error)
-            return [
-                ("error", {"type": "error", "error": {"type": "api_error", "message": message}})
-            ]
+    def _feed(self, chunk: dict[str, Any]) -> list[Event]:
         return self._events.feed(chunk)
 
-    def release(self) -> None:
-        self._inner.release()
+    def _finish(self) -> list[Event]:
+        return self._events.finish()
 
-
-def _event(name: str, data: dict[str, Any]) -> bytes:
-    if name == "malformed":
-        return b"event: malformed\ndata: !\n\n"  # dropped and counted by the relay
-    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+    def _error(self, message: str) -> Event:
+        return ("error", {"type": "error", "error": {"type": "api_error", "message": message}})
