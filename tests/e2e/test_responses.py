@@ -104,6 +104,8 @@ def test_streams_from_every_kind_of_provider(client: openai.OpenAI, model: str) 
     for event in client.responses.create(model=model, input=TEXT, stream=True):
         if event.type == "response.output_text.delta":
             deltas.append(event.delta)
+        elif event.type == "response.created":
+            assert event.response.model == model  # every response object is renamed
         elif event.type == "response.completed":
             completed = event.response
     assert "".join(deltas) == TEXT

@@ -11,20 +11,14 @@ fails the route before the first byte or reaches the client as the error after i
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import orjson
 import structlog
 
-from llmrelay.gateway.call import CallRecord
 from llmrelay.gateway.errors import GatewayError
-from llmrelay.gateway.stream_relay import StreamRelay
+from llmrelay.gateway.stream_relay import ParsedEventRelay
 from llmrelay.protocols import anthropic
-from llmrelay.protocols.sse import SSEParser
-from llmrelay.providers.base import UpstreamResponse
-from llmrelay.providers.errors import UpstreamProtocolError
-from llmrelay.snapshot.model import RouteSnap
 
 log = structlog.get_logger(__name__)
 
@@ -32,53 +26,15 @@ _CONTENT_BLOCKS = frozenset({"tool_use", "server_tool_use"})
 _CONTENT_DELTAS = ("text", "partial_json", "thinking")
 
 
-class MessagesStreamRelay(StreamRelay):
-    def __init__(
-        self,
-        route: RouteSnap,
-        response: UpstreamResponse,
-        *,
-        request_id: str,
-        virtual_model: str,
-        record: CallRecord,
-        on_malformed: Callable[[], None],
-        on_end: Callable[[CallRecord], None],
-    ) -> None:
-        super().__init__(route, response, request_id=request_id, record=record, on_end=on_end)
-        self._parser = SSEParser()
-        self._virtual_model = virtual_model
-        self._on_malformed = on_malformed
-        self._stopped = False
-
-    @property
-    def _complete(self) -> bool:
-        return self._stopped
-
+class MessagesStreamRelay(ParsedEventRelay):
     def _error_event(self, error: GatewayError) -> bytes:
         return anthropic.error_event(anthropic.error_type_for_status(error.status), error.message)
 
-    def _take(self, chunk: bytes, out: list[bytes], *, priming: bool) -> bool:
-        content = False
-        for name, data in self._parser.feed(chunk):
-            if self._stopped:
-                break  # anything after message_stop is not part of the message
-            try:
-                event = orjson.loads(data) if data else None
-            except orjson.JSONDecodeError:
-                event = None
-            if not isinstance(event, dict):
-                if data:
-                    self._on_malformed()
-                    log.warning("upstream_malformed_event", request_id=self._request_id)
-                continue
-            kind = event.get("type") or name
-            if kind == "error":
-                raise UpstreamProtocolError(f"provider sent an error event: {_message(event)}")
-            content = self._look(kind, event) or content
-            if kind == "message_start":
-                data = orjson.dumps(event)  # its model renamed by _look
-            out.append(b"event: " + str(kind).encode() + b"\ndata: " + data + b"\n\n")
-        return content
+    def _event(self, kind: str, event: dict[str, Any], data: bytes) -> tuple[bytes, bool]:
+        carried = self._look(kind, event)
+        if kind == "message_start":
+            data = orjson.dumps(event)  # its model renamed by _look
+        return data, carried
 
     def _look(self, kind: Any, event: dict[str, Any]) -> bool:
         """Take usage and the end from one event; whether it carried content."""
@@ -103,7 +59,7 @@ class MessagesStreamRelay(StreamRelay):
                 record.completion_tokens = usage["output_tokens"]
             return True
         if kind == "message_stop":
-            self._stopped = True
+            self._ended = True
             return True
         return False
 
@@ -118,10 +74,3 @@ def prompt_tokens(usage: dict[str, Any]) -> int | None:
             total += value
             seen = True
     return total if seen else None
-
-
-def _message(event: dict[str, Any]) -> str:
-    error = event.get("error")
-    if isinstance(error, dict):
-        return str(error.get("message", ""))[:200]
-    return str(error)[:200]

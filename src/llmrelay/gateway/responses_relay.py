@@ -19,10 +19,8 @@ import structlog
 
 from llmrelay.gateway.call import CallRecord
 from llmrelay.gateway.errors import GatewayError
-from llmrelay.gateway.stream_relay import StreamRelay
-from llmrelay.protocols.sse import SSEParser
+from llmrelay.gateway.stream_relay import ParsedEventRelay
 from llmrelay.providers.base import UpstreamResponse
-from llmrelay.providers.errors import UpstreamProtocolError
 from llmrelay.snapshot.model import RouteSnap
 
 log = structlog.get_logger(__name__)
@@ -38,7 +36,7 @@ _CONTENT_DELTAS = frozenset(
 _ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
-class ResponsesStreamRelay(StreamRelay):
+class ResponsesStreamRelay(ParsedEventRelay):
     def __init__(
         self,
         route: RouteSnap,
@@ -51,17 +49,17 @@ class ResponsesStreamRelay(StreamRelay):
         on_response_id: Callable[[str], None],
         on_end: Callable[[CallRecord], None],
     ) -> None:
-        super().__init__(route, response, request_id=request_id, record=record, on_end=on_end)
-        self._parser = SSEParser()
-        self._virtual_model = virtual_model
-        self._on_malformed = on_malformed
+        super().__init__(
+            route,
+            response,
+            request_id=request_id,
+            virtual_model=virtual_model,
+            record=record,
+            on_malformed=on_malformed,
+            on_end=on_end,
+        )
         self._on_response_id = on_response_id
-        self._ended = False
         self._sequence = 0
-
-    @property
-    def _complete(self) -> bool:
-        return self._ended
 
     def _error_event(self, error: GatewayError) -> bytes:
         self._sequence += 1
@@ -74,38 +72,20 @@ class ResponsesStreamRelay(StreamRelay):
         }
         return b"event: error\ndata: " + orjson.dumps(data) + b"\n\n"
 
-    def _take(self, chunk: bytes, out: list[bytes], *, priming: bool) -> bool:
-        content = False
-        for name, data in self._parser.feed(chunk):
-            if self._ended:
-                break
-            try:
-                event = orjson.loads(data) if data else None
-            except orjson.JSONDecodeError:
-                event = None
-            if not isinstance(event, dict):
-                if data:
-                    self._on_malformed()
-                    log.warning("upstream_malformed_event", request_id=self._request_id)
-                continue
-            kind = event.get("type") or name
-            if kind == "error":
-                message = event.get("message") or event.get("error")
-                raise UpstreamProtocolError(f"provider sent an error event: {message}")
-            sequence = event.get("sequence_number")
-            if isinstance(sequence, int):
-                self._sequence = sequence
-            if self._look(kind, event):
-                content = True
-                data = orjson.dumps(event)
-            elif kind in _CONTENT_DELTAS or kind == "response.output_item.added":
-                content = content or _carries_content(kind, event)
-            out.append(b"event: " + str(kind).encode() + b"\ndata: " + data + b"\n\n")
-        return content
+    def _event(self, kind: str, event: dict[str, Any], data: bytes) -> tuple[bytes, bool]:
+        sequence = event.get("sequence_number")
+        if isinstance(sequence, int):
+            self._sequence = sequence
+        if isinstance(event.get("response"), dict):
+            ended = self._look(kind, event)  # renames the model: written anew
+            return orjson.dumps(event), ended
+        if kind in _CONTENT_DELTAS or kind == "response.output_item.added":
+            return data, _carries_content(kind, event)
+        return data, False
 
     def _look(self, kind: Any, event: dict[str, Any]) -> bool:
-        """Rename and read an event that carries the response object; whether it did (its
-        data must then be written anew), which also marks an end as content."""
+        """Rename and read an event that carries the response object; whether it ended the
+        stream (an end counts as content)."""
         response = event.get("response")
         if not isinstance(response, dict):
             return False

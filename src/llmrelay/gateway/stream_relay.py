@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, Callable
+from typing import Any
 
+import orjson
 import structlog
 
 from llmrelay.deadlines import Deadline, Deadlines
 from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
 from llmrelay.gateway.errors import GatewayError, UpstreamFailed, UpstreamTimeout
+from llmrelay.protocols.sse import SSEParser
 from llmrelay.providers.base import UpstreamResponse
 from llmrelay.providers.errors import UpstreamError, UpstreamProtocolError, UpstreamTimeoutError
 from llmrelay.snapshot.model import RouteSnap
@@ -141,3 +144,66 @@ class StreamRelay:
                 self._deadline.stop()
             self._response.release()
             self._on_end(record)
+
+
+class ParsedEventRelay(StreamRelay):
+    """A relay for protocols whose every event is parsed (Messages, Responses: not the hot
+    path; chat's relay is the tuned one). A malformed event is dropped and counted, an `error`
+    event fails the route before the first byte and reaches the client after it, and nothing
+    after the protocol's end is passed on. Subclasses say what one event does (`_event`)."""
+
+    def __init__(
+        self,
+        route: RouteSnap,
+        response: UpstreamResponse,
+        *,
+        request_id: str,
+        virtual_model: str,
+        record: CallRecord,
+        on_malformed: Callable[[], None],
+        on_end: Callable[[CallRecord], None],
+    ) -> None:
+        super().__init__(route, response, request_id=request_id, record=record, on_end=on_end)
+        self._parser = SSEParser()
+        self._virtual_model = virtual_model
+        self._on_malformed = on_malformed
+        self._ended = False
+
+    @property
+    def _complete(self) -> bool:
+        return self._ended
+
+    def _event(self, kind: str, event: dict[str, Any], data: bytes) -> tuple[bytes, bool]:
+        """The data to pass on for one event (`data`, or the event written anew when it was
+        changed) and whether it carried content; sets `_ended` at the protocol's end."""
+        raise NotImplementedError
+
+    def _take(self, chunk: bytes, out: list[bytes], *, priming: bool) -> bool:
+        content = False
+        for name, data in self._parser.feed(chunk):
+            if self._ended:
+                break  # anything after the end is not part of the answer
+            try:
+                event = orjson.loads(data) if data else None
+            except orjson.JSONDecodeError:
+                event = None
+            if not isinstance(event, dict):
+                if data:
+                    self._on_malformed()
+                    log.warning("upstream_malformed_event", request_id=self._request_id)
+                continue
+            kind = str(event.get("type") or name)
+            if kind == "error":
+                raise UpstreamProtocolError(f"provider sent an error event: {_error_text(event)}")
+            data, carried = self._event(kind, event, data)
+            content = content or carried
+            out.append(b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n")
+        return content
+
+
+def _error_text(event: dict[str, Any]) -> str:
+    """An error event's message: Anthropic nests it in `error`, OpenAI's Responses does not."""
+    error = event.get("error")
+    if isinstance(error, dict):
+        return str(error.get("message", ""))[:200]
+    return str(event.get("message") or error)[:200]
