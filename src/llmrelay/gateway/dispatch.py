@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -24,6 +24,7 @@ from llmrelay.gateway.call import CallRecord
 from llmrelay.gateway.capabilities import Needs, expected_tokens, price_of
 from llmrelay.gateway.errors import UpstreamTimeout
 from llmrelay.gateway.executor import Executor, Finisher, candidates
+from llmrelay.gateway.ingress import RequestContext
 from llmrelay.gateway.messages_relay import MessagesStreamRelay
 from llmrelay.gateway.planner import serve
 from llmrelay.gateway.recorder import Recorder
@@ -34,6 +35,7 @@ from llmrelay.observability.metrics import Metrics
 from llmrelay.protocols import openai as wire
 from llmrelay.providers.base import Operation, UpstreamResponse
 from llmrelay.providers.errors import UpstreamProtocolError
+from llmrelay.providers.headers import forwardable
 from llmrelay.providers.presets import speaks_responses
 from llmrelay.snapshot.holder import SnapshotHolder
 from llmrelay.snapshot.model import KeySnap, ModelSnap, PolicySnap, RouteSnap, Snapshot
@@ -266,6 +268,33 @@ class Dispatcher:
                 self._renames.clear()
             renamer = self._renames[virtual] = wire.ModelRename(virtual)
         return renamer
+
+    def call(
+        self,
+        operation: Operation,
+        payload: dict[str, Any],
+        headers: Iterable[tuple[bytes, bytes]],
+        record: CallRecord,
+        context: RequestContext,
+        principal: KeySnap,
+        needs: Needs | None = None,
+        session_id: str | None = None,
+    ) -> ModelCall:
+        """One call's inputs: the client headers a provider may see, with our request id
+        (it correlates provider-side logs), and the session (the client's, unless given)."""
+        forwarded = forwardable(headers)
+        forwarded["x-request-id"] = context.request_id
+        return ModelCall(
+            self.live(),
+            operation,
+            payload,
+            forwarded,
+            record,
+            context.route_tag,
+            session_id if session_id is not None else context.session_id,
+            principal.policy,
+            needs,
+        )
 
     def live(self) -> Runtime:
         runtime = self.runtime

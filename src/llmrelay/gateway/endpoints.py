@@ -21,7 +21,7 @@ from llmrelay.gateway.asgi import read_body, send_json, send_sse
 from llmrelay.gateway.auth import authenticate
 from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
 from llmrelay.gateway.capabilities import needs_of
-from llmrelay.gateway.dispatch import Dispatcher, ModelCall, Runtime, bind
+from llmrelay.gateway.dispatch import Dispatcher, Runtime, bind
 from llmrelay.gateway.errors import ClientDisconnected, GatewayError
 from llmrelay.gateway.executor import UpstreamRejected
 from llmrelay.gateway.ingress import RequestContext
@@ -31,7 +31,6 @@ from llmrelay.gateway.responses_stored import RESPONSES_PREFIX, StoredResponses
 from llmrelay.protocols import anthropic_models as anthropic_wire
 from llmrelay.protocols import openai as wire
 from llmrelay.providers.base import Operation
-from llmrelay.providers.headers import forwardable
 from llmrelay.snapshot.model import ModelSnap
 
 __all__ = ["DataPlane", "Handler", "Runtime"]
@@ -130,18 +129,8 @@ class DataPlane(Dispatcher):
                 model.capability_aware or model.fallbacks or model.context_fallbacks
             ):
                 needs = needs_of(payload)
-            forwarded = forwardable(scope["headers"])
-            forwarded["x-request-id"] = context.request_id  # correlates provider-side logs
-            call = ModelCall(
-                runtime,
-                operation,
-                payload,
-                forwarded,
-                record,
-                context.route_tag,
-                context.session_id,
-                principal.policy,
-                needs,
+            call = self.call(
+                operation, payload, scope["headers"], record, context, principal, needs=needs
             )
             if operation is Operation.CHAT and payload.get("stream") is True:
                 record.stream = streaming = True

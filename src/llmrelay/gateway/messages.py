@@ -20,14 +20,13 @@ from llmrelay.gateway.asgi import read_body, send_json, send_sse
 from llmrelay.gateway.auth import authenticate
 from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
 from llmrelay.gateway.capabilities import CHARS_PER_TOKEN, needs_of
-from llmrelay.gateway.dispatch import Dispatcher, ModelCall, bind
+from llmrelay.gateway.dispatch import Dispatcher, bind
 from llmrelay.gateway.errors import ClientDisconnected, GatewayError, InvalidRequest
 from llmrelay.gateway.executor import UpstreamRejected, candidates
 from llmrelay.gateway.ingress import RequestContext
 from llmrelay.gateway.messages_relay import prompt_tokens
 from llmrelay.protocols.anthropic_models import error_body
 from llmrelay.providers.base import Operation
-from llmrelay.providers.headers import forwardable
 
 
 class MessagesRoutes:
@@ -80,18 +79,8 @@ class MessagesRoutes:
                 model.capability_aware or model.fallbacks or model.context_fallbacks
             ):
                 needs = needs_of(payload)
-            forwarded = forwardable(scope["headers"])
-            forwarded["x-request-id"] = context.request_id
-            call = ModelCall(
-                runtime,
-                operation,
-                payload,
-                forwarded,
-                record,
-                context.route_tag,
-                context.session_id,
-                principal.policy,
-                needs,
+            call = dispatcher.call(
+                operation, payload, scope["headers"], record, context, principal, needs=needs
             )
             if payload.get("stream") is True and not counting:
                 record.stream = streaming = True

@@ -21,14 +21,13 @@ from llmrelay.gateway import requests as checks
 from llmrelay.gateway.asgi import read_body, send_json, send_sse
 from llmrelay.gateway.auth import authenticate
 from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
-from llmrelay.gateway.dispatch import Dispatcher, ModelCall, bind, response_session
+from llmrelay.gateway.dispatch import Dispatcher, bind, response_session
 from llmrelay.gateway.errors import ClientDisconnected, GatewayError, InvalidRequest
 from llmrelay.gateway.executor import UpstreamRejected
 from llmrelay.gateway.ingress import RequestContext
 from llmrelay.gateway.responses_relay import take_usage
 from llmrelay.protocols import openai as wire
 from llmrelay.providers.base import Operation
-from llmrelay.providers.headers import forwardable
 
 
 class ResponsesRoutes:
@@ -57,18 +56,14 @@ class ResponsesRoutes:
             previous = payload.get("previous_response_id")
             if isinstance(previous, str) and previous:
                 session = response_session(previous)
-            forwarded = forwardable(scope["headers"])
-            forwarded["x-request-id"] = context.request_id
-            call = ModelCall(
-                runtime,
+            call = dispatcher.call(
                 Operation.RESPONSES,
                 payload,
-                forwarded,
+                scope["headers"],
                 record,
-                context.route_tag,
-                session,
-                principal.policy,
-                None,
+                context,
+                principal,
+                session_id=session,
             )
             if payload.get("stream") is True:
                 record.stream = streaming = True

@@ -19,7 +19,7 @@ from llmrelay.gateway import requests as checks
 from llmrelay.gateway.asgi import read_body, send_json
 from llmrelay.gateway.auth import authenticate
 from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
-from llmrelay.gateway.dispatch import Dispatcher, ModelCall, bind
+from llmrelay.gateway.dispatch import Dispatcher, bind
 from llmrelay.gateway.errors import (
     ClientDisconnected,
     GatewayError,
@@ -32,7 +32,6 @@ from llmrelay.gateway.ingress import RequestContext
 from llmrelay.protocols import openai as wire
 from llmrelay.providers.base import Operation, UpstreamRequest
 from llmrelay.providers.errors import UpstreamError
-from llmrelay.providers.headers import forwardable
 from llmrelay.providers.openai import fixed_headers
 from llmrelay.providers.presets import speaks_responses
 from llmrelay.snapshot.model import KeySnap, RouteSnap, Snapshot
@@ -125,18 +124,8 @@ class StoredResponses:
                     "which compaction needs",
                     param="model",
                 )
-            forwarded = forwardable(scope["headers"])
-            forwarded["x-request-id"] = context.request_id
-            call = ModelCall(
-                runtime,
-                Operation.RESPONSES_COMPACT,
-                payload,
-                forwarded,
-                record,
-                context.route_tag,
-                context.session_id,
-                principal.policy,
-                None,
+            call = dispatcher.call(
+                Operation.RESPONSES_COMPACT, payload, scope["headers"], record, context, principal
             )
             served, answer = await dispatcher.answer(call, receive, snapshot, model, pinned)
             headers.append((b"x-llmrelay-model", served.name.encode()))
