@@ -91,20 +91,29 @@ def find_window(
 def ratios(
     windows: Sequence[Window], modes: Sequence[str], levels: Sequence[int], base: str, sut: str
 ) -> dict[str, dict[str, dict[str, Any]]]:
+    """llmrelay (`sut`) against the bare proxy (`base`), measured in rounds (bench.run):
+    per mode and concurrency the ratios of the medians, and each round's own CPU ratio (its
+    two windows ran back to back), whose spread says how far one figure can be trusted."""
+    figures = paired(windows, modes, levels, (base, sut), _same_mode, by_system=True)
     out: dict[str, dict[str, dict[str, Any]]] = {}
-    for mode in modes:
+    for mode, by_level in figures.items():
         out[mode] = {}
-        for c in levels:
-            b, s = find_window(windows, base, mode, c), find_window(windows, sut, mode, c)
-            if b and s and b.cpu_us_per_req and b.rps:
-                out[mode][str(c)] = {
-                    "cpu_ratio": round(s.cpu_us_per_req / b.cpu_us_per_req, 2),
-                    "throughput_pct": round(100 * s.rps / b.rps, 1),
-                    "added_p50_ms": round(s.p50_ms - b.p50_ms, 3),
-                    "added_p99_ms": round(s.p99_ms - b.p99_ms, 3),
-                    "valid": b.errors == 0 and s.errors == 0,
-                }
+        for c, v in by_level.items():
+            out[mode][c] = {
+                "cpu_ratio": round(v["cpu_ratio"], 2),
+                "throughput_pct": round(100 * v["throughput_ratio"], 1),
+                "added_p50_ms": round(v["p50_ms"][sut] - v["p50_ms"][base], 3),
+                "added_p99_ms": round(v["p99_ms"][sut] - v["p99_ms"][base], 3),
+                "round_cpu_ratios": v["round_cpu_ratios"],
+                "round_throughput_ratios": v["round_throughput_ratios"],
+                "medians": {k: v[k] for k in ("rps", "cpu_us_per_req", "p50_ms", "p99_ms")},
+                "valid": v["valid"],
+            }
     return out
+
+
+def _same_mode(mode: str, arm: str) -> str:
+    return mode
 
 
 Arm = TypeVar("Arm")
@@ -116,9 +125,12 @@ def paired(
     levels: Sequence[int],
     arms: tuple[Arm, Arm],
     label: Callable[[str, Arm], str],
+    *,
+    by_system: bool = False,
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """Two arms measured in rounds, their windows back to back in each (bench.routing,
-    bench.translation); `label(mode, arm)` is an arm's mode. Per mode and concurrency:
+    bench.translation, bench.run); `label(mode, arm)` is an arm's mode, and with
+    `by_system` an arm is also a system's name (two processes). Per mode and concurrency:
     medians per arm (keyed by str(arm)), their ratios (second arm over first) and each
     round's ratio (the two windows of a round ran back to back)."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
@@ -127,7 +139,13 @@ def paired(
         out[mode] = {}
         for c in levels:
             runs = {
-                str(a): [w for w in windows if w.mode == label(mode, a) and w.connections == c]
+                str(a): [
+                    w
+                    for w in windows
+                    if w.mode == label(mode, a)
+                    and w.connections == c
+                    and (not by_system or w.system == str(a))
+                ]
                 for a in arms
             }
             first, second = runs[base], runs[other]
@@ -197,26 +215,7 @@ def markdown(path: Path) -> str:
     windows = [Window(**w) for w in data["windows"]]
     out = []
     if data["kind"] == "compare":
-        out.append(
-            "| mode | conc | bare req/s | llmrelay req/s | llmrelay/bare | bare p50 / p99 ms "
-            "| llmrelay p50 / p99 ms | bare CPU us/req | llmrelay CPU us/req | CPU ratio "
-            "| llmrelay bad answers |"
-        )
-        out.append("|" + " --- |" * 11)
-        for mode in data["modes"]:
-            for c in data["levels"]:
-                b = find_window(windows, "bare-uvicorn-aiohttp", mode, c)
-                r = find_window(windows, "llmrelay", mode, c)
-                if b is None or r is None:
-                    continue
-                out.append(
-                    f"| {mode} | {c} | {b.rps:.0f} | {r.rps:.0f} | {r.rps / b.rps:.0%} "
-                    f"| {b.p50_ms:.2f} / {b.p99_ms:.1f} | {r.p50_ms:.2f} / {r.p99_ms:.1f} "
-                    f"| {b.cpu_us_per_req:.0f} | {r.cpu_us_per_req:.0f} "
-                    f"| {r.cpu_us_per_req / b.cpu_us_per_req:.2f} "
-                    f"| {r.errors} of {r.requests} |"
-                )
-        return "\n".join(out)
+        return _compare_markdown(data, windows)
     names = list(dict.fromkeys(w.system for w in windows))
     for mode in data["modes"]:
         out.append(f"\n{mode}: req/s, CPU us/request (p50 ms)\n")
@@ -244,3 +243,41 @@ def save(kind: str, data: dict[str, Any]) -> Path:
 def recorded_rows(database: Path) -> int:
     with contextlib.closing(sqlite3.connect(database)) as db:
         return int(db.execute("SELECT count(*) FROM request_records").fetchone()[0])
+
+
+def _compare_markdown(data: dict[str, Any], windows: Sequence[Window]) -> str:
+    """Medians over the rounds (and the spread of the rounds' CPU ratios) when the run had
+    rounds; a single window per cell in results files from before."""
+    out = [
+        "| mode | conc | bare req/s | llmrelay req/s | llmrelay/bare | bare p50 / p99 ms "
+        "| llmrelay p50 / p99 ms | bare CPU us/req | llmrelay CPU us/req | CPU ratio "
+        "| CPU ratio by round | llmrelay bad answers |",
+        "|" + " --- |" * 12,
+    ]
+    bare, relay = "bare-uvicorn-aiohttp", "llmrelay"
+    for mode in data["modes"]:
+        for c in data["levels"]:
+            cell = data["ratios"].get(mode, {}).get(str(c))
+            mine = [w for w in windows if (w.mode, w.connections) == (mode, c)]
+            if cell is None or not mine:
+                continue
+            medians = cell.get("medians")
+            if medians is None:  # one window per cell
+                b, r = find_window(mine, bare, mode, c), find_window(mine, relay, mode, c)
+                assert b is not None and r is not None
+                medians = {
+                    k: {bare: getattr(b, k), relay: getattr(r, k)}
+                    for k in ("rps", "cpu_us_per_req", "p50_ms", "p99_ms")
+                }
+            rps, cpu = medians["rps"], medians["cpu_us_per_req"]
+            p50, p99 = medians["p50_ms"], medians["p99_ms"]
+            rounds = " ".join(f"{x:.2f}" for x in cell.get("round_cpu_ratios", []))
+            bad = sum(w.errors for w in mine if w.system == relay)
+            asked = sum(w.requests for w in mine if w.system == relay)
+            out.append(
+                f"| {mode} | {c} | {rps[bare]:.0f} | {rps[relay]:.0f} "
+                f"| {rps[relay] / rps[bare]:.0%} | {p50[bare]:.2f} / {p99[bare]:.1f} "
+                f"| {p50[relay]:.2f} / {p99[relay]:.1f} | {cpu[bare]:.0f} | {cpu[relay]:.0f} "
+                f"| {cpu[relay] / cpu[bare]:.2f} | {rounds or '-'} | {bad} of {asked} |"
+            )
+    return "\n".join(out)

@@ -66,7 +66,8 @@ MARKDOWN = {"routing": routing_markdown, "translation": translation_markdown}
 
 def compare_llmrelay(folder: Path, modes: Sequence[str], quick: bool) -> dict[str, Any]:
     levels = [1, 64] if quick else [1, 8, 64, 256]
-    duration = 3.0 if quick else 10.0
+    duration = 3.0 if quick else 6.0
+    rounds = 2 if quick else 3
     marks = (10_000, 30_000, 50_000) if quick else (10_000, 50_000, 100_000, 200_000)
     soak_modes = ["plain", "sse-paced" if "sse-paced" in modes else "sse"]
     info = machine()  # now: the commit and source hash of the code about to be started
@@ -103,11 +104,18 @@ def compare_llmrelay(folder: Path, modes: Sequence[str], quick: bool) -> dict[st
             print("warm-up of the bare proxy ...", flush=True)
             for mode in modes:
                 driver.window(bare, mode, 64, 2, keep=False)
-            print("measuring; bare and llmrelay alternate window by window ...", flush=True)
-            for mode in modes:
-                for c in levels:
-                    for system in systems:
-                        driver.window(system, mode, c, duration)
+            print(
+                f"measuring: {rounds} rounds; in each, bare and llmrelay back to back per mode "
+                "and concurrency (the order turns each round) ...",
+                flush=True,
+            )
+            for turn in range(rounds):
+                print(f" round {turn + 1} of {rounds}", flush=True)
+                order = systems if turn % 2 == 0 else systems[::-1]
+                for mode in modes:
+                    for c in levels:
+                        for system in order:
+                            driver.window(system, mode, c, duration)
             settle(relay.pids())
             rss_end = relay.rss_kb()
             peaks = {s.name: s.peak_rss_kb() for s in systems}
@@ -174,13 +182,14 @@ def compare_llmrelay(folder: Path, modes: Sequence[str], quick: bool) -> dict[st
     ]
     print()
     print_table(windows)
-    print("\nllmrelay vs bare (same server, client and upstream):")
+    print(f"\nllmrelay vs bare (same server, client and upstream), medians of {rounds} rounds:")
     for mode in modes:
         for level, v in r[mode].items():
+            each = " ".join(f"{x:.2f}" for x in v["round_cpu_ratios"])
             print(
-                f"  {mode:<9} c={level:<4} CPU/req x{v['cpu_ratio']:<5} throughput "
-                f"{v['throughput_pct']:>5.1f}%  added p50 {v['added_p50_ms']:+.2f} ms  "
-                f"added p99 {v['added_p99_ms']:+.2f} ms{'' if v['valid'] else '  (ERRORS)'}"
+                f"  {mode:<9} c={level:<4} CPU/req x{v['cpu_ratio']:<5} (rounds {each}) "
+                f"throughput {v['throughput_pct']:>5.1f}%  added p50 {v['added_p50_ms']:+.2f} ms"
+                f"  added p99 {v['added_p99_ms']:+.2f} ms{'' if v['valid'] else '  (ERRORS)'}"
             )
     rss_line = ", ".join(f"{int(kb) / 1024:.1f} MB after {n}" for n, kb in checkpoints)
     print(
@@ -205,6 +214,7 @@ def compare_llmrelay(folder: Path, modes: Sequence[str], quick: bool) -> dict[st
         "modes": list(modes),
         "levels": levels,
         "window_s": duration,
+        "rounds": rounds,
         "windows": [asdict(w) for w in windows],
         "soak": [asdict(w) for w in soaks],
         "ratios": r,
