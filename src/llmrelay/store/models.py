@@ -227,7 +227,10 @@ class RequestRecord(Base):
     """One row per data-plane request, written in batches off the request path."""
 
     __tablename__ = "request_records"
-    __table_args__ = (Index(None, "project_id", "created_at"),)
+    __table_args__ = (
+        Index(None, "project_id", "created_at"),
+        Index("ix_request_records_key_id_created_at", "key_id", "created_at"),
+    )
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
     request_id: Mapped[str] = mapped_column(String(64), unique=True)
@@ -251,6 +254,8 @@ class RequestRecord(Base):
     route_id: Mapped[str | None] = mapped_column(String(32))
     #: The routing policy in force for the key (none bound: None).
     policy_id: Mapped[str | None] = mapped_column(String(32))
+    #: What the request cost by the price in force (micro-USD); None: no price known.
+    cost_micros: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class RequestAttempt(Base):
