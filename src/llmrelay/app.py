@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import structlog
+from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -25,6 +27,9 @@ from llmrelay.gateway.executor import Executor
 from llmrelay.gateway.ingress import IngressMiddleware, RequestContext, begin, refuse_too_large
 from llmrelay.gateway.recorder import Recorder
 from llmrelay.gateway.watch import ClientWatches
+from llmrelay.limits.base import Limiter
+from llmrelay.limits.local import LocalLimiter
+from llmrelay.limits.spend import seed as seed_spend
 from llmrelay.observability.health import Health
 from llmrelay.observability.logging import configure_logging
 from llmrelay.observability.metrics import Metrics
@@ -143,6 +148,9 @@ def create_app(settings: Settings) -> GatewayApp:
             executor = _executor(registry, snapshots, metrics)
             recorder = Recorder(engine, max_queue=settings.record_queue_size)
             recorder.start()
+            limiter = _limiter(settings, metrics, engine)
+            await limiter.start()
+            await seed_spend(limiter, engine, time.time())
             metrics.watch(metrics.record_queue_depth, lambda: recorder.depth)
             metrics.watch(metrics.snapshot_generation, lambda: snapshots.current.generation)
             metrics.watch(metrics.snapshot_build_failures, lambda: snapshots.failed_builds)
@@ -154,6 +162,8 @@ def create_app(settings: Settings) -> GatewayApp:
                 settings.max_body_bytes,
                 ClientWatches(loop),
                 deadlines,
+                limiter,
+                settings.tpm_default_output_tokens,
             )
             health.engine, health.snapshots = engine, snapshots
             poller = asyncio.create_task(snapshots.poll(settings.snapshot_poll_s))
@@ -165,6 +175,7 @@ def create_app(settings: Settings) -> GatewayApp:
                 with contextlib.suppress(asyncio.CancelledError):
                     await poller  # its database work ends before the engine is disposed
                 await recorder.stop(timeout_s=max(settings.drain_timeout_s, 5.0))
+                await limiter.close()
                 await registry.close()
         finally:
             await engine.dispose()
@@ -195,6 +206,27 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         error.code = "method_not_allowed"
         error.message = f"{request.method} is not allowed on {request.url.path}"
     return Response(error_body(error, request_id), exc.status_code, media_type="application/json")
+
+
+def _limiter(settings: Settings, metrics: Metrics, engine: AsyncEngine) -> Limiter:
+    """Redis when configured (with the failure policy); else in process, each of
+    `serve --workers N` enforcing 1/N of every limit so N never multiply them."""
+    if settings.redis_url is None:
+        if settings.workers > 1:
+            log.info("limits_divided_among_workers", workers=settings.workers)
+        return LocalLimiter(share=settings.workers)
+    from llmrelay.limits.resilient import ResilientLimiter  # imports redis: only when used
+
+    limiter: ResilientLimiter | None = None
+
+    async def reseed() -> None:
+        assert limiter is not None
+        await seed_spend(limiter, engine, time.time())
+
+    limiter = ResilientLimiter(
+        settings.redis_url, settings.limits_on_redis_failure, metrics, on_recovered=reseed
+    )
+    return limiter
 
 
 def _executor(registry: ProviderRegistry, snapshots: SnapshotHolder, metrics: Metrics) -> Executor:

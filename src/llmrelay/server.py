@@ -4,6 +4,7 @@ requests and streams finish up to LLMRELAY_DRAIN_TIMEOUT_S, flush records, exit 
 
 from __future__ import annotations
 
+import os
 import signal
 from types import FrameType
 
@@ -21,6 +22,9 @@ def run_server(settings: Settings, *, host: str, port: int, workers: int) -> Non
     # handler that was installed before it started. A no-op handler there turns the
     # finished graceful shutdown into a normal exit with status 0.
     signal.signal(signal.SIGTERM, _ignore)
+    # The workers build their settings from the environment: each learns how many share
+    # the in-process limits (see limits/local.py).
+    os.environ["LLMRELAY_WORKERS"] = str(workers)
     uvicorn.run(
         "llmrelay.app:app_from_env",
         factory=True,

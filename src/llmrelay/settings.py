@@ -54,6 +54,11 @@ class Settings(BaseSettings):
     snapshot_poll_s: float = Field(default=2.0, gt=0)
     log_level: str = "info"
     record_queue_size: int = Field(default=50_000, gt=0)
+    #: Output tokens a tpm reservation assumes for a request that sets no max tokens.
+    tpm_default_output_tokens: int = Field(default=512, ge=0)
+    #: Set by `serve --workers N` for its workers: without Redis each enforces 1/N of
+    #: every limit (see docs/limits.md).
+    workers: int = Field(default=1, ge=1)
 
     @field_validator("trusted_proxies", mode="before")
     @classmethod

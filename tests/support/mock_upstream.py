@@ -71,6 +71,9 @@ class MockUpstream:
     abandoned: list[str] = field(default_factory=list)
     #: Requests seen per upstream model (for the fail-first / throttle-first behaviours).
     seen: dict[str, int] = field(default_factory=dict)
+    #: Chat requests being answered now, and the most there ever were at once.
+    in_flight: int = 0
+    peak_in_flight: int = 0
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
     _runner: web.AppRunner | None = None
@@ -173,7 +176,12 @@ class MockUpstream:
         return None
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._answer_chat(request, await self._receive(request))
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        try:
+            return await self._answer_chat(request, await self._receive(request))
+        finally:
+            self.in_flight -= 1
 
     async def _answer_chat(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
         model = str(body.get("model", ""))

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from llmrelay.limits.base import Admission
+    from llmrelay.snapshot.model import PriceSnap, RoutePrice
 
 CLIENT_CLOSED_REQUEST = 499
 
@@ -28,6 +32,7 @@ RECORD_COLUMNS = (
     "attempts",
     "route_id",
     "policy_id",
+    "cost_micros",
 )
 
 #: The order of the attempt rows a record carries (see CallRecord.log_attempt).
@@ -49,6 +54,7 @@ class CallRecord:
     """Mutable on purpose: filled in step by step, then turned into one row."""
 
     __slots__ = (
+        "admission",
         "attempt_log",
         "attempts",
         "completion_tokens",
@@ -58,6 +64,7 @@ class CallRecord:
         "error_code",
         "key_id",
         "policy_id",
+        "price",
         "project_id",
         "prompt_tokens",
         "provider",
@@ -98,6 +105,10 @@ class CallRecord:
         self.counted_route: str | None = None
         #: The key's routing policy (see KeySnap.policy), when it has one.
         self.policy_id: str | None = None
+        #: The price of the route that answered (its own, else its model's).
+        self.price: RoutePrice | PriceSnap | None = None
+        #: What the limiter took for this request (settled when the request ends).
+        self.admission: Admission | None = None
 
     def mark_first_byte(self) -> None:
         if self.ttfb_ms is None:
@@ -162,4 +173,31 @@ class CallRecord:
             self.attempts,
             self.route_id,
             self.policy_id,
+            self.cost_micros(),
         )
+
+    def cost_micros(self) -> int | None:
+        """Tokens by the route's price (micro-USD); None when the price or usage is unknown."""
+        price = self.price
+        if price is None:
+            return None
+        cost = 0
+        for tokens, per_mtok in (
+            (self.prompt_tokens, price.input),
+            (self.completion_tokens, price.output),
+        ):
+            if tokens and per_mtok is not None:
+                cost += tokens * per_mtok
+            elif tokens:
+                return None
+        return (cost + 500_000) // 1_000_000
+
+    def used_tokens(self) -> int | None:
+        """Tokens to reconcile a tpm reservation with: the usage when reported; 0 for an
+        error answer (nothing was generated); None when unknown (the estimate stands)."""
+        prompt, completion = self.prompt_tokens, self.completion_tokens
+        if prompt is not None or completion is not None:
+            return (prompt or 0) + (completion or 0)
+        if self.status_code >= 400 and self.status_code != CLIENT_CLOSED_REQUEST:
+            return 0
+        return None

@@ -10,6 +10,9 @@ its first content in the client's protocol. `finish` queues the record.
 from __future__ import annotations
 
 import asyncio
+import itertools
+import secrets
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass
@@ -31,6 +34,9 @@ from llmrelay.gateway.recorder import Recorder
 from llmrelay.gateway.relay import ChatStreamRelay
 from llmrelay.gateway.responses_relay import ResponsesStreamRelay
 from llmrelay.gateway.watch import ClientWatches
+from llmrelay.limits.base import Demand, Limiter, LimitExceeded, LimitsUnavailable, Scope
+from llmrelay.limits.estimate import estimate_tokens
+from llmrelay.limits.scopes import ScopeCache
 from llmrelay.observability.metrics import Metrics
 from llmrelay.protocols import openai as wire
 from llmrelay.providers.base import Operation, UpstreamResponse
@@ -52,6 +58,10 @@ class Runtime:
     max_body_bytes: int
     client_watches: ClientWatches
     deadlines: Deadlines
+    #: None: no limiter (tests of other parts); the app always has one.
+    limiter: Limiter | None = None
+    #: The tpm reservation's output part for a request that sets no max tokens.
+    default_output_tokens: int = 512
 
 
 @dataclass(slots=True)
@@ -68,6 +78,8 @@ class ModelCall:
     policy: PolicySnap | None
     #: What the request uses (examined only when a route declares capabilities).
     needs: Needs | None
+    #: The limits the call is admitted by (empty: none apply).
+    scopes: tuple[Scope, ...] = ()
 
 
 class Dispatcher:
@@ -76,6 +88,10 @@ class Dispatcher:
         self._renames: dict[str, wire.ModelRename] = {}
         #: Response id -> (route id, project id) of Responses a provider stores (bounded).
         self.stored_responses: OrderedDict[str, tuple[str, str | None]] = OrderedDict()
+        self.scopes = ScopeCache()
+        #: Concurrency lease ids: unique across replicas (request ids may come from clients).
+        self._lease_prefix = secrets.token_hex(6)
+        self._lease_numbers = itertools.count()
 
     async def answer(
         self,
@@ -89,6 +105,8 @@ class Dispatcher:
         relay), within the asked model's overall deadline (it bounds the time until the
         answer starts; a stream then runs under its idle limit)."""
         runtime = call.runtime
+        if call.scopes and runtime.limiter is not None:
+            await self._admit(call, runtime.limiter)
         deadline = runtime.deadlines.watch(model.deadline_s, "request")
         deadline_at = runtime.executor.clock() + model.deadline_s
         try:
@@ -115,6 +133,44 @@ class Dispatcher:
             raise
         finally:
             deadline.stop()
+
+    async def _admit(self, call: ModelCall, limiter: Limiter) -> None:
+        """Take from the key's and project's limits (429 or 503 when they refuse); what
+        was taken is given back or settled by `finish`."""
+        runtime = call.runtime
+        scopes = call.scopes
+        tokens = 1
+        for scope in scopes:
+            if scope.tpm is not None:
+                tokens = estimate_tokens(
+                    call.operation, call.payload, runtime.default_output_tokens
+                )
+                break
+        lease = f"{self._lease_prefix}:{next(self._lease_numbers)}"
+        try:
+            call.record.admission = await limiter.admit(Demand(scopes, lease, tokens, time.time()))
+        except LimitExceeded as refused:
+            runtime.metrics.limits_refused.labels(refused.quota.kind, refused.quota.scope).inc()
+            raise
+        except LimitsUnavailable:
+            runtime.metrics.limits_refused.labels("unavailable", "").inc()
+            raise
+
+    def served_headers(
+        self, headers: list[tuple[bytes, bytes]], served: ModelSnap, record: CallRecord
+    ) -> None:
+        """What a successful answer adds: the model and provider that served, and the
+        tightest limit's figures (with `X-RateLimit-Degraded` under the local fallback)."""
+        headers.append((b"x-llmrelay-model", served.name.encode()))
+        headers.append((b"x-llmrelay-provider", (record.provider or "").encode()))
+        admission = record.admission
+        if admission is not None:
+            if admission.quota is not None:
+                headers.extend(
+                    (k.lower().encode(), v.encode()) for k, v in admission.quota.headers().items()
+                )
+            if admission.degraded:
+                headers.append((b"x-ratelimit-degraded", b"true"))
 
     def attempt(
         self, call: ModelCall, deadline_at: float, model: ModelSnap, routes: Sequence[RouteSnap]
@@ -252,6 +308,9 @@ class Dispatcher:
             runtime.executor.router.in_flight.end(record.counted_route)
         latency_ms = record.latency_ms()
         runtime.recorder.record(record.row(latency_ms), record.attempt_log)
+        admission = record.admission
+        if admission is not None:
+            admission.limiter.settle(admission, record.used_tokens(), record.cost_micros() or 0)
         runtime.metrics.count_request(
             record.endpoint,
             record.virtual_model or "",
@@ -294,6 +353,7 @@ class Dispatcher:
             session_id if session_id is not None else context.session_id,
             principal.policy,
             needs,
+            () if operation is Operation.COUNT_TOKENS else self.scopes.of(principal),
         )
 
     def live(self) -> Runtime:

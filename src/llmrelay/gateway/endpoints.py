@@ -135,15 +135,13 @@ class DataPlane(Dispatcher):
             if operation is Operation.CHAT and payload.get("stream") is True:
                 record.stream = streaming = True
                 served, relay = await self.answer(call, receive, snapshot, model, pinned)
-                headers.append((b"x-llmrelay-model", served.name.encode()))
-                headers.append((b"x-llmrelay-provider", (record.provider or "").encode()))
+                self.served_headers(headers, served, record)
                 await send_sse(receive, send, relay.events(), headers, runtime.client_watches)
                 return
             served, answer = await self.answer(call, receive, snapshot, model, pinned)
             body = self.rename(served.name).apply(answer.raw, answer.body)
             record.take_usage(answer.body.get("usage"))
-            headers.append((b"x-llmrelay-model", served.name.encode()))
-            headers.append((b"x-llmrelay-provider", answer.route.provider.slug.encode()))
+            self.served_headers(headers, served, record)
             await send_json(send, 200, body, headers)
         except UpstreamRejected as error:
             streaming = False

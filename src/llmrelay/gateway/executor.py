@@ -219,6 +219,7 @@ class Executor:
                 kind = _kind(record, route)
                 record.attempts += 1
                 record.route_id = route.id
+                record.price = route.price or model.price
                 started = self.clock()
                 try:
                     result, status = await self._call(

@@ -85,8 +85,7 @@ class MessagesRoutes:
             if payload.get("stream") is True and not counting:
                 record.stream = streaming = True
                 served, relay = await dispatcher.answer(call, receive, snapshot, model, pinned)
-                headers.append((b"x-llmrelay-model", served.name.encode()))
-                headers.append((b"x-llmrelay-provider", (record.provider or "").encode()))
+                dispatcher.served_headers(headers, served, record)
                 await send_sse(receive, send, relay.events(), headers, runtime.client_watches)
                 return
             served, answer = await dispatcher.answer(call, receive, snapshot, model, pinned)
@@ -98,8 +97,7 @@ class MessagesRoutes:
                     record.prompt_tokens = prompt_tokens(usage)
                     output = usage.get("output_tokens")
                     record.completion_tokens = output if isinstance(output, int) else None
-            headers.append((b"x-llmrelay-model", served.name.encode()))
-            headers.append((b"x-llmrelay-provider", answer.route.provider.slug.encode()))
+            dispatcher.served_headers(headers, served, record)
             await send_json(send, 200, orjson.dumps(answered), headers)
         except GatewayError as error:
             streaming = False

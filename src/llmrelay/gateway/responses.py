@@ -68,8 +68,7 @@ class ResponsesRoutes:
             if payload.get("stream") is True:
                 record.stream = streaming = True
                 served, relay = await dispatcher.answer(call, receive, snapshot, model, pinned)
-                headers.append((b"x-llmrelay-model", served.name.encode()))
-                headers.append((b"x-llmrelay-provider", (record.provider or "").encode()))
+                dispatcher.served_headers(headers, served, record)
                 await send_sse(receive, send, relay.events(), headers, runtime.client_watches)
                 return
             served, answer = await dispatcher.answer(call, receive, snapshot, model, pinned)
@@ -79,8 +78,7 @@ class ResponsesRoutes:
             response_id = answered.get("id")
             if isinstance(response_id, str):
                 dispatcher.remember_response(served, answer.route, record.project_id, response_id)
-            headers.append((b"x-llmrelay-model", served.name.encode()))
-            headers.append((b"x-llmrelay-provider", answer.route.provider.slug.encode()))
+            dispatcher.served_headers(headers, served, record)
             await send_json(send, 200, orjson.dumps(answered), headers)
         except GatewayError as error:
             streaming = False

@@ -128,8 +128,7 @@ class StoredResponses:
                 Operation.RESPONSES_COMPACT, payload, scope["headers"], record, context, principal
             )
             served, answer = await dispatcher.answer(call, receive, snapshot, model, pinned)
-            headers.append((b"x-llmrelay-model", served.name.encode()))
-            headers.append((b"x-llmrelay-provider", answer.route.provider.slug.encode()))
+            dispatcher.served_headers(headers, served, record)
             body = dispatcher.rename(served.name).apply(answer.raw, answer.body)
             await send_json(send, 200, body, headers)
         except GatewayError as error:

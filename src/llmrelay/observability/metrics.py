@@ -48,6 +48,33 @@ class Metrics:
             ("route", "from_state", "to_state"),
             registry=self.registry,
         )
+        self.limits_degraded = Gauge(
+            "llmrelay_limits_degraded",
+            "1 while the shared limiter (Redis) is unreachable and limits are kept locally.",
+            registry=self.registry,
+        )
+        self.limits_degraded_transitions = Counter(
+            "llmrelay_limits_degraded_transitions",
+            "Times the limiter lost Redis (to: degraded) or got it back (to: shared).",
+            ("to",),
+            registry=self.registry,
+        )
+        self.limits_degraded_admissions = Counter(
+            "llmrelay_limits_degraded_admissions",
+            "Requests admitted by the local fallback while Redis was unreachable (fail_open).",
+            registry=self.registry,
+        )
+        self.limits_replicas = Gauge(
+            "llmrelay_limits_replicas",
+            "Replicas sharing the limits, as Redis last said (the fail_open share divides by it).",
+            registry=self.registry,
+        )
+        self.limits_refused = Counter(
+            "llmrelay_limits_refused",
+            "Requests refused by a limit (429) or because limits could not be checked (503).",
+            ("limit", "scope"),
+            registry=self.registry,
+        )
 
     def watch_breakers(self, states: Callable[[], Mapping[str, str]]) -> None:
         """`llmrelay_breaker_state{route}`: 0 closed, 1 half-open, 2 open (routes that ever

@@ -1,0 +1,1 @@
+"""Admission limits: rpm, tpm, concurrency and monthly budgets (see base.py)."""

@@ -1,0 +1,225 @@
+"""What every limiter does, and the words they share.
+
+A request is admitted only if every limit of every scope (its key, then its project) admits
+it, and then takes from all of them at once; a refused request takes nothing. The limits:
+
+- rpm: requests in any 60 s interval, never more than the limit (an exact sliding log of
+  admission times);
+- tpm: tokens in 61 one-second buckets (the current second and the 60 before it, so a
+  conservative cover of any 60 s interval). Admission reserves an estimate; `settle`
+  charges or refunds the difference to the bucket the reservation went to once the real
+  usage is known (a bucket that already left the window is past caring);
+- concurrency: leases, one per request in flight, each with an expiry renewed while the
+  request lives (a crashed replica's leases run out instead of blocking forever);
+- budget: the month's spend (UTC calendar month, micro-USD) must be below the budget; the
+  cost of a request is added by `settle`.
+
+Implementations: local.py (in process) and redis.py (shared by replicas, one round trip per
+admission); resilient.py chooses between them when Redis fails.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Protocol
+
+from llmrelay.gateway.errors import GatewayError
+
+WINDOW_S = 60
+#: tpm buckets: the current second and the 60 before it.
+TPM_BUCKETS = WINDOW_S + 1
+#: A concurrency lease lives this long unless renewed (renewed every third of it).
+LEASE_TTL_S = 30.0
+
+
+class LimitKind(StrEnum):
+    RPM = "rpm"
+    TPM = "tpm"
+    CONCURRENCY = "concurrency"
+    BUDGET = "budget"
+
+
+class ScopeKind(StrEnum):
+    KEY = "key"
+    PROJECT = "project"
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """One holder of limits (a key or a project) and its limits (None: no such limit)."""
+
+    kind: ScopeKind
+    id: str
+    rpm: int | None = None
+    tpm: int | None = None
+    concurrency: int | None = None
+    budget_micros: int | None = None
+
+    @property
+    def name(self) -> str:
+        """Stable across replicas: `key:ID` or `project:ID`."""
+        return f"{self.kind.value}:{self.id}"
+
+    def limit(self, kind: LimitKind) -> int | None:
+        if kind is LimitKind.RPM:
+            return self.rpm
+        if kind is LimitKind.TPM:
+            return self.tpm
+        if kind is LimitKind.CONCURRENCY:
+            return self.concurrency
+        return self.budget_micros
+
+    def shared(self, share: int) -> Scope:
+        """This scope's limits divided among `share` processes (each gets a floor share,
+        at least 1): what a replica enforces alone when the limits cannot be shared."""
+        if share <= 1:
+            return self
+
+        def part(value: int | None) -> int | None:
+            return None if value is None else max(1, value // share)
+
+        return Scope(
+            self.kind,
+            self.id,
+            part(self.rpm),
+            part(self.tpm),
+            part(self.concurrency),
+            part(self.budget_micros),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """What one request asks of its scopes."""
+
+    scopes: tuple[Scope, ...]
+    #: The concurrency lease's id (the request id: unique, and in the logs).
+    lease_id: str
+    #: The tpm estimate; each scope reserves min(tokens, its tpm), so a request larger than
+    #: a whole minute's allowance is admitted into an empty window rather than never.
+    tokens: int
+    #: Wall clock (seconds since the epoch): windows and months are shared across replicas.
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """One limit's figures, for the X-RateLimit-* headers."""
+
+    kind: LimitKind
+    scope: ScopeKind
+    limit: int
+    remaining: int
+    #: Seconds until the figure recovers (the oldest request leaves the window, a lease
+    #: frees, the month turns).
+    reset_s: float
+
+    def headers(self) -> dict[str, str]:
+        return {
+            "X-RateLimit-Limit": str(self.limit),
+            "X-RateLimit-Remaining": str(max(0, self.remaining)),
+            "X-RateLimit-Reset": str(max(1, math.ceil(self.reset_s))),
+        }
+
+
+def tightest(quotas: list[Quota]) -> Quota | None:
+    """The quota with the smallest share left (ties: the first)."""
+    best: Quota | None = None
+    for quota in quotas:
+        if best is None or quota.remaining * best.limit < best.remaining * quota.limit:
+            best = quota
+    return best
+
+
+class LimitExceeded(GatewayError):
+    """429: says which limit of which scope refused, and when to come back."""
+
+    status = 429
+    type = "rate_limit_error"
+
+    def __init__(self, quota: Quota, retry_after_s: float) -> None:
+        what = _WHAT[quota.kind].format(limit=quota.limit, usd=quota.limit / 1_000_000)
+        super().__init__(
+            f"{quota.kind.value} limit of the {quota.scope.value} exceeded: {what}",
+            code=f"{quota.kind.value}_limit_exceeded",
+            headers={
+                "Retry-After": str(max(1, math.ceil(retry_after_s))),
+                **quota.headers(),
+            },
+        )
+        self.quota = quota
+
+
+class BackendUnavailable(Exception):
+    """The shared limiter cannot be reached (Redis down, timed out): resilient.py decides."""
+
+
+class LimitsUnavailable(GatewayError):
+    """503 under `fail_closed` while the shared limiter (Redis) cannot be reached."""
+
+    status = 503
+    type = "service_unavailable"
+    code = "limits_unavailable"
+
+
+_WHAT = {
+    LimitKind.RPM: "at most {limit} requests per minute",
+    LimitKind.TPM: "at most {limit} tokens per minute",
+    LimitKind.CONCURRENCY: "at most {limit} requests at a time",
+    LimitKind.BUDGET: "the monthly budget of {usd:.2f} USD is spent",
+}
+
+
+@dataclass(slots=True)
+class Admission:
+    """What an admission took, handed back to `settle` by the one that took it."""
+
+    demand: Demand
+    limiter: Limiter
+    #: scope name -> tokens reserved for tpm (only scopes with a tpm limit).
+    reserved: dict[str, int] = field(default_factory=dict)
+    #: The tightest limit after this admission (headers of a successful answer).
+    quota: Quota | None = None
+    #: The tpm bucket (the second) the reservation went to.
+    bucket: int = 0
+    #: Taken by a replica's local fallback while Redis was unreachable.
+    degraded: bool = False
+    settled: bool = False
+
+
+class Limiter(Protocol):
+    async def admit(self, demand: Demand) -> Admission:
+        """Take from every limit of `demand.scopes`, or raise LimitExceeded (taking nothing)."""
+
+    def settle(self, admission: Admission, tokens: int | None, cost_micros: int) -> None:
+        """The request ended: free its lease, reconcile its tpm reservation with `tokens`
+        (None: usage unknown, the estimate stands) and add its cost to the month's spend.
+        Never blocks (a shared limiter sends it in the background)."""
+
+    def seed_spend(self, month: str, spend: Mapping[str, int]) -> None:
+        """The month's recorded spend per scope name, from the database at start."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+def month_of(now: float) -> str:
+    """The UTC calendar month of a wall-clock time: budgets reset when it changes."""
+    return time.strftime("%Y-%m", time.gmtime(now))
+
+
+def month_start(now: float) -> float:
+    moment = datetime.fromtimestamp(now, UTC)
+    return datetime(moment.year, moment.month, 1, tzinfo=UTC).timestamp()
+
+
+def seconds_to_next_month(now: float) -> float:
+    moment = datetime.fromtimestamp(now, UTC)
+    year, month = (moment.year + 1, 1) if moment.month == 12 else (moment.year, moment.month + 1)
+    return datetime(year, month, 1, tzinfo=UTC).timestamp() - now

@@ -1,0 +1,50 @@
+"""The tpm reservation taken at admission: a cheap estimate, corrected by the real usage
+when the request ends (so only its error, never its total, rides on the estimate)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmrelay.providers.base import Operation
+
+CHARS_PER_TOKEN = 4
+#: Fields that hold the prompt, per client protocol.
+_PROMPT_FIELDS = ("messages", "system", "tools", "input", "instructions", "prompt")
+_OUTPUT_FIELDS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
+
+
+def estimate_tokens(operation: Operation, payload: dict[str, Any], default_output: int) -> int:
+    """Prompt characters / 4, plus the output the request allows (or `default_output`;
+    nothing for embeddings). At least 1."""
+    chars = 0
+    for name in _PROMPT_FIELDS:
+        value = payload.get(name)
+        if value is not None:
+            chars += _chars(value, 0)
+    output = 0
+    if operation is not Operation.EMBEDDINGS:
+        output = default_output
+        for name in _OUTPUT_FIELDS:
+            asked = payload.get(name)
+            if type(asked) is int and asked > 0:
+                output = asked
+                break
+    return max(1, chars // CHARS_PER_TOKEN + output)
+
+
+#: Fields holding images or files (URLs, base64): their length says nothing about tokens.
+_SKIPPED = frozenset({"data", "url", "image_url", "file_data", "source"})
+
+
+def _chars(value: Any, depth: int) -> int:
+    """Characters of text in a JSON value, images and files left out (the real usage
+    settles what they cost)."""
+    if type(value) is str:
+        return len(value)
+    if depth > 8:
+        return 0
+    if type(value) is list:
+        return sum(_chars(item, depth + 1) for item in value)
+    if type(value) is dict:
+        return sum(_chars(v, depth + 1) for k, v in value.items() if k not in _SKIPPED)
+    return 0

@@ -1,0 +1,97 @@
+"""The Lua scripts of the Redis limiter (redis.py): each runs atomically in Redis, so an
+admission checks and takes every limit of every scope in one step."""
+
+# KEYS: per scope rpm, tpm, leases, spend. ARGV: now, rpm cutoff, oldest tpm second, this
+# second, lease expiry, tokens, lease id, rpm member, then the ttls, then per scope its
+# rpm, tpm, concurrency, budget ('' = none). Refusal: {0, scope index, kind 1..4, figure,
+# figure}; admission: {1, _FIGURES figures per scope}. Figures that are doubles (times) or
+# may exceed a Lua number's exact range (spend) come back as the strings Redis gave.
+ADMIT = """
+local now, rpm_cutoff, tpm_oldest, second = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local expiry, tokens, lease, member = ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[8]
+local rpm_ttl, tpm_ttl, leases_ttl = ARGV[9], ARGV[10], ARGV[11]
+local n = #KEYS / 4
+local figures = {}
+for i = 1, n do
+  local k, a = (i - 1) * 4, 11 + (i - 1) * 4
+  local rpm, tpm = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  local conc, budget = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+  local f = {0, '', 0, '', 0, '0'}
+  if rpm then
+    redis.call('ZREMRANGEBYSCORE', KEYS[k + 1], '-inf', rpm_cutoff)
+    f[1] = redis.call('ZCARD', KEYS[k + 1])
+    f[2] = redis.call('ZRANGE', KEYS[k + 1], 0, 0, 'WITHSCORES')[2] or ''
+    if f[1] >= rpm then return {0, i, 1, f[1], f[2]} end
+  end
+  if tpm then
+    local fields, low = redis.call('HGETALL', KEYS[k + 2]), nil
+    for j = 1, #fields, 2 do
+      local s = tonumber(fields[j])
+      if s < tpm_oldest then
+        redis.call('HDEL', KEYS[k + 2], fields[j])
+      else
+        f[3] = f[3] + tonumber(fields[j + 1])
+        if low == nil or s < low then low, f[4] = s, fields[j] end
+      end
+    end
+    if f[3] + math.min(tokens, tpm) > tpm then return {0, i, 2, f[3], f[4]} end
+  end
+  if conc then
+    redis.call('ZREMRANGEBYSCORE', KEYS[k + 3], '-inf', now)
+    f[5] = redis.call('ZCARD', KEYS[k + 3])
+    if f[5] >= conc then return {0, i, 3, conc, ''} end  -- local says none left
+  end
+  if budget then
+    f[6] = redis.call('GET', KEYS[k + 4]) or '0'
+    if tonumber(f[6]) >= budget then return {0, i, 4, 0, f[6]} end
+  end
+  figures[i] = {rpm, tpm, conc, f}
+end
+local out = {1}
+for i = 1, n do
+  local k, rpm, tpm, conc, f = (i - 1) * 4, unpack(figures[i], 1, 4)
+  if rpm then
+    redis.call('ZADD', KEYS[k + 1], now, member)
+    redis.call('PEXPIRE', KEYS[k + 1], rpm_ttl)
+    f[1] = f[1] + 1
+    if f[2] == '' then f[2] = now end
+  end
+  if tpm then
+    local reserve = math.min(tokens, tpm)
+    redis.call('HINCRBY', KEYS[k + 2], second, reserve)
+    redis.call('PEXPIRE', KEYS[k + 2], tpm_ttl)
+    f[3] = f[3] + reserve
+    if f[4] == '' or tonumber(second) < tonumber(f[4]) then f[4] = second end
+  end
+  if conc then
+    redis.call('ZADD', KEYS[k + 3], expiry, lease)
+    redis.call('PEXPIRE', KEYS[k + 3], leases_ttl)
+    f[5] = redis.call('ZCARD', KEYS[k + 3])
+  end
+  for j = 1, 6 do out[#out + 1] = f[j] end
+end
+return out
+"""
+
+# KEYS: per settle, per scope: leases, tpm, spend. ARGV: spend ttl, number of settles, then
+# per settle: lease id, bucket, number of scopes, then per scope: tpm delta, cost ('' =
+# none). A bucket that left the window is not recreated (HEXISTS first).
+SETTLE = """
+local ttl, a, k = ARGV[1], 3, 0
+for _ = 1, tonumber(ARGV[2]) do
+  local lease, bucket, n = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
+  a = a + 3
+  for _ = 1, n do
+    redis.call('ZREM', KEYS[k + 1], lease)
+    if ARGV[a] ~= '' and redis.call('HEXISTS', KEYS[k + 2], bucket) == 1 then
+      redis.call('HINCRBY', KEYS[k + 2], bucket, ARGV[a])
+    end
+    if ARGV[a + 1] ~= '' then
+      redis.call('INCRBY', KEYS[k + 3], ARGV[a + 1])
+      redis.call('EXPIRE', KEYS[k + 3], ttl)
+    end
+    a, k = a + 2, k + 3
+  end
+end
+return 0
+"""

@@ -1,0 +1,122 @@
+"""Redis while it answers; the operator's policy while it does not.
+
+`fail_open` (the default) keeps serving: each replica admits alone with its share of every
+limit (the limit divided by the replicas Redis last saw alive), marks its answers
+`X-RateLimit-Degraded: true`, logs the transition once and counts it in /metrics.
+`fail_closed` answers 503 instead. A probe pings Redis every second while it is away and
+switches back by itself; the month's spend is then seeded again (see app.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping
+
+import structlog
+
+from llmrelay.limits.base import (
+    Admission,
+    BackendUnavailable,
+    Demand,
+    LimitExceeded,
+    LimitsUnavailable,
+)
+from llmrelay.limits.local import LocalLimiter
+from llmrelay.limits.redis import RedisLimiter
+from llmrelay.observability.metrics import Metrics
+from llmrelay.settings import RedisFailurePolicy
+
+log = structlog.get_logger(__name__)
+
+PROBE_S = 1.0
+
+
+class ResilientLimiter:
+    def __init__(
+        self,
+        url: str,
+        policy: RedisFailurePolicy,
+        metrics: Metrics,
+        *,
+        on_recovered: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.policy = policy
+        self._metrics = metrics
+        self._local = LocalLimiter()
+        self._shared = RedisLimiter(url, on_settle_failed=self._settle_failed)
+        self._on_recovered = on_recovered
+        self._probe: asyncio.Task[None] | None = None
+        self.degraded = False
+
+    async def admit(self, demand: Demand) -> Admission:
+        if not self.degraded:
+            try:
+                return await self._shared.admit(demand)
+            except BackendUnavailable:
+                self._lost()
+        if self.policy is RedisFailurePolicy.FAIL_CLOSED:
+            raise LimitsUnavailable(
+                "limits cannot be checked: the shared limiter (Redis) is unreachable",
+                headers={"Retry-After": "1"},
+            )
+        self._local.share = self._shared.replicas()
+        admission = self._local.admit_now(demand)  # raises LimitExceeded: counted by caller
+        admission.degraded = True
+        self._metrics.limits_degraded_admissions.inc()
+        return admission
+
+    def settle(self, admission: Admission, tokens: int | None, cost_micros: int) -> None:
+        """Back to whichever limiter took it."""
+        admission.limiter.settle(admission, tokens, cost_micros)
+
+    def seed_spend(self, month: str, spend: Mapping[str, int]) -> None:
+        self._local.seed_spend(month, spend)
+        self._shared.seed_spend(month, spend)
+
+    def _settle_failed(self, admission: Admission, tokens: int | None, cost_micros: int) -> None:
+        """Redis went away between admission and settle: the lease runs out there by
+        itself; the spend is kept locally so the fallback does not overspend."""
+        if cost_micros:
+            for scope in admission.demand.scopes:
+                if scope.budget_micros is not None:
+                    self._local.add_spend(scope.name, cost_micros, admission.demand.now)
+
+    def _lost(self) -> None:
+        if self.degraded:
+            return
+        self.degraded = True
+        self._metrics.limits_degraded.set(1)
+        self._metrics.limits_degraded_transitions.labels("degraded").inc()
+        log.warning("limits_redis_unreachable", policy=self.policy.value)
+        if self._probe is None or self._probe.done():
+            self._probe = asyncio.create_task(self._wait_for_redis())
+
+    async def _wait_for_redis(self) -> None:
+        while True:
+            await asyncio.sleep(PROBE_S)
+            if await self._shared.ping():
+                break
+        if self._on_recovered is not None:
+            with contextlib.suppress(Exception):
+                await self._on_recovered()
+        self.degraded = False
+        self._metrics.limits_degraded.set(0)
+        self._metrics.limits_degraded_transitions.labels("shared").inc()
+        log.info("limits_redis_recovered")
+
+    async def start(self) -> None:
+        self._metrics.watch(self._metrics.limits_replicas, self._shared.replicas)
+        await self._shared.start()
+        if not await self._shared.ping():
+            self._lost()
+
+    async def close(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._probe
+        await self._shared.close()
+
+
+__all__ = ["LimitExceeded", "ResilientLimiter"]
