@@ -15,6 +15,10 @@ SUT_CORE = "1"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 COLD_STARTS = 3
 BENCH_KEY = "sk-bench-0123456789abcdefghijklmnopqrstuv"
+#: bench.limits: a key whose key and project have every kind of limit (none ever reached),
+#: and a key with rpm and tpm limits of its own only (a common setup).
+LIMITED_KEY = "sk-bench-limited-0123456789abcdefghijklmn"
+KEY_LIMITED_KEY = "sk-bench-keylimits-0123456789abcdefghijk"
 ALL_MODES = ("plain", "sse", "sse-paced")
 PACED_PAUSE_S = 0.001
 FOREIGN_LIMIT = 0.05  # share of core 1 used by other processes that spoils a window

@@ -116,11 +116,12 @@ def write_lua(
     limit: int,
     mixed: Sequence[tuple[str, str]],
     expect: Sequence[str] = (),
+    key: str = BENCH_KEY,
 ) -> Path:
     items = ", ".join(f"{{ [==[{p}]==], [==[{b}]==] }}" for p, b in mixed)
     pieces = ", ".join(f"[==[{piece}]==]" for piece in expect)
     script = _LUA % {
-        "key": BENCH_KEY,
+        "key": key,
         "path": path,
         "body": body,
         "limit": limit,
@@ -209,7 +210,8 @@ class Driver:
         process, not the system under test), the window is measured again, up to twice.
         `expect`: fragments every answer must carry in order (else it counts as bad)."""
         path, body = system.paths[mode], request_body(mode)
-        script = write_lua(self.folder, path, body, 0, (), expect)
+        key = system.keys.get(mode, BENCH_KEY)
+        script = write_lua(self.folder, path, body, 0, (), expect, key)
         for _ in range(1 + FOREIGN_RETRIES if keep else 1):
             if keep:
                 wait_for_quiet_core()

@@ -120,11 +120,11 @@ def http_get(port: int, path: str, timeout_s: float = 2.0) -> int:
         conn.close()
 
 
-def http_post(port: int, path: str, body: str) -> tuple[int, bytes, str]:
+def http_post(port: int, path: str, body: str, key: str = BENCH_KEY) -> tuple[int, bytes, str]:
     """status, body, content-type"""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
-        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {BENCH_KEY}"}
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
         conn.request("POST", path, body=body.encode(), headers=headers)
         response = conn.getresponse()
         return response.status, response.read(), response.getheader("content-type", "")

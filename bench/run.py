@@ -6,6 +6,8 @@
     python -m bench.run --compare-stack --with-llmrelay   # ... and llmrelay under both servers
     python -m bench.run --routing        # 8 routes (least_time) against 1 route, about 8 minutes
     python -m bench.run --translation    # chat from an anthropic upstream against an openai one
+    python -m bench.run --limits         # a limited key against an unlimited one, with and
+                                         # without Redis (admission cost)
     python -m bench.run --markdown bench/results/FILE.json  # a results file as Markdown tables
 
 What runs (docs/performance.md explains the figures):
@@ -41,6 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.constants import ALL_MODES, ECHO_MODULE
+from bench.limits import compare_limits
+from bench.limits import markdown as limits_markdown
 from bench.load import Driver, Window
 from bench.procs import settle
 from bench.report import (
@@ -61,7 +65,11 @@ from bench.translation import markdown as translation_markdown
 from bench.upstream import upstream
 
 #: Results kinds with their own table (the others: bench.report.markdown).
-MARKDOWN = {"routing": routing_markdown, "translation": translation_markdown}
+MARKDOWN = {
+    "routing": routing_markdown,
+    "translation": translation_markdown,
+    "limits": limits_markdown,
+}
 
 
 def compare_llmrelay(folder: Path, modes: Sequence[str], quick: bool) -> dict[str, Any]:
@@ -275,6 +283,11 @@ def main() -> None:
         help="llmrelay alone: chat clients from an anthropic upstream against an openai one",
     )
     parser.add_argument(
+        "--limits",
+        action="store_true",
+        help="llmrelay alone: a key with limits against one without, in process and with Redis",
+    )
+    parser.add_argument(
         "--modes", help=f"comma-separated subset of {','.join(ALL_MODES)} (not --translation)"
     )
     parser.add_argument("--keep-temp", action="store_true", help="keep the temp folder (logs)")
@@ -300,6 +313,9 @@ def main() -> None:
         elif args.routing:
             data = compare_routing(folder, modes, args.quick)
             kind = "routing-quick" if args.quick else "routing"
+        elif args.limits:
+            data = compare_limits(folder, args.quick)
+            kind = "limits-quick" if args.quick else "limits"
         elif args.translation:
             data = compare_translation(folder, args.quick)
             kind = "translation-quick" if args.quick else "translation"

@@ -13,7 +13,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.constants import BARE_PROXY, BENCH_KEY, COLD_STARTS, SUT_CORE
+from bench.constants import (
+    BARE_PROXY,
+    BENCH_KEY,
+    COLD_STARTS,
+    KEY_LIMITED_KEY,
+    LIMITED_KEY,
+    SUT_CORE,
+)
 from bench.procs import (
     free_port,
     http_get,
@@ -29,6 +36,13 @@ from bench.upstream import answer_fragments, carries, request_body, sse_events, 
 #: The arms of bench.translation: per mode a model bench-API-MODE for each API, whose route
 #: leads to a provider of this type (and upstream model) on nginx's location for that API.
 TRANSLATION_ARMS = ("openai", "anthropic")
+#: The arms of bench.limits: the same model and route, called with a key without limits,
+#: with LIMITED_KEY ("all") and with KEY_LIMITED_KEY ("key").
+LIMIT_ARMS = ("off", "all", "key")
+_ARM_KEYS = {"all": LIMITED_KEY, "key": KEY_LIMITED_KEY}
+#: LIMITED_KEY's limits: every kind on the key and on its project, far above what a run
+#: can reach, so every request is admitted and settled but none refused.
+_LIMITS = "{rpm: 100000000, tpm: 100000000000, concurrency: 100000}"
 _API_PROVIDERS = {
     "openai": ("openai_compatible", "gpt-4o-mini"),
     "anthropic": ("anthropic", "claude-haiku-4-5"),
@@ -49,6 +63,7 @@ class System:
     requests_total: int = 0
     rss_checkpoints: dict[str, int] = field(default_factory=dict)
     problems: dict[str, str] = field(default_factory=dict)  # mode -> what the check found
+    keys: dict[str, str] = field(default_factory=dict)  # mode -> key, when not BENCH_KEY
 
     def pids(self) -> list[int]:
         assert self.process is not None
@@ -111,6 +126,12 @@ def translated_mode(mode: str, api: str) -> str:
     return f"{api}-{mode}"
 
 
+def limited_mode(mode: str, arm: str) -> str:
+    """The label of a mode called through model bench-ARM-MODE (bench.limits): "all-plain"
+    asks with LIMITED_KEY for the plain location."""
+    return f"{arm}-{mode}"
+
+
 def _provider(slug: str, upstream_port: int, mode: str, kind: str = "openai_compatible") -> str:
     # An anthropic provider's base URL is the host root: the adapter adds /v1/messages.
     path = f"anthropic-{mode}" if kind == "anthropic" else f"{mode}/v1"
@@ -146,12 +167,15 @@ def llmrelay_config(
     modes: Sequence[str],
     routed: Sequence[int] = (),
     translated: Sequence[str] = (),
+    limited: Sequence[str] = (),
 ) -> str:
     """Per mode a provider mock-MODE and a one-route model bench-MODE. For each n in
     `routed` also a `least_time` model bench-MODE-n whose n routes lead to providers
     mock-MODE-r0, r1, ... : distinct providers (so distinct routes) on the same location.
     For each mode in `translated`, per API of TRANSLATION_ARMS a one-route model
-    bench-API-MODE to its own provider mock-API-MODE."""
+    bench-API-MODE to its own provider mock-API-MODE. For each mode in `limited`, per arm
+    of LIMIT_ARMS a model bench-ARM-MODE to provider mock-MODE, and the projects of the
+    limited keys."""
     providers, models = [], []
     for mode in translated:
         for api in TRANSLATION_ARMS:
@@ -166,12 +190,31 @@ def llmrelay_config(
         slugs = [f"mock-{mode}-r{i}" for i in range(most)]
         providers += [_provider(slug, upstream_port, mode) for slug in slugs]
         models += [_model(f"bench-{routed_mode(mode, n)}", slugs[:n], "least_time") for n in routed]
+    for mode in limited:
+        models += [
+            _model(f"bench-{limited_mode(mode, arm)}", [f"mock-{mode}"]) for arm in LIMIT_ARMS
+        ]
+    project = (
+        "  - name: limited\n"
+        f"    limits: {_LIMITS}\n"
+        "    monthly_budget_usd: 1000000000\n"
+        "    keys:\n"
+        "      - name: wrk\n"
+        f"        key: {LIMITED_KEY}\n"
+        f"        limits: {_LIMITS}\n"
+        "        monthly_budget_usd: 1000000000\n"
+        "  - name: key-limits\n"
+        "    keys:\n"
+        "      - name: wrk\n"
+        f"        key: {KEY_LIMITED_KEY}\n"
+        "        limits: {rpm: 100000000, tpm: 100000000000}\n"
+    )
     return (
         "providers:\n" + "".join(providers) + "models:\n" + "".join(models) + "projects:\n"
         "  - name: bench\n"
         "    keys:\n"
         "      - name: wrk\n"
-        f"        key: {BENCH_KEY}\n"
+        f"        key: {BENCH_KEY}\n" + (project if limited else "")
     )
 
 
@@ -183,6 +226,9 @@ def start_llmrelay(
     server: str = "uvicorn",
     routed: Sequence[int] = (),
     translated: Sequence[str] = (),
+    limited: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+    name: str | None = None,
 ) -> System:
     """uvicorn (as shipped): `llmrelay serve --config` on a fresh database (cold start with
     migrations and the config apply), stopped, then started again on it (restart).
@@ -191,14 +237,20 @@ def start_llmrelay(
     routed_mode(mode, n) and translated_mode(mode, api)."""
     folder.mkdir(parents=True, exist_ok=True)
     config = folder / "llmrelay.yaml"
-    config.write_text(llmrelay_config(upstream_port, modes, routed, translated))
+    config.write_text(llmrelay_config(upstream_port, modes, routed, translated, limited))
     port = free_port()
-    name = "llmrelay" if server == "uvicorn" else f"llmrelay-{server}"
+    name = name or ("llmrelay" if server == "uvicorn" else f"llmrelay-{server}")
     called = [*modes, *(routed_mode(m, n) for m in modes for n in routed)]
     called += [translated_mode(m, api) for m in translated for api in TRANSLATION_ARMS]
+    called += [limited_mode(m, arm) for m in limited for arm in LIMIT_ARMS]
     paths = dict.fromkeys(called, "/v1/chat/completions")
     system = System(name, port, paths, folder / f"{name}.log")
-    env = {**os.environ, "LLMRELAY_DATABASE_URL": f"sqlite:///{folder / 'bench.db'}"}
+    system.keys = {limited_mode(m, arm): key for m in limited for arm, key in _ARM_KEYS.items()}
+    env = {
+        **os.environ,
+        "LLMRELAY_DATABASE_URL": f"sqlite:///{folder / 'bench.db'}",
+        **(env or {}),
+    }
     if server == "uvicorn":
         command = [venv_program("llmrelay"), "serve", "--config", str(config), "--port", str(port)]
         for attempt in range(COLD_STARTS):  # each on a fresh database; the last one is kept
@@ -235,7 +287,10 @@ def check_answers(system: System, modes: Sequence[str]) -> None:
     """One request per mode before any load; what is wrong is kept in `system.problems`
     (the windows of that mode then count errors, and the report says so)."""
     for mode in modes:
-        status, body, content_type = http_post(system.port, system.paths[mode], request_body(mode))
+        key = system.keys.get(mode, BENCH_KEY)
+        status, body, content_type = http_post(
+            system.port, system.paths[mode], request_body(mode), key
+        )
         system.requests_total += 1
         problem = None
         if status != 200:

@@ -4,6 +4,7 @@ leases, budgets, races between concurrent admissions, and the same figures as lo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 import uuid
@@ -54,6 +55,12 @@ async def refused(limiter: RedisLimiter, d: Demand) -> LimitExceeded:
     with pytest.raises(LimitExceeded) as caught:
         await limiter.admit(d)
     return caught.value
+
+
+async def buckets(raw: Redis, key: str) -> dict[str, str]:
+    """A tpm hash's one-second buckets (the fields that are seconds: not TOTAL or LOW)."""
+    fields = {str(f): str(v) for f, v in (await raw.hgetall(key)).items()}
+    return {f: v for f, v in fields.items() if not f.startswith("-")}
 
 
 async def delete_keys(raw: Redis, prefix: str) -> None:
@@ -110,7 +117,7 @@ async def test_a_refused_request_takes_nothing_from_any_scope(
     assert (exc.quota.kind, exc.quota.scope) == (LimitKind.TPM, ScopeKind.PROJECT)
     assert await raw.zcard(f"{prefix}key:k1:rpm") == 1
     assert await raw.zcard(f"{prefix}key:k1:leases") == 1
-    assert await raw.hgetall(f"{prefix}project:p1:tpm") == {str(int(T0)): "80"}
+    assert await buckets(raw, f"{prefix}project:p1:tpm") == {str(int(T0)): "80"}
 
 
 async def test_tpm_reservation_is_reconciled_with_real_usage(
@@ -127,8 +134,44 @@ async def test_tpm_reservation_is_reconciled_with_real_usage(
     unknown = await limiter.admit(demand(scope, now=T0 + 2, tokens=100))
     limiter.settle(unknown, None, 0)  # usage unknown: the estimate stands
     await limiter.flush()
-    window = await raw.hvals(f"{prefix}key:k1:tpm")
-    assert sum(int(v) for v in window) == 200 + 650 + 100
+    window = await buckets(raw, f"{prefix}key:k1:tpm")
+    assert sum(int(v) for v in window.values()) == 200 + 650 + 100
+    assert await raw.hget(f"{prefix}key:k1:tpm", "-1") == str(200 + 650 + 100)  # TOTAL
+
+
+async def test_the_tpm_total_follows_buckets_through_settles_and_the_window(
+    limiter: RedisLimiter, raw: Redis, prefix: str
+) -> None:
+    """TOTAL and LOW (fields -1 and -2) stay the sum and the oldest of the buckets present,
+    also after a settle to a bucket that left the window and while buckets leave."""
+    scope, tpm = key(tpm=10_000), f"{prefix}key:k1:tpm"
+    start = int(T0)
+    held = [await limiter.admit(demand(scope, now=start + t, tokens=100)) for t in range(0, 90, 7)]
+    for i, admission in enumerate(held):
+        limiter.settle(admission, 40 + 30 * i, 0)
+    await limiter.flush()
+    for t in (90, 91, 150, 500):  # buckets leave, then all of them
+        await limiter.admit(demand(scope, now=start + t + 0.25, tokens=5))
+        fields = await raw.hgetall(tpm)
+        window = await buckets(raw, tpm)
+        assert min(window) == fields["-2"] and all(int(s) > start + t - 61 for s in window)
+        assert sum(int(v) for v in window.values()) == int(fields["-1"])
+
+
+async def test_a_tpm_hash_without_its_total_is_recounted(
+    limiter: RedisLimiter, raw: Redis, prefix: str
+) -> None:
+    """Buckets written without TOTAL and LOW (by an earlier version) are summed once."""
+    tpm, start = f"{prefix}key:k1:tpm", int(T0)
+    await raw.hset(tpm, mapping={str(start - 61): 500, str(start - 30): 300, str(start): 200})
+    exc = await refused(limiter, demand(key(tpm=1000), now=T0, tokens=501))
+    assert (exc.quota.remaining, exc.headers["Retry-After"]) == (500, "31")
+    assert await raw.hgetall(tpm) == {
+        str(start - 30): "300",
+        str(start): "200",
+        "-1": "500",
+        "-2": str(start - 30),
+    }
 
 
 async def test_a_reservation_larger_than_the_limit_fits_an_empty_window(
@@ -276,3 +319,51 @@ async def test_figures_equal_local_for_the_same_sequence(limiter: RedisLimiter) 
             limiter.settle(redis_admission, 90, 400)
             await limiter.flush()
     assert await limiter.spent("key:k1", month_of(T0)) == local.spent("key:k1")
+
+
+async def test_new_limits_of_a_scope_apply_at_once(limiter: RedisLimiter) -> None:
+    await limiter.admit(demand(key(rpm=1), now=T0))
+    await refused(limiter, demand(key(rpm=1), now=T0 + 1))
+    admission = await limiter.admit(demand(key(rpm=3), now=T0 + 2))  # same scope, raised
+    assert admission.quota is not None
+    assert (admission.quota.limit, admission.quota.remaining) == (3, 1)
+
+
+async def test_scripts_flushed_from_redis_are_loaded_again(
+    limiter: RedisLimiter, raw: Redis
+) -> None:
+    scope = key(tpm=1000, budget_micros=10_000)
+    first = await limiter.admit(demand(scope, now=T0, tokens=100))
+    await raw.script_flush()
+    second = await limiter.admit(demand(scope, now=T0 + 1, tokens=100))
+    limiter.settle(first, 10, 7)
+    await raw.script_flush()
+    limiter.settle(second, 10, 8)
+    await limiter.flush()
+    assert await limiter.spent("key:k1", month_of(T0)) == 15
+
+
+async def test_a_silent_redis_is_backend_unavailable_within_the_timeout() -> None:
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def swallow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+        while await reader.read(65536):
+            pass
+
+    server = await asyncio.start_server(swallow, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    limiter = RedisLimiter(f"redis://127.0.0.1:{port}/0", timeout_s=0.2)
+    try:
+        started = time.monotonic()
+        with pytest.raises(BackendUnavailable):
+            await limiter.admit(demand(key(rpm=1), now=T0))
+        assert time.monotonic() - started < 0.6
+    finally:
+        await limiter.close()
+        server.close()
+        for writer in accepted:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+        await server.wait_closed()

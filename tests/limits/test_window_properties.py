@@ -237,6 +237,7 @@ def test_local_limiter_agrees_with_the_model(
                 assert sum(t - WINDOW_S < u <= t for u in admitted) <= s.rpm
 
 
+@pytest.mark.redis
 @settings(max_examples=40, deadline=None)
 @given(scopes=SCOPES, start=START, steps=STEPS)
 @example(**EDGE)

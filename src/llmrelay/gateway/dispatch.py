@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import secrets
-import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from time import time as now
 from typing import Any
 
 import orjson
@@ -36,6 +36,7 @@ from llmrelay.gateway.responses_relay import ResponsesStreamRelay
 from llmrelay.gateway.watch import ClientWatches
 from llmrelay.limits.base import Demand, Limiter, LimitExceeded, LimitsUnavailable, Scope
 from llmrelay.limits.estimate import estimate_tokens
+from llmrelay.limits.local import LocalLimiter
 from llmrelay.limits.scopes import ScopeCache
 from llmrelay.observability.metrics import Metrics
 from llmrelay.protocols import openai as wire
@@ -146,9 +147,12 @@ class Dispatcher:
                     call.operation, call.payload, runtime.default_output_tokens
                 )
                 break
-        lease = f"{self._lease_prefix}:{next(self._lease_numbers)}"
+        demand = Demand(scopes, f"{self._lease_prefix}:{next(self._lease_numbers)}", tokens, now())
         try:
-            call.record.admission = await limiter.admit(Demand(scopes, lease, tokens, time.time()))
+            if type(limiter) is LocalLimiter:  # no coroutine: it never waits
+                call.record.admission = limiter.admit_now(demand)
+            else:
+                call.record.admission = await limiter.admit(demand)
         except LimitExceeded as refused:
             runtime.metrics.limits_refused.labels(refused.quota.kind, refused.quota.scope).inc()
             raise
@@ -166,9 +170,7 @@ class Dispatcher:
         admission = record.admission
         if admission is not None:
             if admission.quota is not None:
-                headers.extend(
-                    (k.lower().encode(), v.encode()) for k, v in admission.quota.headers().items()
-                )
+                headers += admission.quota.header_pairs()
             if admission.degraded:
                 headers.append((b"x-ratelimit-degraded", b"true"))
 

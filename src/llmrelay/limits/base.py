@@ -59,11 +59,11 @@ class Scope:
     tpm: int | None = None
     concurrency: int | None = None
     budget_micros: int | None = None
+    #: Stable across replicas: `key:ID` or `project:ID` (computed once: it keys every counter).
+    name: str = field(init=False, compare=False)
 
-    @property
-    def name(self) -> str:
-        """Stable across replicas: `key:ID` or `project:ID`."""
-        return f"{self.kind.value}:{self.id}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", f"{self.kind.value}:{self.id}")
 
     def limit(self, kind: LimitKind) -> int | None:
         if kind is LimitKind.RPM:
@@ -93,7 +93,7 @@ class Scope:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Demand:
     """What one request asks of its scopes."""
 
@@ -107,7 +107,7 @@ class Demand:
     now: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Quota:
     """One limit's figures, for the X-RateLimit-* headers."""
 
@@ -125,6 +125,14 @@ class Quota:
             "X-RateLimit-Remaining": str(max(0, self.remaining)),
             "X-RateLimit-Reset": str(max(1, math.ceil(self.reset_s))),
         }
+
+    def header_pairs(self) -> list[tuple[bytes, bytes]]:
+        """The same headers as ASGI pairs (a successful answer's, built on the hot path)."""
+        return [
+            (b"x-ratelimit-limit", b"%d" % self.limit),
+            (b"x-ratelimit-remaining", b"%d" % max(0, self.remaining)),
+            (b"x-ratelimit-reset", b"%d" % max(1, math.ceil(self.reset_s))),
+        ]
 
 
 def tightest(quotas: list[Quota]) -> Quota | None:
@@ -207,6 +215,27 @@ class Limiter(Protocol):
     async def start(self) -> None: ...
 
     async def close(self) -> None: ...
+
+
+class Months:
+    """The current UTC month and its bounds, recomputed only when a time falls outside them
+    (formatting a date costs microseconds; budgets ask for the month on every request)."""
+
+    __slots__ = ("end", "name", "start")
+
+    def __init__(self) -> None:
+        self.name, self.start, self.end = "", 0.0, 0.0
+
+    def of(self, now: float) -> str:
+        if self.start <= now < self.end:
+            return self.name
+        start = month_start(now)
+        return self._set(month_of(now), start) if now >= self.start else month_of(now)
+
+    def _set(self, name: str, start: float) -> str:
+        self.name, self.start = name, start
+        self.end = start + seconds_to_next_month(start)
+        return name
 
 
 def month_of(now: float) -> str:

@@ -8,8 +8,8 @@ from typing import Any
 from llmrelay.providers.base import Operation
 
 CHARS_PER_TOKEN = 4
-#: Fields that hold the prompt, per client protocol.
-_PROMPT_FIELDS = ("messages", "system", "tools", "input", "instructions", "prompt")
+#: Fields that hold the prompt besides `messages`, per client protocol.
+_OTHER_PROMPT_FIELDS = ("system", "tools", "input", "instructions", "prompt")
 _OUTPUT_FIELDS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
 
 
@@ -17,7 +17,10 @@ def estimate_tokens(operation: Operation, payload: dict[str, Any], default_outpu
     """Prompt characters / 4, plus the output the request allows (or `default_output`;
     nothing for embeddings). At least 1."""
     chars = 0
-    for name in _PROMPT_FIELDS:
+    messages = payload.get("messages")
+    if type(messages) is list:
+        chars = _messages_chars(messages)
+    for name in _OTHER_PROMPT_FIELDS:
         value = payload.get(name)
         if value is not None:
             chars += _chars(value, 0)
@@ -30,6 +33,23 @@ def estimate_tokens(operation: Operation, payload: dict[str, Any], default_outpu
                 output = asked
                 break
     return max(1, chars // CHARS_PER_TOKEN + output)
+
+
+def _messages_chars(messages: list[Any]) -> int:
+    """The usual case quickly: messages whose content is a string (each admission of a key
+    with a tpm limit pays for this walk)."""
+    chars = 0
+    for message in messages:
+        if type(message) is dict:
+            content = message.get("content")
+            if type(content) is str:
+                chars += len(content)
+            elif content is not None:
+                chars += _chars(content, 1)
+            calls = message.get("tool_calls")
+            if calls is not None:
+                chars += _chars(calls, 1)
+    return chars
 
 
 #: Fields holding images or files (URLs, base64): their length says nothing about tokens.

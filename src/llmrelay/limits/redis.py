@@ -5,6 +5,10 @@ scope exactly as LocalLimiter does and takes from all of them only if all admit.
 lease renewals, the replica heartbeat and spend seeding go through one background task, so
 `settle` never blocks a response. Times travel as strings (Python's repr round-trips a
 double exactly), so windows are cut at exactly the same instants as in local.py.
+
+Every admission costs this process CPU, so the hot path is lean: resp.py's pipelined client
+(not redis-py), key names and the packed arguments that rarely change kept per scope, and
+only the tightest quota built.
 """
 
 from __future__ import annotations
@@ -16,14 +20,9 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, NamedTuple
 
 import structlog
-from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
 
 from llmrelay.limits.base import (
     LEASE_TTL_S,
@@ -34,13 +33,20 @@ from llmrelay.limits.base import (
     Demand,
     LimitExceeded,
     LimitKind,
+    Months,
     Quota,
     Scope,
-    month_of,
     seconds_to_next_month,
-    tightest,
 )
 from llmrelay.limits.redis_scripts import ADMIT, SETTLE
+from llmrelay.limits.resp import (
+    Arg,
+    RespClient,
+    RespConnectionError,
+    RespError,
+    Script,
+    pack_args,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -55,28 +61,53 @@ RENEW_EVERY_S = LEASE_TTL_S / 3
 #: Settles sent per script call (one round trip for a burst of finished requests).
 SETTLE_BATCH = 64
 CLOSE_DRAIN_S = 2.0
-MAX_CONNECTIONS = 64
-_ERRORS = (RedisError, OSError)  # OSError covers TimeoutError and asyncio.TimeoutError
+#: Scopes whose key names are kept (more: the cache starts again, it only saves CPU).
+KEYS_CACHED = 100_000
+_ERRORS = (RespError, RespConnectionError)
 _FIGURES = 6  # per scope: rpm count, oldest, tpm used, oldest second, leases, spent
+_NONE = b""  # a limit the scope does not have, or a settle figure with nothing to do
 
+#: The ttls, packed once: the same in every admission.
+_TTLS = pack_args((RPM_TTL_MS, TPM_TTL_MS, LEASES_TTL_MS))
 _KINDS = (LimitKind.RPM, LimitKind.TPM, LimitKind.CONCURRENCY, LimitKind.BUDGET)
+#: Per kind: where its count and its text (see _quota) are among a scope's figures.
+_FIGURE_AT = ((0, 1), (2, 3), (4, -1), (-1, 5))
 
 
-@dataclass(frozen=True, slots=True)
-class _Settle:
+class _Settle(NamedTuple):  # a tuple: made for every request, and cheap
     admission: Admission
     tokens: int | None
     cost_micros: int
 
 
-@dataclass(frozen=True, slots=True)
-class _Seed:
+class _Seed(NamedTuple):
     month: str
     spend: Mapping[str, int]
 
 
-def _opt(value: int | None) -> str:
-    return "" if value is None else str(value)
+class _Keys:
+    """One scope's key names and packed script arguments, built once for the scope (and
+    month, and limits) instead of for every admission and settle."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix, self.month, self.spend = prefix, "", ""
+        self.rpm, self.tpm, self.leases = f"{prefix}rpm", f"{prefix}tpm", f"{prefix}leases"
+        self.admit = self.settle = self.limits = b""
+        self.scope: Scope | None = None
+
+    def of_month(self, month: str) -> _Keys:
+        if month != self.month:
+            self.month, self.spend = month, f"{self.prefix}spend:{month}"
+            self.admit = pack_args((self.rpm, self.tpm, self.leases, self.spend))
+            self.settle = pack_args((self.leases, self.tpm, self.spend))
+        return self
+
+    def limits_of(self, scope: Scope) -> bytes:
+        if scope is not self.scope:  # a frozen Scope: the same one has the same limits
+            limits = (scope.rpm, scope.tpm, scope.concurrency, scope.budget_micros)
+            self.limits = pack_args([_NONE if v is None else v for v in limits])
+            self.scope = scope
+        return self.limits
 
 
 class RedisLimiter:
@@ -92,83 +123,96 @@ class RedisLimiter:
         timeout_s: float = 0.25,
     ) -> None:
         # No retries: a retried admission could be taken twice, and a dead Redis must be
-        # noticed within the timeout so resilient.py can fall back at once. A bounded pool
-        # that waits for a free connection: a burst queues instead of failing open.
-        pool = BlockingConnectionPool.from_url(
-            url,
-            max_connections=MAX_CONNECTIONS,
-            timeout=max(1.0, 4 * timeout_s),
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-            decode_responses=True,
-            retry=Retry(NoBackoff(), 0),
-        )
-        self._redis: Redis = Redis.from_pool(pool)
-        self._prefix = prefix
+        # noticed within the timeout so resilient.py can fall back at once. One pipelined
+        # connection: calls never wait for a free connection, only for Redis.
+        self._redis = RespClient(url, timeout_s=timeout_s)
+        self.timeout_s = timeout_s
+        self.prefix = prefix
         self.replica_id = replica_id or uuid.uuid4().hex
         self._on_settle_failed = on_settle_failed
-        self._admit = self._redis.register_script(ADMIT)
-        self._settle = self._redis.register_script(SETTLE)
+        self._admit = Script(self._redis, ADMIT)
+        self._settle = Script(self._redis, SETTLE)
         self._seq = itertools.count()
         self._work: deque[_Settle | _Seed] = deque()
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
         self._live: dict[str, tuple[str, ...]] = {}  # lease id -> leases keys it sits in
+        self._keys: dict[str, _Keys] = {}
+        self._months = Months()
         self._replicas = 1
         self._closing = False
         self._task: asyncio.Task[None] | None = None
 
-    def _key(self, name: str, what: str) -> str:
-        return f"{self._prefix}{name}:{what}"
+    def _keys_of(self, name: str) -> _Keys:
+        keys = self._keys.get(name)
+        if keys is None:
+            if len(self._keys) >= KEYS_CACHED:
+                self._keys.clear()
+            keys = self._keys[name] = _Keys(f"{self.prefix}{name}:")
+        return keys
 
     async def admit(self, demand: Demand) -> Admission:
         now = demand.now
-        month = month_of(now)
-        keys: list[str] = []
-        args: list[str] = [
-            repr(now),
-            repr(now - WINDOW_S),
-            str(int(now) - TPM_BUCKETS + 1),
-            str(int(now)),
-            repr(now + LEASE_TTL_S),
-            str(demand.tokens),
-            demand.lease_id,
-            f"{demand.lease_id}:{next(self._seq)}",  # unique even if a lease id comes back
-            str(RPM_TTL_MS),
-            str(TPM_TTL_MS),
-            str(LEASES_TTL_MS),
-        ]
-        for scope in demand.scopes:
-            keys += [self._key(scope.name, w) for w in ("rpm", "tpm", "leases", f"spend:{month}")]
-            args += [_opt(scope.rpm), _opt(scope.tpm), _opt(scope.concurrency)]
-            args.append(_opt(scope.budget_micros))
+        month = self._months.of(now)
+        scopes = demand.scopes
+        tokens = demand.tokens
+        second = int(now)
+        names: list[_Keys] = []
+        limits: list[bytes] = []
+        for scope in scopes:
+            k = self._keys_of(scope.name).of_month(month)
+            names.append(k)
+            limits.append(k.limits_of(scope))
+        lease = demand.lease_id
+        member = f"{lease}:{next(self._seq)}"  # unique even if a lease id comes back
+        # Floats travel as their repr (exact); the script compares them as Redis scores.
+        times = (now, now - WINDOW_S, second - TPM_BUCKETS + 1, second, now + LEASE_TTL_S)
+        parts = [k.admit for k in names]
+        parts += (pack_args((*times, tokens, lease, member)), _TTLS, *limits)
+        n = 4 * len(scopes)
         try:
-            reply = cast(list[Any], await self._admit(keys=keys, args=args))
+            reply: list[Any] = await self._admit.run(
+                self._admit.command(n, n + 11 + n, b"".join(parts))
+            )
         except _ERRORS as exc:
             raise BackendUnavailable(f"{type(exc).__name__}: {exc}") from exc
         if reply[0] == 0:
-            scope, kind = demand.scopes[int(reply[1]) - 1], _KINDS[int(reply[2]) - 1]
+            scope, kind = scopes[int(reply[1]) - 1], _KINDS[int(reply[2]) - 1]
             quota = _quota(scope, kind, reply[3], reply[4], now)
             raise LimitExceeded(quota, quota.reset_s)
-        admission = Admission(demand, self, bucket=int(now))
-        quotas: list[Quota] = []
+        admission = Admission(demand, self, bucket=second)
         leases: list[str] = []
-        for i, scope in enumerate(demand.scopes):
-            f = reply[1 + i * _FIGURES : 1 + (i + 1) * _FIGURES]
-            if scope.rpm is not None:
-                quotas.append(_quota(scope, LimitKind.RPM, f[0], f[1], now))
-            if scope.tpm is not None:
-                admission.reserved[scope.name] = min(demand.tokens, scope.tpm)
-                quotas.append(_quota(scope, LimitKind.TPM, f[2], f[3], now))
-            if scope.concurrency is not None:
-                leases.append(self._key(scope.name, "leases"))
-                quotas.append(_quota(scope, LimitKind.CONCURRENCY, f[4], "", now))
-            if scope.budget_micros is not None:
-                quotas.append(_quota(scope, LimitKind.BUDGET, 0, f[5], now))
+        # The tightest quota as base.tightest picks it (the smallest share left; ties: the
+        # first, in the order rpm, tpm, concurrency, budget of each scope), built alone:
+        # the others would be thrown away. `best`: scope index * 4 + kind index.
+        best_remaining, best_limit, best = 0, 0, -1
+        for i, scope in enumerate(scopes):
+            at = 1 + i * _FIGURES
+            rpm, tpm, conc, budget = scope.rpm, scope.tpm, scope.concurrency, scope.budget_micros
+            if rpm is not None:
+                left = rpm - reply[at]
+                if best < 0 or left * best_limit < best_remaining * rpm:
+                    best_remaining, best_limit, best = left, rpm, i * 4
+            if tpm is not None:
+                admission.reserved[scope.name] = tokens if tokens < tpm else tpm
+                left = tpm - reply[at + 2]
+                if best < 0 or left * best_limit < best_remaining * tpm:
+                    best_remaining, best_limit, best = left, tpm, i * 4 + 1
+            if conc is not None:
+                leases.append(names[i].leases)
+                left = conc - reply[at + 4]
+                if best < 0 or left * best_limit < best_remaining * conc:
+                    best_remaining, best_limit, best = left, conc, i * 4 + 2
+            if budget is not None:
+                left = budget - int(reply[at + 5])
+                if best < 0 or left * best_limit < best_remaining * budget:
+                    best_remaining, best_limit, best = left, budget, i * 4 + 3
         if leases:
             self._live[demand.lease_id] = tuple(leases)
-        admission.quota = tightest(quotas)
+        if best >= 0:
+            i, which = divmod(best, 4)
+            admission.quota = _figures_quota(scopes[i], which, reply, 1 + i * _FIGURES, now)
         return admission
 
     def settle(self, admission: Admission, tokens: int | None, cost_micros: int) -> None:
@@ -189,11 +233,13 @@ class RedisLimiter:
     async def seed_spend_now(self, month: str, spend: Mapping[str, int]) -> None:
         """NX: a replica starting later must not overwrite a counter that already holds
         spend settled since the database was read."""
+        call, keys_of = self._redis.call, self._keys_of
+        sets = [
+            call(b"SET", keys_of(name).of_month(month).spend, micros, b"NX", b"EX", SPEND_TTL_S)
+            for name, micros in spend.items()
+        ]
         try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for name, micros in spend.items():
-                    pipe.set(self._key(name, f"spend:{month}"), micros, nx=True, ex=SPEND_TTL_S)
-                await pipe.execute()
+            await asyncio.gather(*sets)
         except _ERRORS as exc:
             raise BackendUnavailable(f"{type(exc).__name__}: {exc}") from exc
 
@@ -223,21 +269,25 @@ class RedisLimiter:
             await self._send_settles(settles)
 
     async def _send_settles(self, settles: list[_Settle]) -> None:
-        keys: list[str] = []
-        args: list[str | int] = [SPEND_TTL_S, len(settles)]
-        for item in settles:
-            admission = item.admission
+        keys: list[bytes] = []  # packed fragments
+        args: list[Arg] = [SPEND_TTL_S, len(settles)]
+        keys_of, month_of_ = self._keys_of, self._months.of
+        for admission, tokens, cost in settles:
             demand = admission.demand
-            month = month_of(demand.now)
-            args += [demand.lease_id, admission.bucket, len(demand.scopes)]
+            month = month_of_(demand.now)
+            reserved_of = admission.reserved.get
+            args += (demand.lease_id, admission.bucket, len(demand.scopes))
             for scope in demand.scopes:
-                keys += [self._key(scope.name, w) for w in ("leases", "tpm", f"spend:{month}")]
-                reserved = admission.reserved.get(scope.name)
-                delta = "" if reserved is None or item.tokens is None else item.tokens - reserved
-                charge = item.cost_micros != 0 and scope.budget_micros is not None
-                args += [delta, item.cost_micros if charge else ""]
+                name = scope.name
+                keys.append(keys_of(name).of_month(month).settle)
+                reserved = reserved_of(name)
+                delta = _NONE if reserved is None or tokens is None else tokens - reserved
+                charge = cost != 0 and scope.budget_micros is not None
+                args += (delta, cost if charge else _NONE)
+        n = 3 * len(keys)  # each fragment: one scope's leases, tpm and spend keys
+        keys.append(pack_args(args))
         try:
-            await self._settle(keys=keys, args=args)
+            await self._settle.run(self._settle.command(n, n + len(args), b"".join(keys)))
         except (*_ERRORS, asyncio.CancelledError) as exc:
             self._give_up(settles, "limits_settle_failed", repr(exc))
             if isinstance(exc, asyncio.CancelledError):
@@ -254,19 +304,21 @@ class RedisLimiter:
     async def _tick(self) -> None:
         """Renew this process's live leases and beat the heart, in one round trip."""
         now = time.time()
-        replicas = f"{self._prefix}replicas"
+        replicas = f"{self.prefix}replicas"
+        call = self._redis.call
+        calls = [
+            call(b"ZADD", replicas, now + HEARTBEAT_TTL_S, self.replica_id),
+            call(b"ZREMRANGEBYSCORE", replicas, b"-inf", now),
+            call(b"ZCOUNT", replicas, f"({now!r}", b"+inf"),
+            call(b"EXPIRE", replicas, int(HEARTBEAT_TTL_S * 4)),
+        ]
+        expiry = now + LEASE_TTL_S
+        for lease_id, keys in list(self._live.items()):
+            for key in keys:
+                calls.append(call(b"ZADD", key, b"XX", expiry, lease_id))
+                calls.append(call(b"PEXPIRE", key, LEASES_TTL_MS))
         try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.zadd(replicas, {self.replica_id: now + HEARTBEAT_TTL_S})
-                pipe.zremrangebyscore(replicas, "-inf", now)
-                pipe.zcount(replicas, f"({now!r}", "+inf")
-                pipe.expire(replicas, int(HEARTBEAT_TTL_S * 4))
-                expiry = now + LEASE_TTL_S
-                for lease_id, keys in list(self._live.items()):
-                    for key in keys:
-                        pipe.zadd(key, {lease_id: expiry}, xx=True)
-                        pipe.pexpire(key, LEASES_TTL_MS)
-                results = await pipe.execute()
+            results = await asyncio.gather(*calls)  # the first failure; all are retrieved
         except _ERRORS as exc:
             if not self._closing:
                 log.warning("limits_renew_failed", leases=len(self._live), error=repr(exc))
@@ -279,29 +331,29 @@ class RedisLimiter:
 
     async def ping(self) -> bool:
         try:
-            return bool(await self._redis.ping())
+            return await self._redis.ping()
         except _ERRORS:
             return False
 
     async def spent(self, name: str, month: str) -> int:
-        return int(await self._redis.get(self._key(name, f"spend:{month}")) or 0)
+        return int(await self._redis.call(b"GET", self._keys_of(name).of_month(month).spend) or 0)
 
     async def in_flight(self, name: str, now: float) -> int:
-        return int(await self._redis.zcount(self._key(name, "leases"), f"({now!r}", "+inf"))
+        leases = self._keys_of(name).leases
+        return int(await self._redis.call(b"ZCOUNT", leases, f"({now!r}", b"+inf"))
 
     async def start(self) -> None:
         """Redis may be down at start: the scripts load on first use then (NOSCRIPT)."""
         with contextlib.suppress(*_ERRORS):
-            for script in (self._admit, self._settle):
-                script.sha = await self._redis.script_load(script.script)
+            await asyncio.gather(self._admit.load(), self._settle.load())
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="redis-limiter")
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         next_tick = loop.time()
-        # Not `while True`: redis-py may turn a cancellation that lands in a command into a
-        # ConnectionError, which the senders swallow; the flag ends the loop regardless.
+        # Not `while True`: a cancellation that lands in a command must not be mistaken for
+        # a failed send and swallowed; the flag ends the loop regardless.
         while not self._closing:
             delay = next_tick - loop.time()
             if not self._work and delay > 0:
@@ -337,10 +389,18 @@ class RedisLimiter:
         self._work.clear()
         if left:
             self._give_up(left, "limits_settles_dropped", "closing")
-        await self._redis.aclose()
+        await self._redis.close()
 
 
-def _quota(scope: Scope, kind: LimitKind, count: int, text: str, now: float) -> Quota:
+def _figures_quota(scope: Scope, kind: int, reply: list[Any], at: int, now: float) -> Quota:
+    """The quota of limit `kind` (an index into _KINDS) of the scope whose figures start at
+    `reply[at]`."""
+    count, text = _FIGURE_AT[kind]
+    figures = 0 if count < 0 else reply[at + count], b"" if text < 0 else reply[at + text]
+    return _quota(scope, _KINDS[kind], *figures, now)
+
+
+def _quota(scope: Scope, kind: LimitKind, count: int, text: bytes | str, now: float) -> Quota:
     """The figures LocalLimiter reports, from what the script counted (`text`: the oldest
     time or second, or the spend), in the same arithmetic order so the floats are equal."""
     limit = scope.limit(kind)

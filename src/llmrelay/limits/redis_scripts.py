@@ -1,12 +1,55 @@
 """The Lua scripts of the Redis limiter (redis.py): each runs atomically in Redis, so an
 admission checks and takes every limit of every scope in one step."""
 
+# A scope's tpm hash holds its one-second buckets (field: the second, value: tokens) and,
+# so that an admission need not sum them, two more fields: TOTAL, the sum of the buckets
+# present, and LOW, the oldest second present. Both are negative numbers, never a second,
+# and so a script of an earlier version (which summed every field and dropped those below
+# the window) drops them rather than failing; a hash without them is recounted (RECOUNT).
+# Every script that changes a bucket changes TOTAL by as much.
+_TPM_FIELDS = """
+local TOTAL, LOW = '-1', '-2'
+"""
+
+# Drops the buckets of `key` below second `oldest` and returns the tokens of those left
+# and the oldest of them (nil: none), stored as TOTAL and LOW. Run when LOW leaves the
+# window (at most about once a second per scope) or TOTAL or LOW is missing.
+_RECOUNT = """
+local function recount(key, oldest)
+  local fields = redis.call('HGETALL', key)
+  if #fields == 0 then return 0, nil end
+  local used, low, low_s, gone = 0, nil, nil, {}
+  for j = 1, #fields, 2 do
+    local name = fields[j]
+    if name ~= TOTAL and name ~= LOW then
+      local s = tonumber(name)
+      if s < oldest then
+        gone[#gone + 1] = name
+      else
+        used = used + tonumber(fields[j + 1])
+        if low == nil or s < low_s then low, low_s = name, s end
+      end
+    end
+  end
+  if #gone > 0 then redis.call('HDEL', key, unpack(gone)) end
+  if low then
+    redis.call('HSET', key, TOTAL, string.format('%d', used), LOW, low)
+  else
+    redis.call('HDEL', key, TOTAL, LOW)
+  end
+  return used, low
+end
+"""
+
 # KEYS: per scope rpm, tpm, leases, spend. ARGV: now, rpm cutoff, oldest tpm second, this
 # second, lease expiry, tokens, lease id, rpm member, then the ttls, then per scope its
 # rpm, tpm, concurrency, budget ('' = none). Refusal: {0, scope index, kind 1..4, figure,
 # figure}; admission: {1, _FIGURES figures per scope}. Figures that are doubles (times) or
 # may exceed a Lua number's exact range (spend) come back as the strings Redis gave.
-ADMIT = """
+ADMIT = (
+    _TPM_FIELDS
+    + _RECOUNT
+    + """
 local now, rpm_cutoff, tpm_oldest, second = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local expiry, tokens, lease, member = ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[8]
 local rpm_ttl, tpm_ttl, leases_ttl = ARGV[9], ARGV[10], ARGV[11]
@@ -24,16 +67,12 @@ for i = 1, n do
     if f[1] >= rpm then return {0, i, 1, f[1], f[2]} end
   end
   if tpm then
-    local fields, low = redis.call('HGETALL', KEYS[k + 2]), nil
-    for j = 1, #fields, 2 do
-      local s = tonumber(fields[j])
-      if s < tpm_oldest then
-        redis.call('HDEL', KEYS[k + 2], fields[j])
-      else
-        f[3] = f[3] + tonumber(fields[j + 1])
-        if low == nil or s < low then low, f[4] = s, fields[j] end
-      end
+    local kept = redis.call('HMGET', KEYS[k + 2], TOTAL, LOW)
+    local used, low = tonumber(kept[1]), kept[2]
+    if not used or not low or tonumber(low) < tpm_oldest then
+      used, low = recount(KEYS[k + 2], tpm_oldest)
     end
+    f[3], f[4] = used, low or ''
     if f[3] + math.min(tokens, tpm) > tpm then return {0, i, 2, f[3], f[4]} end
   end
   if conc then
@@ -59,9 +98,13 @@ for i = 1, n do
   if tpm then
     local reserve = math.min(tokens, tpm)
     redis.call('HINCRBY', KEYS[k + 2], second, reserve)
-    redis.call('PEXPIRE', KEYS[k + 2], tpm_ttl)
+    redis.call('HINCRBY', KEYS[k + 2], TOTAL, reserve)
     f[3] = f[3] + reserve
-    if f[4] == '' or tonumber(second) < tonumber(f[4]) then f[4] = second end
+    if f[4] == '' or tonumber(second) < tonumber(f[4]) then
+      f[4] = second
+      redis.call('HSET', KEYS[k + 2], LOW, second)
+    end
+    redis.call('PEXPIRE', KEYS[k + 2], tpm_ttl)
   end
   if conc then
     redis.call('ZADD', KEYS[k + 3], expiry, lease)
@@ -72,11 +115,14 @@ for i = 1, n do
 end
 return out
 """
+)
 
 # KEYS: per settle, per scope: leases, tpm, spend. ARGV: spend ttl, number of settles, then
 # per settle: lease id, bucket, number of scopes, then per scope: tpm delta, cost ('' =
 # none). A bucket that left the window is not recreated (HEXISTS first).
-SETTLE = """
+SETTLE = (
+    _TPM_FIELDS
+    + """
 local ttl, a, k = ARGV[1], 3, 0
 for _ = 1, tonumber(ARGV[2]) do
   local lease, bucket, n = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
@@ -85,6 +131,7 @@ for _ = 1, tonumber(ARGV[2]) do
     redis.call('ZREM', KEYS[k + 1], lease)
     if ARGV[a] ~= '' and redis.call('HEXISTS', KEYS[k + 2], bucket) == 1 then
       redis.call('HINCRBY', KEYS[k + 2], bucket, ARGV[a])
+      redis.call('HINCRBY', KEYS[k + 2], TOTAL, ARGV[a])
     end
     if ARGV[a + 1] ~= '' then
       redis.call('INCRBY', KEYS[k + 3], ARGV[a + 1])
@@ -95,3 +142,4 @@ for _ = 1, tonumber(ARGV[2]) do
 end
 return 0
 """
+)

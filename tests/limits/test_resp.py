@@ -1,0 +1,217 @@
+"""The limiter's Redis client against the real Redis (and against servers that misbehave):
+pipelined answers reach their own callers, errors stay per call, and a dead or silent
+server fails every pending call promptly instead of leaving it waiting."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from redis.asyncio import Redis
+
+from llmrelay.limits.resp import (
+    RespClient,
+    RespConnectionError,
+    RespError,
+    Script,
+    pack,
+    pack_args,
+    parse_url,
+)
+from tests.conftest import need_redis
+from tests.support.ports import free_port
+from tests.support.services import REDIS_URL
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[RespClient]:
+    need_redis()
+    client = RespClient(REDIS_URL, timeout_s=2.0)
+    yield client
+    await client.close()
+
+
+@pytest.fixture
+async def prefix() -> AsyncIterator[str]:
+    value = f"test:resp:{uuid.uuid4().hex}:"
+    yield value
+    raw: Redis = Redis.from_url(REDIS_URL)
+    keys = [k async for k in raw.scan_iter(match=f"{value}*")]
+    if keys:
+        await raw.delete(*keys)
+    await raw.aclose()
+
+
+async def test_concurrent_calls_each_get_their_own_answer(client: RespClient, prefix: str) -> None:
+    async def one(i: int) -> tuple[int, bytes]:
+        incremented = await client.call(b"INCRBY", f"{prefix}{i}", i)
+        return incremented, await client.call(b"GET", f"{prefix}{i}")
+
+    results = await asyncio.gather(*(one(i) for i in range(500)))
+    assert results == [(i, str(i).encode()) for i in range(500)]
+    ids = await asyncio.gather(*(client.call(b"CLIENT", b"ID") for _ in range(50)))
+    assert len(set(ids)) == 1  # one connection carried them all
+
+
+async def test_replies_keep_their_types(client: RespClient, prefix: str) -> None:
+    assert await client.call(b"SET", f"{prefix}a", 1.5) == b"OK"
+    assert await client.call(b"MGET", f"{prefix}a", f"{prefix}missing") == [b"1.5", None]
+    assert await client.call(b"INCRBYFLOAT", f"{prefix}a", 0.25) == b"1.75"
+    assert await client.call(b"RPUSH", f"{prefix}l", "é", b"\x00\xff") == 2
+    assert await client.call(b"LRANGE", f"{prefix}l", 0, -1) == ["é".encode(), b"\x00\xff"]
+    assert await client.ping()
+
+
+async def test_an_error_reply_fails_its_call_only(client: RespClient, prefix: str) -> None:
+    await client.call(b"SET", f"{prefix}text", b"not a number")
+    results = await asyncio.gather(
+        client.call(b"INCR", f"{prefix}n"),
+        client.call(b"INCR", f"{prefix}text"),
+        client.call(b"NOSUCHCOMMAND"),
+        client.call(b"INCR", f"{prefix}n"),
+        return_exceptions=True,
+    )
+    assert results[0] == 1
+    assert isinstance(results[1], RespError)
+    assert "not an integer" in str(results[1])
+    assert isinstance(results[2], RespError)
+    assert results[3] == 2
+    assert await client.call(b"GET", f"{prefix}n") == b"2"
+
+
+async def test_a_script_is_loaded_again_after_script_flush(client: RespClient, prefix: str) -> None:
+    script = Script(client, f"-- {uuid.uuid4().hex}\nreturn {{KEYS[1], ARGV[1], #ARGV}}")
+    key = f"{prefix}k"
+    assert await script([key], ["x", 2]) == [key.encode(), b"x", 2]
+    await client.call(b"SCRIPT", b"FLUSH")
+    assert await client.call(b"SCRIPT", b"EXISTS", script.sha) == [0]
+    assert await asyncio.gather(*(script([key], [i]) for i in range(20))) == [
+        [key.encode(), str(i).encode(), 1] for i in range(20)
+    ]
+    command = script.command(1, 2, pack_args((key, "y")))
+    assert command == pack((b"EVALSHA", script.sha, 1, key, "y"))
+    assert await script.run(command) == [key.encode(), b"y", 1]
+    with pytest.raises(RespError, match="nonexistent global"):
+        await Script(client, "return nothing()")([], [])
+
+
+async def test_a_silent_server_fails_pending_calls_within_the_timeout() -> None:
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def swallow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+        while await reader.read(65536):
+            pass
+
+    server = await asyncio.start_server(swallow, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = RespClient(f"redis://127.0.0.1:{port}/0", timeout_s=0.2)
+    try:
+        started = time.monotonic()
+        results = await asyncio.gather(
+            *(client.call(b"GET", f"k{i}") for i in range(10)), return_exceptions=True
+        )
+        elapsed = time.monotonic() - started
+        assert all(isinstance(r, RespConnectionError) for r in results), results
+        assert 0.2 <= elapsed < 0.6
+        with pytest.raises(RespConnectionError, match=r"within 0\.2 s"):
+            await client.call(b"PING")  # a new connection, just as silent
+        assert len(accepted) == 2
+    finally:
+        await client.close()
+        server.close()
+        for writer in accepted:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+        await server.wait_closed()
+
+
+async def test_connection_refused_fails_promptly() -> None:
+    client = RespClient(f"redis://127.0.0.1:{free_port()}/0", timeout_s=5.0)
+    started = time.monotonic()
+    results = await asyncio.gather(
+        *(client.call(b"PING") for _ in range(5)), return_exceptions=True
+    )
+    assert all(isinstance(r, RespConnectionError) for r in results), results
+    with pytest.raises(RespConnectionError, match="cannot connect"):
+        await client.ping()
+    assert time.monotonic() - started < 1.0
+    await client.close()
+
+
+async def test_a_killed_connection_fails_pending_calls_and_the_next_call_reconnects(
+    client: RespClient, prefix: str
+) -> None:
+    first = await client.call(b"CLIENT", b"ID")
+    blocked = [asyncio.ensure_future(client.call(b"BLPOP", f"{prefix}empty", 5)) for _ in "ab"]
+    await asyncio.sleep(0.05)
+    killer = RespClient(REDIS_URL)
+    assert await killer.call(b"CLIENT", b"KILL", b"ID", first) == 1
+    await killer.close()
+    started = time.monotonic()
+    for pending in blocked:
+        with pytest.raises(RespConnectionError):
+            await pending
+    assert time.monotonic() - started < 1.0
+    second = await client.call(b"CLIENT", b"ID")
+    assert second != first
+    assert await client.call(b"INCR", f"{prefix}n") == 1
+
+
+async def test_a_cancelled_call_leaves_the_others_their_answers(
+    client: RespClient, prefix: str
+) -> None:
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(client.call(b"BLPOP", f"{prefix}empty", 0.3), 0.05)
+    assert await client.call(b"SET", f"{prefix}a", "1") == b"OK"  # after the BLPOP's reply
+    assert await client.call(b"GET", f"{prefix}a") == b"1"
+
+
+async def test_close_fails_pending_and_later_calls(client: RespClient, prefix: str) -> None:
+    pending = asyncio.ensure_future(client.call(b"BLPOP", f"{prefix}empty", 5))
+    await asyncio.sleep(0.05)
+    await client.close()
+    with pytest.raises(RespConnectionError):
+        await pending
+    with pytest.raises(RespConnectionError, match="closed"):
+        await client.call(b"PING")
+
+
+async def test_the_url_selects_the_database(prefix: str) -> None:
+    need_redis()
+    client = RespClient("redis://127.0.0.1:6379/3")
+    raw: Redis = Redis.from_url("redis://127.0.0.1:6379/3")
+    try:
+        await client.call(b"SET", f"{prefix}db", "three", b"EX", 60)
+        assert await raw.get(f"{prefix}db") == b"three"
+    finally:
+        await raw.delete(f"{prefix}db")
+        await raw.aclose()
+        await client.close()
+
+
+async def test_a_refused_password_is_a_connection_error() -> None:
+    need_redis()
+    client = RespClient("redis://:wrong@127.0.0.1:6379/0")
+    with pytest.raises(RespConnectionError, match="refused"):
+        await client.ping()
+    await client.close()
+
+
+def test_urls() -> None:
+    address = parse_url("redis://user:p%40ss@redis.internal:6380/2")
+    assert (address.host, address.port, address.db) == ("redis.internal", 6380, 2)
+    assert (address.username, address.password) == ("user", "p@ss")
+    assert "p@ss" not in repr(address)
+    bare = parse_url("redis://127.0.0.1")
+    assert (bare.port, bare.db, bare.username, bare.password) == (6379, 0, None, None)
+    assert parse_url("redis://:secret@h:1/0").password == "secret"
+    with pytest.raises(ValueError, match="scheme"):
+        parse_url("rediss://h:1/0")
