@@ -106,8 +106,18 @@ class Dispatcher:
         relay), within the asked model's overall deadline (it bounds the time until the
         answer starts; a stream then runs under its idle limit)."""
         runtime = call.runtime
-        if call.scopes and runtime.limiter is not None:
-            await self._admit(call, runtime.limiter)
+        limiter = runtime.limiter
+        if call.scopes and limiter is not None:
+            demand = self._demand(call)
+            try:
+                if type(limiter) is LocalLimiter:  # it never waits: no coroutine
+                    admission = limiter.admit_now(demand)
+                else:
+                    admission = await limiter.admit(demand)
+            except (LimitExceeded, LimitsUnavailable) as refused:
+                _count_refusal(runtime.metrics, refused)
+                raise
+            call.record.admission = admission  # settled by `finish`
         deadline = runtime.deadlines.watch(model.deadline_s, "request")
         deadline_at = runtime.executor.clock() + model.deadline_s
         try:
@@ -135,30 +145,19 @@ class Dispatcher:
         finally:
             deadline.stop()
 
-    async def _admit(self, call: ModelCall, limiter: Limiter) -> None:
-        """Take from the key's and project's limits (429 or 503 when they refuse); what
-        was taken is given back or settled by `finish`."""
-        runtime = call.runtime
-        scopes = call.scopes
+    def _demand(self, call: ModelCall) -> Demand:
+        """What the call asks of its limits; the token estimate only for a tpm limit. The
+        lease id is unique across replicas (Redis also keys rpm entries by it)."""
         tokens = 1
-        for scope in scopes:
+        for scope in call.scopes:
             if scope.tpm is not None:
+                runtime = call.runtime
                 tokens = estimate_tokens(
                     call.operation, call.payload, runtime.default_output_tokens
                 )
                 break
-        demand = Demand(scopes, f"{self._lease_prefix}:{next(self._lease_numbers)}", tokens, now())
-        try:
-            if type(limiter) is LocalLimiter:  # no coroutine: it never waits
-                call.record.admission = limiter.admit_now(demand)
-            else:
-                call.record.admission = await limiter.admit(demand)
-        except LimitExceeded as refused:
-            runtime.metrics.limits_refused.labels(refused.quota.kind, refused.quota.scope).inc()
-            raise
-        except LimitsUnavailable:
-            runtime.metrics.limits_refused.labels("unavailable", "").inc()
-            raise
+        lease = f"{self._lease_prefix}:{next(self._lease_numbers)}"
+        return Demand(call.scopes, lease, tokens, now())
 
     def served_headers(
         self, headers: list[tuple[bytes, bytes]], served: ModelSnap, record: CallRecord
@@ -391,6 +390,13 @@ async def read_json(route: RouteSnap, response: UpstreamResponse) -> Answer:
     if not isinstance(body, dict):
         raise UpstreamProtocolError("the answer is not a JSON object")
     return Answer(route, raw, body)
+
+
+def _count_refusal(metrics: Metrics, refused: LimitExceeded | LimitsUnavailable) -> None:
+    if isinstance(refused, LimitExceeded):
+        metrics.limits_refused.labels(refused.quota.kind, refused.quota.scope).inc()
+    else:
+        metrics.limits_refused.labels("unavailable", "").inc()
 
 
 def _route_id(route: RouteSnap) -> str:
