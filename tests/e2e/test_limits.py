@@ -251,3 +251,26 @@ def test_a_spent_monthly_budget_refuses_until_rebuilt_from_records(
         assert chat(again, KEY_FREE).status_code == 200
     finally:
         assert again.stop() == 0, again.logs()
+
+
+def test_workers_without_redis_share_a_limit_instead_of_multiplying_it(
+    upstream: MockUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """`serve --workers 2` without Redis: each worker enforces half of rpm 5 (2 each,
+    rounded down), so together they admit at most 4 (never 2 x 5)."""
+    process = GatewayProcess(tmp_path_factory.mktemp("workers"), config=limits_config(upstream))
+    process.args += ["--workers", "2"]
+    process.start()
+    try:
+        deadline = time.monotonic() + 20
+        while process.logs().count("Application startup complete") < 2:
+            assert time.monotonic() < deadline, process.logs()
+            time.sleep(0.05)
+        with ThreadPoolExecutor(20) as pool:
+            answers = list(pool.map(lambda _: chat(process, KEY_RPM), range(40)))
+        admitted = [a.status_code for a in answers].count(200)
+        assert 2 <= admitted <= 4
+        assert [a.status_code for a in answers].count(429) == 40 - admitted
+        assert process.logs().count("limits_divided_among_workers") == 2
+    finally:
+        assert process.stop() == 0, process.logs()
