@@ -7,9 +7,11 @@ import time
 from typing import Any
 
 import httpx
+import orjson
 
 from tests.e2e.conftest import KEY
 from tests.support.gateway_process import GatewayProcess
+from tests.support.mock_upstream import MockUpstream
 
 AUTH = {"Authorization": f"Bearer {KEY}"}
 
@@ -113,3 +115,30 @@ def test_a_repeated_request_id_is_recorded_once(gateway: GatewayProcess) -> None
         assert _send(gateway, "rec-dup", {"model": "chat", "messages": hi}).status_code == 200
     rows = _records(gateway, ["rec-dup"])
     assert len(rows) == 1
+
+
+def test_a_stream_is_metered_even_when_the_client_asks_for_no_usage(
+    gateway: GatewayProcess, upstream: MockUpstream
+) -> None:
+    """The gateway asks the provider for the usage chunk itself, records the usage, and
+    keeps the chunk from a client that did not ask for it."""
+    hi = [{"role": "user", "content": "one two three four"}]
+    answer = _send(gateway, "rec-quiet", {"model": "chat", "messages": hi, "stream": True})
+    assert answer.status_code == 200
+    assert answer.text.endswith("data: [DONE]\n\n")
+    chunks = [
+        orjson.loads(line[6:]) for line in answer.text.split("\n") if line.startswith("data: {")
+    ]
+    assert all(chunk.get("usage") is None for chunk in chunks)
+    assert all(chunk["choices"] for chunk in chunks)  # no usage-only chunk reached the client
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks) == (
+        "one two three four"
+    )
+    sent = next(
+        r
+        for r in upstream.chat_requests()
+        if {k.lower(): v for k, v in r.headers.items()}.get("x-request-id") == "rec-quiet"
+    )
+    assert sent.body["stream_options"] == {"include_usage": True}
+    row = _records(gateway, ["rec-quiet"])["rec-quiet"]
+    assert (row["prompt_tokens"], row["completion_tokens"]) == (4, 4)

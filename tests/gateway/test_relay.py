@@ -88,7 +88,7 @@ def _usage_event(*, spaced: bool = False) -> bytes:
 
 
 async def _relay(
-    chunks: list[bytes], rename: ModelRename | None = None
+    chunks: list[bytes], rename: ModelRename | None = None, *, client_asked: bool = True
 ) -> tuple[bytes, CallRecord, int]:
     loop = asyncio.get_running_loop()
     record = CallRecord("req", "chat.completions", 0.0)
@@ -98,7 +98,8 @@ async def _relay(
         ChunkedBody(chunks),
         request_id="req",
         choices=1,
-        usage_requested=True,
+        usage_requested=client_asked,
+        usage_coming=True,
         record=record,
         rename=rename or ModelRename(VIRTUAL),
         on_malformed=lambda: malformed.append(1),
@@ -206,6 +207,20 @@ async def test_the_client_sees_only_the_virtual_model_and_one_done() -> None:
     )
     assert text == "Hello world"
     assert (record.prompt_tokens, record.completion_tokens) == (3, 2)
+
+
+async def test_usage_the_gateway_asked_for_is_recorded_but_not_passed_on() -> None:
+    on_finish = _event({}, "stop").replace(
+        b'"choices"', b'"usage":{"prompt_tokens":5,"completion_tokens":1},"choices"'
+    )
+    for tail in ([_event({}, "stop"), _usage_event()], [on_finish]):
+        stream = b"".join([STREAM_PARTS[0], _event({"content": "Hi"}), *tail, b"data: [DONE]\n\n"])
+        out, record, malformed = await _relay([stream], client_asked=False)
+        chunks = [orjson.loads(d) for d in event_data(out) if d != b"[DONE]"]
+        assert all(c.get("usage") is None and c["choices"] for c in chunks)
+        assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+        assert out.endswith(b"data: [DONE]\n\n") and malformed == 0
+        assert record.prompt_tokens in (3, 5) and record.completion_tokens in (2, 1)
 
 
 async def test_events_after_completion_are_not_passed_on() -> None:

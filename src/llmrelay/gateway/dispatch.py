@@ -43,7 +43,7 @@ from llmrelay.protocols import openai as wire
 from llmrelay.providers.base import Operation, UpstreamResponse
 from llmrelay.providers.errors import UpstreamProtocolError
 from llmrelay.providers.headers import forwardable
-from llmrelay.providers.presets import speaks_responses
+from llmrelay.providers.presets import reports_stream_usage, speaks_responses
 from llmrelay.snapshot.holder import SnapshotHolder
 from llmrelay.snapshot.model import KeySnap, ModelSnap, PolicySnap, RouteSnap, Snapshot
 
@@ -226,13 +226,15 @@ class Dispatcher:
         record = call.record
 
         async def prime(route: RouteSnap, response: UpstreamResponse) -> ChatStreamRelay:
-            slug = route.provider.slug
+            provider = route.provider
+            slug = provider.slug
             relay = ChatStreamRelay(
                 route,
                 response,
                 request_id=record.request_id,
                 choices=n,
                 usage_requested=usage_requested,
+                usage_coming=reports_stream_usage(provider.type, provider.preset),
                 record=record,
                 rename=self.rename(model.name),
                 on_malformed=lambda: runtime.metrics.malformed_events.labels(slug).inc(),

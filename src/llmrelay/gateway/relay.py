@@ -55,6 +55,7 @@ class ChatStreamRelay(StreamRelay):
         choices: int,
         usage_requested: bool,
         record: CallRecord,
+        usage_coming: bool = False,
         rename: ModelRename,
         on_malformed: Callable[[], None],
         on_end: Callable[[CallRecord], None],
@@ -68,7 +69,11 @@ class ChatStreamRelay(StreamRelay):
         self._pattern: bytes | None = rename.reported.get(route.upstream_model)
         self._model_known = False  # until an event of this stream shows the rename works
         self._choices = choices
-        self._usage_requested = usage_requested
+        #: Wait for the usage chunk when the client asked for it or the gateway did (the
+        #: provider then sends it: providers/openai.ask_stream_usage); pass it on only when
+        #: the client asked.
+        self._usage_requested = usage_requested or usage_coming
+        self._forward_usage = usage_requested
         self._on_malformed = on_malformed
         self._finished: set[int] = set()
         self._usage_seen = False
@@ -120,7 +125,8 @@ class ChatStreamRelay(StreamRelay):
             passed: bytes | None = data
             if by_ending and data.endswith(_DELTA_ENDINGS) and (content or _has_text(data)):
                 content = True
-            elif by_ending and data.endswith(_FINISH_ENDINGS):
+            # A finish carrying usage (some servers send it so) is parsed: its usage counts.
+            elif by_ending and data.endswith(_FINISH_ENDINGS) and b'"usage":{' not in data:
                 self._finished.add(0)
                 content = True
             elif data == b"[DONE]":
@@ -173,17 +179,24 @@ class ChatStreamRelay(StreamRelay):
         if choices:
             content = self._look_at_choices(choices) or self._has_content(choices)
         usage = event.get("usage")
+        withheld = False
         if usage:
             self._usage_seen = True
             self._record.take_usage(usage)
             content = True
+            if not self._forward_usage:  # the gateway asked for it, not the client
+                if not choices:
+                    return None, content
+                event["usage"] = None
+                withheld = True
         virtual = self._virtual_model
         model = event.get("model", virtual)
         if model == virtual:
             self._model_known = True
-            return data, content
+            if not withheld:
+                return data, content
         # Another name, or the byte replacement missed it (other spacing).
-        if type(model) is str and self._rename.pattern(model) != self._pattern:
+        elif type(model) is str and self._rename.pattern(model) != self._pattern:
             self._learn(model, datas, position + 1)
             self._model_known = True
         event["model"] = virtual

@@ -58,8 +58,9 @@ class AnthropicAdapter:
         body, dropped = chat_request_to_anthropic(payload, upstream_model=route.upstream_model)
         if dropped:
             log.debug("translation_dropped_fields", provider=route.provider.slug, fields=dropped)
-        options = payload.get("stream_options")
-        include_usage = isinstance(options, dict) and options.get("include_usage") is True
+        # A stream always ends with the usage chunk (the record, the cost and the limits
+        # need it); the chat relay keeps it from a client that did not ask.
+        include_usage = True
         model = route.upstream_model
         stream = payload.get("stream") is True
 

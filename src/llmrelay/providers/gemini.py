@@ -52,8 +52,9 @@ class GeminiAdapter:
         if dropped:
             log.debug("translation_dropped_fields", provider=route.provider.slug, fields=dropped)
         stream = payload.get("stream") is True
-        options = payload.get("stream_options")
-        include_usage = isinstance(options, dict) and options.get("include_usage") is True
+        # A stream always ends with the usage chunk (the record, the cost and the limits
+        # need it); the chat relay keeps it from a client that did not ask.
+        include_usage = True
         model = route.upstream_model
         method = "streamGenerateContent?alt=sse" if stream else "generateContent"
 

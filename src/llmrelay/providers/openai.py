@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from llmrelay.providers.base import Operation, UnsupportedOperation, UpstreamRequest
-from llmrelay.providers.presets import speaks_responses
+from llmrelay.providers.presets import reports_stream_usage, speaks_responses
 from llmrelay.snapshot.model import ProviderSnap, RouteSnap
 
 _PATHS = {
@@ -50,11 +50,27 @@ class OpenAIAdapter:
             raise UnsupportedOperation(f"provider has no {operation.value} API")
         provider = route.provider
         payload["model"] = route.upstream_model
+        if operation is Operation.CHAT and payload.get("stream") is True:
+            ask_stream_usage(payload, provider)
         return UpstreamRequest(
             url=f"{provider.base_url}{_PATHS[operation]}",
             headers={**forwarded_headers, **self._fixed_headers(provider)},
             body=orjson.dumps(payload),
         )
+
+
+def ask_stream_usage(payload: dict[str, Any], provider: ProviderSnap) -> None:
+    """Ask for the usage chunk even when the client did not: without it a stream's tokens,
+    its cost, budgets and tpm reconciliation would rest on estimates. The chat relay keeps
+    the chunk from a client that did not ask (gateway/relay.py)."""
+    options = payload.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage") is True:
+        return
+    if reports_stream_usage(provider.type, provider.preset):
+        payload["stream_options"] = {
+            **(options if isinstance(options, dict) else {}),
+            "include_usage": True,
+        }
 
 
 def fixed_headers(provider: ProviderSnap) -> dict[str, str]:

@@ -40,3 +40,16 @@ def speaks_responses(provider_type: str, preset: str | None) -> bool:
         return True
     found = PRESETS.get(preset) if preset else None
     return found is not None and found.responses_api
+
+
+def reports_stream_usage(provider_type: str, preset: str | None) -> bool:
+    """Whether a chat stream from this provider ends with a usage chunk when the gateway
+    asks (`stream_options.include_usage`): OpenAI's API does; a preset says for its server;
+    an unknown OpenAI-compatible server is assumed to (the option is part of the API); the
+    anthropic and gemini translators always write one."""
+    if provider_type in ("anthropic", "gemini"):
+        return True
+    if provider_type not in ("openai", "openai_compatible"):
+        return False
+    found = PRESETS.get(preset) if preset else None
+    return found is None or found.stream_usage
