@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import sqlite3
+import time
 from pathlib import Path
 
 import anthropic
@@ -17,6 +19,22 @@ def _demo_key(process: GatewayProcess) -> str:
     match = re.search(r"API key: (sk-lr-\S+)", process.logs())
     assert match, process.logs()
     return match.group(1)
+
+
+def _last_record(process: GatewayProcess) -> tuple[bool, int | None, int | None]:
+    """(stream, prompt tokens, completion tokens) of the newest request record."""
+    path = process.database_url.removeprefix("sqlite:///")
+    deadline = time.monotonic() + 5
+    while True:
+        with sqlite3.connect(path) as db:
+            row = db.execute(
+                "SELECT stream, prompt_tokens, completion_tokens FROM request_records"
+                " ORDER BY created_at DESC LIMIT 1"
+            ).fetchone()
+        if (row is not None and row[0]) or time.monotonic() > deadline:
+            assert row is not None
+            return bool(row[0]), row[1], row[2]
+        time.sleep(0.05)
 
 
 def test_demo_answers_chat_stream_and_embeddings(tmp_path: Path) -> None:
@@ -43,6 +61,11 @@ def test_demo_answers_chat_stream_and_embeddings(tmp_path: Path) -> None:
         ]
         assert "".join(pieces) == "one two three four five six"
         assert len(pieces) >= 3
+        # Metered, though the client asked for no usage: the record has the tokens, the
+        # client got no usage chunk.
+        assert all(c.usage is None for c in chunks)
+        streamed = _last_record(process)
+        assert streamed[0] is True and streamed[1] and streamed[2]
 
         first = client.embeddings.create(model="demo-embedding", input="same text")
         second = client.embeddings.create(

@@ -105,10 +105,10 @@ def test_rpm_admits_the_limit_then_answers_429_with_its_headers(gateway: Gateway
 
     # The official SDKs see their own rate-limit errors, in their protocol's shape.
     client = openai.OpenAI(api_key=KEY_RPM, base_url=gateway.base_url, max_retries=0)
-    with pytest.raises(openai.RateLimitError):
+    with client, pytest.raises(openai.RateLimitError):
         client.chat.completions.create(model="chat", messages=[{"role": "user", "content": "hi"}])
     messages = anthropic.Anthropic(api_key=KEY_RPM, base_url=gateway.url, max_retries=0)
-    with pytest.raises(anthropic.RateLimitError) as caught:
+    with messages, pytest.raises(anthropic.RateLimitError) as caught:
         messages.messages.create(
             model="chat", max_tokens=16, messages=[{"role": "user", "content": "hi"}]
         )

@@ -160,9 +160,9 @@ def _chat(payload: dict[str, Any]) -> MockResponse:
     events: list[dict[str, Any]] = [chunk({"role": "assistant", "content": ""}, None)]
     events += [chunk({"content": piece}, None) for piece in _split(reply) if piece]
     events.append(chunk({}, "stop"))
-    options = payload.get("stream_options")
-    if isinstance(options, dict) and options.get("include_usage"):
-        events.append({**chunk({}, None), "choices": [], "usage": usage})
+    # Always, as a provider the gateway asked for it: the chat relay keeps it from a client
+    # that did not ask (every stream is metered).
+    events.append({**chunk({}, None), "choices": [], "usage": usage})
     parts = [b"data: " + orjson.dumps(e) + b"\n\n" for e in events]
     parts.append(b"data: [DONE]\n\n")
     return MockResponse(200, parts)

@@ -46,8 +46,8 @@ def reports_stream_usage(provider_type: str, preset: str | None) -> bool:
     """Whether a chat stream from this provider ends with a usage chunk when the gateway
     asks (`stream_options.include_usage`): OpenAI's API does; a preset says for its server;
     an unknown OpenAI-compatible server is assumed to (the option is part of the API); the
-    anthropic and gemini translators always write one."""
-    if provider_type in ("anthropic", "gemini"):
+    anthropic and gemini translators and the built-in mock always write one."""
+    if provider_type in ("anthropic", "gemini", "mock"):
         return True
     if provider_type not in ("openai", "openai_compatible"):
         return False
