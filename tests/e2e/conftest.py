@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import openai
 import pytest
 
+from tests.conftest import need_postgres
+from tests.support.databases import create_postgres_database, drop_postgres_database
 from tests.support.gateway_process import GatewayProcess, serving
 from tests.support.mock_upstream import MockUpstream
 from tests.support.ports import free_port
@@ -109,6 +112,17 @@ def gateway(
         gateway_config(upstream),
         env={"LLMRELAY_MAX_BODY_BYTES": "65536"},
     )
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A new, empty PostgreSQL database for one test (dropped after it)."""
+    need_postgres()
+    url = asyncio.run(create_postgres_database())
+    try:
+        yield url
+    finally:
+        asyncio.run(drop_postgres_database(url))
 
 
 @pytest.fixture

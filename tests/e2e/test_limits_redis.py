@@ -4,7 +4,6 @@ test stops and starts again."""
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
 import time
@@ -15,8 +14,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import need_postgres
-from tests.support.databases import create_postgres_database, drop_postgres_database
 from tests.support.gateway_process import GatewayProcess
 from tests.support.mock_upstream import MockUpstream
 from tests.support.redis_server import RedisServer
@@ -48,16 +45,6 @@ def redis_server() -> Iterator[RedisServer]:
     server = RedisServer().start()
     yield server
     server.stop()
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    need_postgres()
-    url = asyncio.run(create_postgres_database())
-    try:
-        yield url
-    finally:
-        asyncio.run(drop_postgres_database(url))
 
 
 def chat(gateway: GatewayProcess, key: str, client: httpx.Client | None = None) -> httpx.Response:

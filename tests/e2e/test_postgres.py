@@ -6,30 +6,17 @@ import asyncio
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
 import openai
 import pytest
 
-from tests.conftest import need_postgres
-from tests.support.databases import create_postgres_database, drop_postgres_database
 from tests.support.gateway_process import GatewayProcess
 from tests.support.mock_upstream import MockUpstream
 
 pytestmark = pytest.mark.postgres
 KEY = "postgres-e2e-key-0123456789"
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    need_postgres()
-    url = asyncio.run(create_postgres_database())
-    try:
-        yield url
-    finally:
-        asyncio.run(drop_postgres_database(url))
 
 
 def test_serve_on_postgres_records_the_request(

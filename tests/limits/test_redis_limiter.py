@@ -4,7 +4,6 @@ leases, budgets, races between concurrent admissions, and the same figures as lo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import time
 import uuid
@@ -31,6 +30,7 @@ from llmrelay.limits.redis import RedisLimiter
 from tests.conftest import need_redis
 from tests.support.ports import free_port
 from tests.support.services import REDIS_URL
+from tests.support.silent_server import silent_server
 
 pytestmark = pytest.mark.redis
 
@@ -344,26 +344,12 @@ async def test_scripts_flushed_from_redis_are_loaded_again(
 
 
 async def test_a_silent_redis_is_backend_unavailable_within_the_timeout() -> None:
-    accepted: list[asyncio.StreamWriter] = []
-
-    async def swallow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        accepted.append(writer)
-        while await reader.read(65536):
-            pass
-
-    server = await asyncio.start_server(swallow, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    limiter = RedisLimiter(f"redis://127.0.0.1:{port}/0", timeout_s=0.2)
-    try:
-        started = time.monotonic()
-        with pytest.raises(BackendUnavailable):
-            await limiter.admit(demand(key(rpm=1), now=T0))
-        assert time.monotonic() - started < 0.6
-    finally:
-        await limiter.close()
-        server.close()
-        for writer in accepted:
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
-        await server.wait_closed()
+    async with silent_server() as (url, _):
+        limiter = RedisLimiter(url, timeout_s=0.2)
+        try:
+            started = time.monotonic()
+            with pytest.raises(BackendUnavailable):
+                await limiter.admit(demand(key(rpm=1), now=T0))
+            assert time.monotonic() - started < 0.6
+        finally:
+            await limiter.close()

@@ -5,7 +5,6 @@ server fails every pending call promptly instead of leaving it waiting."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -25,6 +24,7 @@ from llmrelay.limits.resp import (
 from tests.conftest import need_redis
 from tests.support.ports import free_port
 from tests.support.services import REDIS_URL
+from tests.support.silent_server import silent_server
 
 pytestmark = pytest.mark.redis
 
@@ -102,35 +102,21 @@ async def test_a_script_is_loaded_again_after_script_flush(client: RespClient, p
 
 
 async def test_a_silent_server_fails_pending_calls_within_the_timeout() -> None:
-    accepted: list[asyncio.StreamWriter] = []
-
-    async def swallow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        accepted.append(writer)
-        while await reader.read(65536):
-            pass
-
-    server = await asyncio.start_server(swallow, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    client = RespClient(f"redis://127.0.0.1:{port}/0", timeout_s=0.2)
-    try:
-        started = time.monotonic()
-        results = await asyncio.gather(
-            *(client.call(b"GET", f"k{i}") for i in range(10)), return_exceptions=True
-        )
-        elapsed = time.monotonic() - started
-        assert all(isinstance(r, RespConnectionError) for r in results), results
-        assert 0.2 <= elapsed < 0.6
-        with pytest.raises(RespConnectionError, match=r"within 0\.2 s"):
-            await client.call(b"PING")  # a new connection, just as silent
-        assert len(accepted) == 2
-    finally:
-        await client.close()
-        server.close()
-        for writer in accepted:
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
-        await server.wait_closed()
+    async with silent_server() as (url, accepted):
+        client = RespClient(url, timeout_s=0.2)
+        try:
+            started = time.monotonic()
+            results = await asyncio.gather(
+                *(client.call(b"GET", f"k{i}") for i in range(10)), return_exceptions=True
+            )
+            elapsed = time.monotonic() - started
+            assert all(isinstance(r, RespConnectionError) for r in results), results
+            assert 0.2 <= elapsed < 0.6
+            with pytest.raises(RespConnectionError, match=r"within 0\.2 s"):
+                await client.call(b"PING")  # a new connection, just as silent
+            assert len(accepted) == 2
+        finally:
+            await client.close()
 
 
 async def test_connection_refused_fails_promptly() -> None:

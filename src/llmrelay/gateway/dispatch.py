@@ -23,7 +23,7 @@ import orjson
 from starlette.types import Receive
 
 from llmrelay.deadlines import Deadlines
-from llmrelay.gateway.call import CallRecord
+from llmrelay.gateway.call import RECORD_COLUMNS, CallRecord
 from llmrelay.gateway.capabilities import Needs, expected_tokens, price_of
 from llmrelay.gateway.errors import UpstreamTimeout
 from llmrelay.gateway.executor import Executor, Finisher, candidates
@@ -310,10 +310,12 @@ class Dispatcher:
         if record.counted_route is not None:
             runtime.executor.router.in_flight.end(record.counted_route)
         latency_ms = record.latency_ms()
-        runtime.recorder.record(record.row(latency_ms), record.attempt_log)
+        row = record.row(latency_ms)
+        runtime.recorder.record(row, record.attempt_log)
         admission = record.admission
         if admission is not None:
-            admission.limiter.settle(admission, record.used_tokens(), record.cost_micros() or 0)
+            cost = row[COST_COLUMN]  # priced once, for the record and the budget
+            admission.limiter.settle(admission, record.used_tokens(), cost or 0)
         runtime.metrics.count_request(
             record.endpoint,
             record.virtual_model or "",
@@ -404,6 +406,8 @@ def _count_refusal(metrics: Metrics, refused: LimitExceeded | LimitsUnavailable)
 def _route_id(route: RouteSnap) -> str:
     return route.id
 
+
+COST_COLUMN = RECORD_COLUMNS.index("cost_micros")
 
 #: Response ids remembered per process for GET and cancel (like session affinity).
 STORED_RESPONSES_MAX = 100_000

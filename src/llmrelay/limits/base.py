@@ -135,15 +135,6 @@ class Quota:
         ]
 
 
-def tightest(quotas: list[Quota]) -> Quota | None:
-    """The quota with the smallest share left (ties: the first)."""
-    best: Quota | None = None
-    for quota in quotas:
-        if best is None or quota.remaining * best.limit < best.remaining * quota.limit:
-            best = quota
-    return best
-
-
 class LimitExceeded(GatewayError):
     """429: says which limit of which scope refused, and when to come back."""
 

@@ -183,7 +183,7 @@ class RedisLimiter:
             raise LimitExceeded(quota, quota.reset_s)
         admission = Admission(demand, self, bucket=second)
         leases: list[str] = []
-        # The tightest quota as base.tightest picks it (the smallest share left; ties: the
+        # The tightest quota, as local.py picks it (the smallest share left; ties: the
         # first, in the order rpm, tpm, concurrency, budget of each scope), built alone:
         # the others would be thrown away. `best`: scope index * 4 + kind index.
         best_remaining, best_limit, best = 0, 0, -1
