@@ -60,6 +60,14 @@ projects:
 
 
 @pytest.fixture(scope="module")
+def upstream() -> Iterator[MockUpstream]:
+    """This module's own (the stalled streams of one test must not meet other modules')."""
+    server = MockUpstream().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
 def gateway(
     upstream: MockUpstream, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
