@@ -61,7 +61,8 @@ projects:
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[MockUpstream]:
-    """This module's own (the stalled streams of one test must not meet other modules')."""
+    """This module's own. With the e2e conftest's fixture instead (the same code, also
+    per module) the mid-stream test failed twice in full runs, not understood yet."""
     server = MockUpstream().start()
     yield server
     server.stop()
