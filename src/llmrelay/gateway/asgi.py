@@ -4,11 +4,12 @@ objects and no middleware wrappers."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import Iterable
 
 from starlette.types import Receive, Send
 
 from llmrelay.gateway.errors import ClientDisconnected, PayloadTooLarge
+from llmrelay.gateway.stream_relay import StreamRelay
 from llmrelay.gateway.watch import ClientWatches
 
 JSON_TYPE = (b"content-type", b"application/json")
@@ -64,18 +65,27 @@ async def send_json(
 async def send_sse(
     receive: Receive,
     send: Send,
-    events: AsyncGenerator[bytes, None],
+    relay: StreamRelay,
     headers: Iterable[tuple[bytes, bytes]],
     watches: ClientWatches,
 ) -> None:
-    """Stream `events` to the client as they come; stop the moment the client disconnects.
-    The generator is always closed here, so its cleanup runs at once."""
+    """Stream the relay's events to the client as they come; stop the moment the client
+    disconnects. The events are always closed here, so their cleanup runs at once.
+
+    The last chunk of a normal end goes out with the end of the body, after the relay has
+    finished its record: one write instead of two (uvicorn writes the chunk and the chunked
+    terminator together), and no disconnect watch left open once the answer is complete."""
     await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *headers]})
+    events = relay.events()
+    last = b""
     try:
         with watches.watch(receive):
             async for chunk in events:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+                if relay.ended:
+                    last = chunk  # the generator ends at the next step
+                else:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": last, "more_body": False})
     except (ClientDisconnected, OSError):
         pass  # nothing more can reach the client
     finally:

@@ -136,7 +136,7 @@ class DataPlane(Dispatcher):
                 record.stream = streaming = True
                 served, relay = await self.answer(call, receive, snapshot, model, pinned)
                 self.served_headers(headers, served, record)
-                await send_sse(receive, send, relay.events(), headers, runtime.client_watches)
+                await send_sse(receive, send, relay, headers, runtime.client_watches)
                 return
             served, answer = await self.answer(call, receive, snapshot, model, pinned)
             body = self.rename(served.name).apply(answer.raw, answer.body)

@@ -69,7 +69,7 @@ class ResponsesRoutes:
                 record.stream = streaming = True
                 served, relay = await dispatcher.answer(call, receive, snapshot, model, pinned)
                 dispatcher.served_headers(headers, served, record)
-                await send_sse(receive, send, relay.events(), headers, runtime.client_watches)
+                await send_sse(receive, send, relay, headers, runtime.client_watches)
                 return
             served, answer = await dispatcher.answer(call, receive, snapshot, model, pinned)
             answered: dict[str, Any] = answer.body

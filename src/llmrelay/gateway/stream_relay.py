@@ -44,6 +44,9 @@ class StreamRelay:
         self._on_end = on_end
         self._primed: list[bytes] = []
         self._deadline: Deadline | None = None
+        #: Set just before the last chunk of a normal end is yielded: the writer can send it
+        #: with the end of the body (one write, not two).
+        self.ended = False
 
     # -- what a protocol decides ---------------------------------------------------------
 
@@ -126,6 +129,7 @@ class StreamRelay:
             if closing:
                 out.append(closing)
             if out:
+                self.ended = True
                 yield b"".join(out)
         except UpstreamError as exc:
             error: GatewayError = (
