@@ -17,17 +17,16 @@ from llmrelay.gateway.capabilities import (
     price_of,
 )
 from llmrelay.gateway.executor import candidates
-from llmrelay.snapshot.model import Capabilities, ModelSnap, PriceSnap, RoutePrice, RouteSnap
+from llmrelay.metering.cost import Price
+from llmrelay.snapshot.model import Capabilities, ModelSnap, RouteSnap
 from tests.routing.test_strategies import PROVIDER
 
 
-def _route(
-    rid: str, caps: Capabilities | None = None, price: RoutePrice | None = None
-) -> RouteSnap:
+def _route(rid: str, caps: Capabilities | None = None, price: Price | None = None) -> RouteSnap:
     return RouteSnap(rid, PROVIDER, "up", 0, 1.0, None, False, 0, caps, price)
 
 
-def _model(*routes: RouteSnap, price: PriceSnap | None = None) -> ModelSnap:
+def _model(*routes: RouteSnap, price: Price | None = None) -> ModelSnap:
     return ModelSnap("m", "t", "chat", "priority", routes, 1, 0, 30.0, (), (), False, price, 0)
 
 
@@ -99,9 +98,9 @@ def test_expected_tokens_and_prices_for_cost_first() -> None:
     assert expected_tokens(_chat(max_tokens=30)) == (0, 30)
     assert expected_tokens(_chat(max_completion_tokens=7, max_tokens=30)) == (0, 7)
     assert expected_tokens(_chat(max_tokens=True))[1] == DEFAULT_EXPECTED_OUTPUT_TOKENS
-    own = _route("own", price=RoutePrice(input=100, output=None))
+    own = _route("own", price=Price("route:own", input=100, output=None, source="route"))
     other = _route("other")
-    model = _model(own, other, price=PriceSnap("v1", 5, 6, None, None))
+    model = _model(own, other, price=Price("v1", 5, 6))
     of = price_of(model)
     assert of(own) == (100, None)
     assert of(other) == (5, 6)

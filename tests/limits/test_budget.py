@@ -14,7 +14,7 @@ from llmrelay.gateway.recorder import Recorder
 from llmrelay.limits.base import Demand, LimitExceeded, LimitKind, Scope, ScopeKind, month_of
 from llmrelay.limits.local import LocalLimiter
 from llmrelay.limits.spend import month_spend, seed
-from llmrelay.snapshot.model import RoutePrice
+from llmrelay.metering.cost import Price
 
 NOW = datetime(2026, 12, 15, 12, 0, tzinfo=UTC).timestamp()
 LAST_MONTH = datetime(2026, 11, 30, 23, 59, tzinfo=UTC).timestamp()
@@ -27,7 +27,7 @@ def _record(request_id: str, key: str, project: str, created: float, cost: int) 
     record.created = created
     record.key_id, record.project_id = key, project
     # 1 USD per million tokens on both sides: `cost` tokens cost `cost` micro-USD.
-    record.price = RoutePrice(input=1_000_000, output=1_000_000)
+    record.price = Price("v1", input=1_000_000, output=1_000_000)
     record.take_usage({"prompt_tokens": cost, "completion_tokens": 0})
     return record
 

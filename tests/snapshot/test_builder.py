@@ -8,7 +8,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay import apikeys
 from llmrelay.snapshot.holder import SnapshotHolder
-from llmrelay.snapshot.model import Capabilities, RoutePrice
+from llmrelay.snapshot.model import Capabilities
 from llmrelay.store.bootstrap import bump_generation
 from llmrelay.store.crypto import Sealer
 from llmrelay.store.db import session_factory
@@ -164,6 +164,9 @@ async def test_route_capabilities_and_prices_reach_the_snapshot(engine: AsyncEng
     backup = snapshot.model(tenant, "chat-backup")
     assert fast is not None and backup is not None
     assert fast.routes[1].capabilities == Capabilities(tools=False, context_window=8192)
-    assert fast.routes[1].price == RoutePrice(input=250_000, output=1_000_000)
+    price = fast.routes[1].price
+    assert price is not None and price.source == "route"
+    assert (price.input, price.output, price.cached_input) == (250_000, 1_000_000, None)
+    assert price.version_id == f"route:{fast.routes[1].id}"
     assert fast.routes[0].capabilities is None and fast.routes[0].price is None
     assert fast.capability_aware and not backup.capability_aware

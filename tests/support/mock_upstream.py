@@ -15,6 +15,9 @@ query). The behaviour is chosen by the upstream model name the gateway sends (se
     redirect           answer 307 to another path (a gateway must not follow it)
     fail-first-N       answer 503 to the first N requests for this model, then echo
     throttle-first-N   answer 429 with `Retry-After: 1` to the first N requests, then echo
+    no-usage           echo, but report no usage (no `usage` in the answer, no usage chunk)
+    cached             echo, with half the prompt tokens reported as cached and one of the
+                       completion tokens as reasoning (OpenAI's usage details)
 
 The same server and port also speak three more providers' wire formats, so a gateway's
 adapters meet the real thing; their base URL is the host root (`root_url`):
@@ -224,7 +227,7 @@ class MockUpstream:
             await asyncio.sleep(0.01)
         await response.write(_event(_chunk(model, {}, "stop")))
         options = body.get("stream_options") or {}
-        if options.get("include_usage"):
+        if options.get("include_usage") and kind != "no-usage":
             await response.write(
                 _event({**_chunk(model, {}), "choices": [], "usage": _usage(body, reply)})
             )
@@ -299,7 +302,7 @@ def _behaviour(model: str) -> tuple[str, int]:
         if model.startswith(prefix):  # the number, then anything (to tell routes apart)
             digits = re.match(r"\d+", model[len(prefix) :])
             return kind, int(digits.group()) if digits else 0
-    if model in ("no-done", "malformed", "redirect", "burst"):
+    if model in ("no-done", "malformed", "redirect", "burst", "no-usage", "cached"):
         return model, 0
     if model in ("overloaded-midstream", "content-filter"):  # anthropic, azure_openai
         return model, 0
@@ -316,11 +319,15 @@ def _last_user_text(messages: list[dict[str, Any]]) -> str:
 def _usage(body: dict[str, Any], reply: str) -> dict[str, int]:
     prompt = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
     completion = len(reply.split())
-    return {
+    usage: dict[str, Any] = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
     }
+    if body.get("model") == "cached":
+        usage["prompt_tokens_details"] = {"cached_tokens": prompt // 2}
+        usage["completion_tokens_details"] = {"reasoning_tokens": min(1, completion)}
+    return usage
 
 
 def _completion(body: dict[str, Any], reply: str) -> dict[str, Any]:
@@ -336,7 +343,7 @@ def _completion(body: dict[str, Any], reply: str) -> dict[str, Any]:
                 "finish_reason": "stop",
             }
         ],
-        "usage": _usage(body, reply),
+        **({} if body.get("model") == "no-usage" else {"usage": _usage(body, reply)}),
     }
 
 

@@ -101,10 +101,13 @@ def _capabilities(route: RouteConfig) -> dict[str, Any] | None:
 def _route_pricing(route: RouteConfig) -> dict[str, Any] | None:
     if route.pricing is None:
         return None
-    return {
+    stated = {
         "input": usd_to_micros(route.pricing.input_per_mtok),
         "output": usd_to_micros(route.pricing.output_per_mtok),
+        "cached_input": usd_to_micros(route.pricing.cached_input_per_mtok),
+        "cache_write": usd_to_micros(route.pricing.cache_write_per_mtok),
     }
+    return {bucket: micros for bucket, micros in stated.items() if micros is not None}
 
 
 async def _sync_price(session: AsyncSession, model: VirtualModel, pricing: PricingConfig) -> bool:

@@ -141,10 +141,13 @@ class CapabilitiesConfig(_Strict):
 
 
 class RoutePricingConfig(_Strict):
-    """What one route costs, USD per million tokens (strategy cost_first orders by it)."""
+    """What one route costs, USD per million tokens, by bucket (strategy cost_first orders
+    by it; the records of calls it answers are priced by it before the model's price)."""
 
     input_per_mtok: Annotated[Decimal, Field(ge=0)] | None = None
     output_per_mtok: Annotated[Decimal, Field(ge=0)] | None = None
+    cached_input_per_mtok: Annotated[Decimal, Field(ge=0)] | None = None
+    cache_write_per_mtok: Annotated[Decimal, Field(ge=0)] | None = None
 
 
 class RouteConfig(_Strict):

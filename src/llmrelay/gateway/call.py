@@ -1,15 +1,39 @@
-"""What one data-plane request did, collected while it runs and recorded when it ends."""
+"""What one data-plane request did, collected while it runs and recorded when it ends.
+
+How a request's usage is settled when it ends (docs/metering.md has the operator's view):
+
+- the provider reported usage (the answer's, or the stream's usage event): that, `reported`;
+- it reported none, and output was produced (a 200 answer, or a stream that delivered
+  events before it completed, broke off, stalled or lost its client): the prompt counted by
+  the offline tokenizer and the output estimated (a JSON answer's text counted; a stream's
+  content events delivered, about one token each), `estimated`;
+- nothing was produced (an error before the first byte, a refused or invalid request, or a
+  token count): no usage and no charge, `none`.
+"""
 
 from __future__ import annotations
 
 import time
 from typing import TYPE_CHECKING, Any
 
+from llmrelay.metering import usage as usage_of
+from llmrelay.metering.catalogue import bundled
+from llmrelay.metering.cost import Cost, cost_of
+from llmrelay.metering.estimate import prompt_tokens
+from llmrelay.metering.usage import Usage
+
 if TYPE_CHECKING:
     from llmrelay.limits.base import Admission
-    from llmrelay.snapshot.model import PriceSnap, RoutePrice
+    from llmrelay.metering.cost import Price
 
 CLIENT_CLOSED_REQUEST = 499
+
+USAGE_REPORTED = "reported"
+USAGE_ESTIMATED = "estimated"
+USAGE_NONE = "none"
+
+#: Endpoints that generate nothing (their records carry no usage).
+_COUNTING_ENDPOINTS = frozenset({"messages.count_tokens"})
 
 #: The order of `CallRecord.row()`; the recorder inserts rows as tuples in this order.
 RECORD_COLUMNS = (
@@ -33,6 +57,21 @@ RECORD_COLUMNS = (
     "route_id",
     "policy_id",
     "cost_micros",
+    "protocol",
+    "input_tokens",
+    "cached_input_tokens",
+    "cache_write_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "usage_source",
+    "input_cost_micros",
+    "cached_input_cost_micros",
+    "cache_write_cost_micros",
+    "output_cost_micros",
+    "price_version",
+    "price_source",
+    "client_ip",
+    "user_agent",
 )
 
 #: The order of the attempt rows a record carries (see CallRecord.log_attempt).
@@ -55,18 +94,20 @@ class CallRecord:
 
     __slots__ = (
         "admission",
+        "answer_tokens",
         "attempt_log",
         "attempts",
-        "completion_tokens",
+        "client_ip",
         "counted_route",
         "created",
+        "delivered_events",
         "endpoint",
         "error_code",
         "key_id",
+        "payload",
         "policy_id",
         "price",
         "project_id",
-        "prompt_tokens",
         "provider",
         "request_id",
         "route_id",
@@ -76,14 +117,26 @@ class CallRecord:
         "tenant_id",
         "ttfb_ms",
         "upstream_model",
+        "usage",
+        "usage_source",
+        "user_agent",
         "virtual_model",
     )
 
-    def __init__(self, request_id: str, endpoint: str, started: float) -> None:
+    def __init__(
+        self,
+        request_id: str,
+        endpoint: str,
+        started: float,
+        client_ip: str | None = None,
+        user_agent: str | None = None,
+    ) -> None:
         self.request_id = request_id
         self.endpoint = endpoint
         self.started = started
         self.created = time.time()
+        self.client_ip = client_ip
+        self.user_agent = user_agent
         self.tenant_id: str | None = None
         self.project_id: str | None = None
         self.key_id: str | None = None
@@ -94,8 +147,15 @@ class CallRecord:
         self.status_code = 200
         self.error_code: str | None = None
         self.ttfb_ms: float | None = None
-        self.prompt_tokens: int | None = None
-        self.completion_tokens: int | None = None
+        #: What the provider reported, in billing buckets (None: nothing reported yet).
+        self.usage: Usage | None = None
+        self.usage_source = USAGE_NONE
+        #: The request body, kept for an estimate when no usage is reported.
+        self.payload: dict[str, Any] | None = None
+        #: A JSON answer's generated tokens as counted here (only when it reported none).
+        self.answer_tokens: int | None = None
+        #: Stream events passed to the client (an estimate's output when usage never came).
+        self.delivered_events = 0
         #: Upstream attempts made (retries and failovers included), the route of the last
         #: one, and rows for the attempts table once an attempt failed (see log_attempt).
         self.attempts = 0
@@ -105,8 +165,9 @@ class CallRecord:
         self.counted_route: str | None = None
         #: The key's routing policy (see KeySnap.policy), when it has one.
         self.policy_id: str | None = None
-        #: The price of the route that answered (its own, else its model's).
-        self.price: RoutePrice | PriceSnap | None = None
+        #: The price of the route that answered (its own, else its model's; the bundled
+        #: catalogue's for its upstream model when neither has one).
+        self.price: Price | None = None
         #: What the limiter took for this request (settled when the request ends).
         self.admission: Admission | None = None
 
@@ -114,14 +175,36 @@ class CallRecord:
         if self.ttfb_ms is None:
             self.ttfb_ms = (time.perf_counter() - self.started) * 1000.0
 
+    # -- usage, as each protocol reports it ------------------------------------------------
+
     def take_usage(self, usage: Any) -> None:
-        if isinstance(usage, dict):
-            prompt = usage.get("prompt_tokens")
-            completion = usage.get("completion_tokens")
-            if isinstance(prompt, int):
-                self.prompt_tokens = prompt
-            if isinstance(completion, int):
-                self.completion_tokens = completion
+        """Chat Completions or Embeddings usage (also the translators' output)."""
+        taken = usage_of.from_chat(usage)
+        if taken is not None:
+            self.usage = taken
+            self.usage_source = USAGE_REPORTED
+
+    def take_messages_usage(self, usage: Any) -> None:
+        """Anthropic Messages usage; a stream's later counts update its first ones."""
+        taken = usage_of.from_messages(usage, self.usage)
+        if taken is not None:
+            self.usage = taken
+            self.usage_source = USAGE_REPORTED
+
+    def take_responses_usage(self, usage: Any) -> None:
+        taken = usage_of.from_responses(usage)
+        if taken is not None:
+            self.usage = taken
+            self.usage_source = USAGE_REPORTED
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        """Every input token (OpenAI's `prompt_tokens`), as far as the usage is known."""
+        return None if self.usage is None else self.usage.prompt
+
+    @property
+    def completion_tokens(self) -> int | None:
+        return None if self.usage is None else self.usage.output
 
     def log_attempt(self, kind: str, status: int | None, outcome: str, latency_ms: float) -> None:
         """A row for the attempts table about the current attempt (ATTEMPT_COLUMNS order).
@@ -151,8 +234,48 @@ class CallRecord:
     def latency_ms(self) -> float:
         return (time.perf_counter() - self.started) * 1000.0
 
+    # -- the end -----------------------------------------------------------------------------
+
+    def settle_usage(self) -> Usage | None:
+        """The usage to record, bill and reconcile tpm with (see the module's rules): the
+        reported one, else an estimate when output was produced, else None."""
+        if self.usage is not None or self.endpoint in _COUNTING_ENDPOINTS:
+            return self.usage
+        produced = self.delivered_events > 0 if self.stream else self.status_code == 200
+        if not produced:
+            return None
+        payload = self.payload
+        prompt = prompt_tokens(payload) if payload is not None else 0
+        # A stream's first event names the role; each later one carries about a token.
+        output = max(self.delivered_events - 1, 0) if self.stream else self.answer_tokens or 0
+        self.usage = Usage(input=prompt, output=output)
+        self.usage_source = USAGE_ESTIMATED
+        return self.usage
+
+    def cost(self) -> Cost:
+        """The settled usage at the price in force when the request started."""
+        price = self.price
+        if price is None and self.upstream_model is not None:
+            price = bundled().price(self.upstream_model, self.created)
+        return cost_of(self.usage, price)
+
     def row(self, latency_ms: float) -> tuple[Any, ...]:
-        """The record in RECORD_COLUMNS order; `created_at` is a Unix timestamp here."""
+        """The record in RECORD_COLUMNS order; `created_at` is a Unix timestamp here.
+        Settles the usage first."""
+        usage = self.settle_usage()
+        cost = self.cost()
+        if usage is None:
+            prompt = output = None
+            buckets: tuple[int | None, ...] = (None,) * 5
+        else:
+            prompt, output = usage.prompt, usage.output
+            buckets = (
+                usage.input,
+                usage.cached_input,
+                usage.cache_write,
+                usage.output,
+                usage.reasoning,
+            )
         return (
             self.request_id,
             self.created,
@@ -168,36 +291,36 @@ class CallRecord:
             self.error_code,
             latency_ms,
             self.ttfb_ms,
-            self.prompt_tokens,
-            self.completion_tokens,
+            prompt,
+            output,
             self.attempts,
             self.route_id,
             self.policy_id,
-            self.cost_micros(),
+            cost.total,
+            _PROTOCOLS.get(self.endpoint, "openai"),
+            *buckets,
+            self.usage_source,
+            cost.input,
+            cost.cached_input,
+            cost.cache_write,
+            cost.output,
+            cost.version_id,
+            cost.source,
+            self.client_ip,
+            self.user_agent,
         )
 
-    def cost_micros(self) -> int | None:
-        """Tokens by the route's price (micro-USD); None when the price or usage is unknown."""
-        price = self.price
-        if price is None:
-            return None
-        cost = 0
-        for tokens, per_mtok in (
-            (self.prompt_tokens, price.input),
-            (self.completion_tokens, price.output),
-        ):
-            if tokens and per_mtok is not None:
-                cost += tokens * per_mtok
-            elif tokens:
-                return None
-        return (cost + 500_000) // 1_000_000
-
     def used_tokens(self) -> int | None:
-        """Tokens to reconcile a tpm reservation with: the usage when reported; 0 for an
-        error answer (nothing was generated); None when unknown (the estimate stands)."""
-        prompt, completion = self.prompt_tokens, self.completion_tokens
-        if prompt is not None or completion is not None:
-            return (prompt or 0) + (completion or 0)
+        """Tokens to reconcile a tpm reservation with, once the usage is settled: the usage
+        (reported or estimated); 0 when nothing was produced; None when unknown (an error
+        that may have produced output: the estimate stands)."""
+        usage = self.usage
+        if usage is not None:
+            return usage.total
         if self.status_code >= 400 and self.status_code != CLIENT_CLOSED_REQUEST:
             return 0
         return None
+
+
+#: The client protocol of each endpoint that is not OpenAI's.
+_PROTOCOLS = {"messages": "anthropic", "messages.count_tokens": "anthropic"}

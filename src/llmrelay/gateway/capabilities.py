@@ -12,11 +12,14 @@ strategy `cost_first`, never what is billed.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from llmrelay.gateway.errors import InvalidRequest
+from llmrelay.metering.catalogue import bundled
+from llmrelay.metering.cost import Price
 from llmrelay.routing.strategies import PriceOf
 from llmrelay.snapshot.model import Capabilities, ModelSnap, RouteSnap
 
@@ -154,12 +157,17 @@ def expected_tokens(payload: dict[str, Any]) -> tuple[int, int]:
     return chars // CHARS_PER_TOKEN, output
 
 
+def price_for(route: RouteSnap, model: ModelSnap, at: float) -> Price | None:
+    """The price a call answered by `route` is charged at (see price_of for the order)."""
+    return route.price or model.price or bundled().price(route.upstream_model, at)
+
+
 def price_of(model: ModelSnap) -> PriceOf:
-    """A route's own price (config `routes[].pricing`), else the model's price in force."""
-    fallback = (None, None) if model.price is None else (model.price.input, model.price.output)
+    """A route's own price (config `routes[].pricing`), else the model's price in force,
+    else the bundled catalogue's for the route's upstream model."""
 
     def of(route: RouteSnap) -> tuple[int | None, int | None]:
-        price = route.price
-        return fallback if price is None else (price.input, price.output)
+        price = price_for(route, model, time.time())
+        return (None, None) if price is None else (price.input, price.output)
 
     return of

@@ -348,6 +348,7 @@ class Dispatcher:
         (it correlates provider-side logs), and the session (the client's, unless given)."""
         forwarded = forwardable(headers)
         forwarded["x-request-id"] = context.request_id
+        record.payload = payload
         return ModelCall(
             self.live(),
             operation,

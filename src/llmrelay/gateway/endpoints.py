@@ -28,6 +28,7 @@ from llmrelay.gateway.ingress import RequestContext
 from llmrelay.gateway.messages import MessagesRoutes
 from llmrelay.gateway.responses import ResponsesRoutes
 from llmrelay.gateway.responses_stored import RESPONSES_PREFIX, StoredResponses
+from llmrelay.metering.estimate import answer_tokens
 from llmrelay.protocols import anthropic_models as anthropic_wire
 from llmrelay.protocols import openai as wire
 from llmrelay.providers.base import Operation
@@ -108,7 +109,13 @@ class DataPlane(Dispatcher):
         operation: Operation,
     ) -> None:
         runtime = self.live()
-        record = CallRecord(context.request_id, _ENDPOINTS[operation], context.started)
+        record = CallRecord(
+            context.request_id,
+            _ENDPOINTS[operation],
+            context.started,
+            context.client_ip,
+            context.user_agent,
+        )
         headers = [(b"x-request-id", context.request_id.encode())]
         streaming = False
         try:
@@ -141,6 +148,8 @@ class DataPlane(Dispatcher):
             served, answer = await self.answer(call, receive, snapshot, model, pinned)
             body = self.rename(served.name).apply(answer.raw, answer.body)
             record.take_usage(answer.body.get("usage"))
+            if record.usage is None:
+                record.answer_tokens = answer_tokens(answer.body)
             self.served_headers(headers, served, record)
             await send_json(send, 200, body, headers)
         except UpstreamRejected as error:

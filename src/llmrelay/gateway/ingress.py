@@ -32,6 +32,8 @@ class RequestContext:
     route_tag: str | None = None
     #: `x-llmrelay-session-id`: keeps a conversation on the route that served it
     session_id: str | None = None
+    #: The client's User-Agent (first 200 characters), for its records
+    user_agent: str | None = None
 
 
 def choose_request_id(client_value: bytes | None) -> str:
@@ -80,6 +82,7 @@ def begin(scope: Scope, trusted_proxies: Sequence[IPNetwork]) -> tuple[RequestCo
     content_length = None
     route_tag = None
     session_id = None
+    user_agent = None
     for name, value in scope["headers"]:
         if name == b"x-request-id":
             given_id = value
@@ -89,6 +92,8 @@ def begin(scope: Scope, trusted_proxies: Sequence[IPNetwork]) -> tuple[RequestCo
             content_length = value
         elif name == b"x-llmrelay-route-tag":
             route_tag = value.decode("latin-1").strip() or None
+        elif name == b"user-agent":
+            user_agent = value[:200].decode("latin-1")
         elif name == b"x-llmrelay-session-id":
             session_id = value[:200].decode("latin-1").strip() or None
     client = scope.get("client")
@@ -98,6 +103,7 @@ def begin(scope: Scope, trusted_proxies: Sequence[IPNetwork]) -> tuple[RequestCo
         started=time.perf_counter(),
         route_tag=route_tag,
         session_id=session_id,
+        user_agent=user_agent,
     )
     declared = None
     if content_length is not None:

@@ -24,7 +24,7 @@ from llmrelay.gateway.dispatch import Dispatcher, bind
 from llmrelay.gateway.errors import ClientDisconnected, GatewayError, InvalidRequest
 from llmrelay.gateway.executor import UpstreamRejected, candidates
 from llmrelay.gateway.ingress import RequestContext
-from llmrelay.gateway.messages_relay import prompt_tokens
+from llmrelay.metering.estimate import answer_tokens
 from llmrelay.protocols.anthropic_models import error_body
 from llmrelay.providers.base import Operation
 
@@ -55,7 +55,9 @@ class MessagesRoutes:
         runtime = dispatcher.live()
         counting = operation is Operation.COUNT_TOKENS
         endpoint = "messages.count_tokens" if counting else "messages"
-        record = CallRecord(context.request_id, endpoint, context.started)
+        record = CallRecord(
+            context.request_id, endpoint, context.started, context.client_ip, context.user_agent
+        )
         headers = [(b"x-request-id", context.request_id.encode())]
         streaming = False
         try:
@@ -92,11 +94,9 @@ class MessagesRoutes:
             answered = answer.body
             if not counting:
                 answered["model"] = served.name
-                usage = answered.get("usage")
-                if isinstance(usage, dict):
-                    record.prompt_tokens = prompt_tokens(usage)
-                    output = usage.get("output_tokens")
-                    record.completion_tokens = output if isinstance(output, int) else None
+                record.take_messages_usage(answered.get("usage"))
+                if record.usage is None:
+                    record.answer_tokens = answer_tokens(answered)
             dispatcher.served_headers(headers, served, record)
             await send_json(send, 200, orjson.dumps(answered), headers)
         except GatewayError as error:

@@ -43,9 +43,7 @@ class MessagesStreamRelay(ParsedEventRelay):
             message = event.get("message")
             if isinstance(message, dict):
                 message["model"] = self._virtual_model
-                usage = message.get("usage")
-                if isinstance(usage, dict):
-                    record.prompt_tokens = prompt_tokens(usage)
+                record.take_messages_usage(message.get("usage"))
             return False
         if kind == "content_block_delta":
             delta = event.get("delta")
@@ -54,23 +52,9 @@ class MessagesStreamRelay(ParsedEventRelay):
             block = event.get("content_block")
             return isinstance(block, dict) and block.get("type") in _CONTENT_BLOCKS
         if kind == "message_delta":
-            usage = event.get("usage")
-            if isinstance(usage, dict) and isinstance(usage.get("output_tokens"), int):
-                record.completion_tokens = usage["output_tokens"]
+            record.take_messages_usage(event.get("usage"))
             return True
         if kind == "message_stop":
             self._ended = True
             return True
         return False
-
-
-def prompt_tokens(usage: dict[str, Any]) -> int | None:
-    """All input tokens, cached or not, as chat's `prompt_tokens` counts them."""
-    total = 0
-    seen = False
-    for name in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"):
-        value = usage.get(name)
-        if isinstance(value, int):
-            total += value
-            seen = True
-    return total if seen else None

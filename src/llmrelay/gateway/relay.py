@@ -117,6 +117,7 @@ class ChatStreamRelay(StreamRelay):
         plain = text[:6] == _DATA and text.count(b"\n") == 2 * len(datas)
         if not plain:
             datas = event_data(text)
+        self._taken += len(datas)
         kept: list[bytes] | None = None if plain else []  # None: the text passes as it is
         content = not priming  # while priming: whether an event carried content
         # By their endings once the model's name is handled (learnt, or already ours).

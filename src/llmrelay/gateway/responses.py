@@ -25,7 +25,7 @@ from llmrelay.gateway.dispatch import Dispatcher, bind, response_session
 from llmrelay.gateway.errors import ClientDisconnected, GatewayError, InvalidRequest
 from llmrelay.gateway.executor import UpstreamRejected
 from llmrelay.gateway.ingress import RequestContext
-from llmrelay.gateway.responses_relay import take_usage
+from llmrelay.metering.estimate import answer_tokens
 from llmrelay.protocols import openai as wire
 from llmrelay.providers.base import Operation
 
@@ -39,7 +39,9 @@ class ResponsesRoutes:
     ) -> None:
         dispatcher = self._dispatcher
         runtime = dispatcher.live()
-        record = CallRecord(context.request_id, "responses", context.started)
+        record = CallRecord(
+            context.request_id, "responses", context.started, context.client_ip, context.user_agent
+        )
         headers = [(b"x-request-id", context.request_id.encode())]
         streaming = False
         try:
@@ -74,7 +76,9 @@ class ResponsesRoutes:
             served, answer = await dispatcher.answer(call, receive, snapshot, model, pinned)
             answered: dict[str, Any] = answer.body
             answered["model"] = served.name
-            take_usage(record, answered.get("usage"))
+            record.take_responses_usage(answered.get("usage"))
+            if record.usage is None:
+                record.answer_tokens = answer_tokens(answered)
             response_id = answered.get("id")
             if isinstance(response_id, str):
                 dispatcher.remember_response(served, answer.route, record.project_id, response_id)

@@ -95,7 +95,7 @@ class ResponsesStreamRelay(ParsedEventRelay):
             self._on_response_id(response_id)
         if kind in _ENDS:
             self._ended = True
-            take_usage(self._record, response.get("usage"))
+            self._record.take_responses_usage(response.get("usage"))
         return kind in _ENDS
 
 
@@ -104,14 +104,3 @@ def _carries_content(kind: Any, event: dict[str, Any]) -> bool:
         item = event.get("item")
         return isinstance(item, dict) and item.get("type") == "function_call"
     return bool(event.get("delta"))
-
-
-def take_usage(record: CallRecord, usage: Any) -> None:
-    """A Response's usage (`input_tokens`, `output_tokens`) onto the record."""
-    if not isinstance(usage, dict):
-        return
-    prompt, completion = usage.get("input_tokens"), usage.get("output_tokens")
-    if isinstance(prompt, int):
-        record.prompt_tokens = prompt
-    if isinstance(completion, int):
-        record.completion_tokens = completion

@@ -105,7 +105,13 @@ class StoredResponses:
     ) -> None:
         dispatcher = self._dispatcher
         runtime = dispatcher.live()
-        record = CallRecord(context.request_id, "responses.compact", context.started)
+        record = CallRecord(
+            context.request_id,
+            "responses.compact",
+            context.started,
+            context.client_ip,
+            context.user_agent,
+        )
         headers = [(b"x-request-id", context.request_id.encode())]
         try:
             snapshot = runtime.snapshots.current
@@ -128,6 +134,7 @@ class StoredResponses:
                 Operation.RESPONSES_COMPACT, payload, scope["headers"], record, context, principal
             )
             served, answer = await dispatcher.answer(call, receive, snapshot, model, pinned)
+            record.take_responses_usage(answer.body.get("usage"))
             dispatcher.served_headers(headers, served, record)
             body = dispatcher.rename(served.name).apply(answer.raw, answer.body)
             await send_json(send, 200, body, headers)

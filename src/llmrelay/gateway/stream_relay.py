@@ -44,6 +44,9 @@ class StreamRelay:
         self._on_end = on_end
         self._primed: list[bytes] = []
         self._deadline: Deadline | None = None
+        #: Upstream events taken so far (`_take` counts them); the record learns how many
+        #: reached the client, for an estimate when the usage never comes.
+        self._taken = 0
         #: Set just before the last chunk of a normal end is yielded: the writer can send it
         #: with the end of the body (one write, not two).
         self.ended = False
@@ -117,6 +120,7 @@ class StreamRelay:
             self._primed = []
             while not self._complete:
                 if out:
+                    record.delivered_events = self._taken
                     yield b"".join(out)
                     out = []
                 chunk = await self._next_chunk()
@@ -130,6 +134,7 @@ class StreamRelay:
                 out.append(closing)
             if out:
                 self.ended = True
+                record.delivered_events = self._taken
                 yield b"".join(out)
         except UpstreamError as exc:
             error: GatewayError = (
@@ -200,6 +205,7 @@ class ParsedEventRelay(StreamRelay):
             if kind == "error":
                 raise UpstreamProtocolError(f"provider sent an error event: {_error_text(event)}")
             data, carried = self._event(kind, event, data)
+            self._taken += 1
             content = content or carried
             out.append(b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n")
         return content

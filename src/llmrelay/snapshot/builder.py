@@ -15,6 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from llmrelay.config.apply import open_credentials
+from llmrelay.metering.cost import Price
 from llmrelay.snapshot.model import (
     BreakerSettings,
     Capabilities,
@@ -22,10 +23,8 @@ from llmrelay.snapshot.model import (
     Limits,
     ModelSnap,
     PolicySnap,
-    PriceSnap,
     ProjectSnap,
     ProviderSnap,
-    RoutePrice,
     RouteSnap,
     Snapshot,
 )
@@ -143,7 +142,7 @@ def _route(row: Route, providers: dict[str, ProviderSnap]) -> RouteSnap:
         disabled=row.disabled,
         position=row.position,
         capabilities=_capabilities(row.capabilities),
-        price=_route_price(row.pricing),
+        price=_route_price(row.id, row.pricing),
     )
 
 
@@ -154,13 +153,23 @@ def _capabilities(stored: dict[str, Any] | None) -> Capabilities | None:
     return Capabilities(**known) if known else None
 
 
-def _route_price(stored: dict[str, Any] | None) -> RoutePrice | None:
-    if not stored or (stored.get("input") is None and stored.get("output") is None):
+def _route_price(route_id: str, stored: dict[str, Any] | None) -> Price | None:
+    if not stored or all(stored.get(bucket) is None for bucket in _BUCKETS):
         return None
-    return RoutePrice(input=stored.get("input"), output=stored.get("output"))
+    return Price(
+        version_id=f"route:{route_id}",
+        input=stored.get("input"),
+        output=stored.get("output"),
+        cached_input=stored.get("cached_input"),
+        cache_write=stored.get("cache_write"),
+        source="route",
+    )
 
 
-def _prices_in_force(rows: Iterable[PriceVersion], now: datetime) -> dict[str, PriceSnap]:
+_BUCKETS = ("input", "output", "cached_input", "cache_write")
+
+
+def _prices_in_force(rows: Iterable[PriceVersion], now: datetime) -> dict[str, Price]:
     latest: dict[str, PriceVersion] = {}
     for row in rows:
         if row.effective_from > now:
@@ -169,7 +178,7 @@ def _prices_in_force(rows: Iterable[PriceVersion], now: datetime) -> dict[str, P
         if held is None or row.effective_from > held.effective_from:
             latest[row.model_id] = row
     return {
-        model_id: PriceSnap(
+        model_id: Price(
             version_id=row.id,
             input=row.input_micros_per_mtok,
             output=row.output_micros_per_mtok,

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from llmrelay.metering.cost import Price
+
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
@@ -42,14 +44,6 @@ class Capabilities:
 
 
 @dataclass(frozen=True, slots=True)
-class RoutePrice:
-    """What one route costs (config `routes[].pricing`), micro-USD per million tokens."""
-
-    input: int | None
-    output: int | None
-
-
-@dataclass(frozen=True, slots=True)
 class RouteSnap:
     id: str
     provider: ProviderSnap
@@ -60,18 +54,8 @@ class RouteSnap:
     disabled: bool
     position: int
     capabilities: Capabilities | None = None
-    price: RoutePrice | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class PriceSnap:
-    """Micro-USD per million tokens by bucket, from one price version."""
-
-    version_id: str
-    input: int | None
-    output: int | None
-    cached_input: int | None
-    cache_write: int | None
+    #: The route's own price (config `routes[].pricing`), before the model's.
+    price: Price | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +72,7 @@ class ModelSnap:
     fallbacks: tuple[str, ...]
     context_fallbacks: tuple[str, ...]
     embedding: bool
-    price: PriceSnap | None
+    price: Price | None
     created: int
     #: The routes not disabled, same order (worked out once: every request starts from it).
     enabled_routes: tuple[RouteSnap, ...] = field(init=False, compare=False, repr=False)

@@ -230,6 +230,7 @@ class RequestRecord(Base):
     __table_args__ = (
         Index(None, "project_id", "created_at"),
         Index("ix_request_records_key_id_created_at", "key_id", "created_at"),
+        Index("ix_request_records_virtual_model_created_at", "virtual_model", "created_at"),
     )
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
@@ -254,8 +255,31 @@ class RequestRecord(Base):
     route_id: Mapped[str | None] = mapped_column(String(32))
     #: The routing policy in force for the key (none bound: None).
     policy_id: Mapped[str | None] = mapped_column(String(32))
-    #: What the request cost by the price in force (micro-USD); None: no price known.
+    #: What the request cost by the price in force (micro-USD): the sum of the buckets
+    #: below; 0 with price_source "unknown" when no price was known (None: older rows).
     cost_micros: Mapped[int | None] = mapped_column(BigInteger)
+    #: "openai" or "anthropic": the client's protocol (`endpoint` says which operation).
+    protocol: Mapped[str | None] = mapped_column(String(16))
+    #: Usage in billing buckets, mutually exclusive (metering/usage.py); prompt_tokens is
+    #: their input sum and completion_tokens equals output_tokens. reasoning_tokens is
+    #: within output_tokens.
+    input_tokens: Mapped[int | None]
+    cached_input_tokens: Mapped[int | None]
+    cache_write_tokens: Mapped[int | None]
+    output_tokens: Mapped[int | None]
+    reasoning_tokens: Mapped[int | None]
+    #: "reported" (by the provider), "estimated" (counted here) or "none" (no output).
+    usage_source: Mapped[str] = mapped_column(String(16), server_default="none")
+    input_cost_micros: Mapped[int | None] = mapped_column(BigInteger)
+    cached_input_cost_micros: Mapped[int | None] = mapped_column(BigInteger)
+    cache_write_cost_micros: Mapped[int | None] = mapped_column(BigInteger)
+    output_cost_micros: Mapped[int | None] = mapped_column(BigInteger)
+    #: The price version used (a price_versions id, `route:<id>` or `catalogue:<id>@<date>`)
+    #: and where it came from: model, route, catalogue or unknown.
+    price_version: Mapped[str | None] = mapped_column(String(80))
+    price_source: Mapped[str | None] = mapped_column(String(16))
+    client_ip: Mapped[str | None] = mapped_column(String(64))
+    user_agent: Mapped[str | None] = mapped_column(String(200))
 
 
 class RequestAttempt(Base):

@@ -1,0 +1,1 @@
+"""Metering: what a request used (token buckets), what it cost, and the bundled prices."""
