@@ -15,9 +15,11 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Receive, Scope, Send
 
+from llmrelay.admin.app import create_admin
+from llmrelay.admin.state import AdminState
 from llmrelay.deadlines import Deadlines
 from llmrelay.gateway.asgi import send_json
 from llmrelay.gateway.endpoints import DataPlane, Runtime
@@ -119,6 +121,7 @@ def create_app(settings: Settings) -> GatewayApp:
     dataplane = DataPlane()
     health = Health(metrics, settings.metrics_token)
     handlers = dataplane.handlers()
+    admin = AdminState(settings.admin_token)
     routes: list[BaseRoute] = [
         Route(path, _Refused(), methods=[method]) for method, path in handlers
     ]
@@ -127,6 +130,7 @@ def create_app(settings: Settings) -> GatewayApp:
         Route("/readyz", _Endpoint(health.readyz), methods=["GET"]),
         Route("/healthz", _Endpoint(health.readyz), methods=["GET"]),
         Route("/metrics", _Endpoint(health.metrics), methods=["GET"]),
+        Mount("/api/admin", app=create_admin(admin)),
     ]
 
     @contextlib.asynccontextmanager
@@ -166,6 +170,7 @@ def create_app(settings: Settings) -> GatewayApp:
                 settings.tpm_default_output_tokens,
             )
             health.engine, health.snapshots = engine, snapshots
+            admin.engine = engine
             poller = asyncio.create_task(snapshots.poll(settings.snapshot_poll_s))
             settle_garbage_collector()
             try:

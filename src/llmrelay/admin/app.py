@@ -1,0 +1,26 @@
+"""The admin API as one FastAPI app, mounted at /api/admin by llmrelay.app (its OpenAPI
+document at /api/admin/openapi.json)."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from fastapi.responses import ORJSONResponse
+
+from llmrelay import __version__
+from llmrelay.admin import errors, usage
+from llmrelay.admin.state import AdminState
+
+
+def create_admin(state: AdminState) -> FastAPI:
+    app = FastAPI(
+        title="llmrelay admin API",
+        version=__version__,
+        openapi_url="/openapi.json",
+        docs_url=None,
+        redoc_url=None,
+        default_response_class=ORJSONResponse,
+    )
+    app.state.admin = state
+    errors.install(app)
+    app.include_router(usage.router)
+    return app

@@ -1,0 +1,133 @@
+"""Usage and request records: /api/admin/usage/summary, /usage/timeseries, /requests and
+/requests/{request_id}. Filters: project and key (name or id), model (virtual model name),
+provider (slug), since and until (ISO 8601; no zone = UTC; `until` excluded)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Query, Request
+
+from llmrelay.admin import usage_query
+from llmrelay.admin.auth import require_admin
+from llmrelay.admin.errors import AdminError
+from llmrelay.admin.state import AdminState
+
+router = APIRouter(dependencies=[Depends(require_admin)], tags=["usage"])
+
+Name = Annotated[str | None, Query(min_length=1, max_length=200)]
+When = Annotated[datetime | None, Query(description="ISO 8601; without a zone, UTC")]
+
+
+def _state(request: Request) -> AdminState:
+    state: AdminState = request.app.state.admin
+    return state
+
+
+@router.get("/usage/summary")
+async def usage_summary(
+    request: Request,
+    project: Name = None,
+    key: Name = None,
+    model: Name = None,
+    provider: Name = None,
+    since: When = None,
+    until: When = None,
+) -> dict[str, Any]:
+    """Requests, tokens and cost over the filtered records."""
+    async with _state(request).database().connect() as conn:
+        where = await usage_query.resolve(
+            conn,
+            project=project,
+            key=key,
+            model=model,
+            provider=provider,
+            since=since,
+            until=until,
+        )
+        return await usage_query.summary(conn, where)
+
+
+@router.get("/usage/timeseries")
+async def usage_timeseries(
+    request: Request,
+    bucket: Literal["hour", "day"] = "hour",
+    group_by: Literal["model", "provider", "project", "key"] | None = None,
+    project: Name = None,
+    key: Name = None,
+    model: Name = None,
+    provider: Name = None,
+    since: When = None,
+    until: When = None,
+) -> dict[str, Any]:
+    """Per bucket (and group): requests, error rate, tokens, cost, p50/p95 latency and time
+    to first byte."""
+    async with _state(request).database().connect() as conn:
+        where = await usage_query.resolve(
+            conn,
+            project=project,
+            key=key,
+            model=model,
+            provider=provider,
+            since=since,
+            until=until,
+        )
+        series = await usage_query.timeseries(conn, where, bucket, group_by)
+    return {"bucket": bucket, "group_by": group_by, "data": series}
+
+
+def _cursor(value: int | None) -> str | None:
+    return None if value is None else base64.urlsafe_b64encode(str(value).encode()).decode()
+
+
+def _after(cursor: str | None) -> int | None:
+    if cursor is None:
+        return None
+    try:
+        return int(base64.urlsafe_b64decode(cursor.encode()).decode())
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise AdminError(400, "cursor: not a cursor this API gave", field="cursor") from None
+
+
+@router.get("/requests")
+async def list_requests(
+    request: Request,
+    project: Name = None,
+    key: Name = None,
+    model: Name = None,
+    provider: Name = None,
+    since: When = None,
+    until: When = None,
+    status: Annotated[int | None, Query(ge=100, le=599)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(max_length=64)] = None,
+) -> dict[str, Any]:
+    """Request records, newest first; `next_cursor` fetches the next page."""
+    after = _after(cursor)
+    async with _state(request).database().connect() as conn:
+        where = await usage_query.resolve(
+            conn,
+            project=project,
+            key=key,
+            model=model,
+            provider=provider,
+            since=since,
+            until=until,
+        )
+        rows, last = await usage_query.page(conn, where, status, limit, after)
+    return {"data": rows, "next_cursor": _cursor(last)}
+
+
+@router.get("/requests/{request_id}")
+async def get_request(request: Request, request_id: str) -> dict[str, Any]:
+    """One request's record with its upstream attempts."""
+    if not 1 <= len(request_id) <= 64:
+        raise AdminError(400, "request_id: 1 to 64 characters", field="request_id")
+    async with _state(request).database().connect() as conn:
+        record = await usage_query.one(conn, request_id)
+    if record is None:
+        raise AdminError(404, f"no request {request_id!r}", "not_found")
+    return record
