@@ -14,6 +14,7 @@ import anthropic
 import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.gateway_process import GatewayProcess, serving
 from tests.support.mock_upstream import MockUpstream
@@ -261,3 +262,74 @@ def test_openai_sdk_streams_are_metered_with_and_without_asking(gateway: Gateway
         chunks[-1].usage.completion_tokens,
     )
     assert row["user_agent"].startswith("OpenAI/Python")
+
+
+def _samples(gateway: GatewayProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = httpx.get(f"{gateway.url}/metrics", timeout=10).text
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+def test_metrics_count_requests_by_protocol_tokens_by_bucket_cost_and_attempts(
+    gateway: GatewayProcess,
+) -> None:
+    ids = [f"m-metrics-{i}" for i in range(3)]
+    for request_id in ids:
+        assert chat(gateway, request_id, "cached").status_code == 200
+    assert chat(gateway, "m-metrics-broken", "broken").status_code == 502
+    records(gateway, [*ids, "m-metrics-broken"])
+    samples = _samples(gateway)
+    path = gateway.database_url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as conn:
+        sums = conn.execute(
+            "SELECT sum(input_tokens), sum(cached_input_tokens), sum(output_tokens),"
+            " sum(reasoning_tokens), sum(cost_micros), count(*) FROM request_records"
+            " WHERE virtual_model = 'cached'"
+        ).fetchone()
+
+    def tokens(bucket: str) -> float:
+        labels = (("bucket", bucket), ("model", "cached"), ("provider", "up"))
+        return samples.get(("llmrelay_tokens_total", labels), 0)
+
+    assert (tokens("input"), tokens("cached_input"), tokens("output"), tokens("reasoning")) == (
+        sums[0],
+        sums[1],
+        sums[2],
+        sums[3],
+    )
+    cost = samples[("llmrelay_cost_usd_total", (("model", "cached"), ("provider", "up")))]
+    assert cost == pytest.approx(sums[4] / 1_000_000)
+    ok = (
+        "llmrelay_requests_total",
+        (
+            ("endpoint", "chat.completions"),
+            ("model", "cached"),
+            ("protocol", "openai"),
+            ("provider", "up"),
+            ("status", "200"),
+        ),
+    )
+    assert samples[ok] == sums[5]
+    with anthropic.Anthropic(base_url=gateway.url, api_key=KEY) as client:
+        client.messages.create(
+            model="claude", max_tokens=20, messages=[{"role": "user", "content": "hi"}]
+        )
+    time.sleep(0.1)
+    claude = [
+        key
+        for key in _samples(gateway)
+        if key[0] == "llmrelay_requests_total" and ("protocol", "anthropic") in key[1]
+    ]
+    assert claude
+    failed = (
+        "llmrelay_upstream_attempts_total",
+        (("kind", "first"), ("outcome", "upstream_error"), ("provider", "up")),
+    )
+    assert samples.get(failed, 0) >= 1, [
+        k for k in samples if k[0] == "llmrelay_upstream_attempts_total"
+    ]
+    ttfb = [v for k, v in samples.items() if k[0] == "llmrelay_request_ttfb_seconds_count"]
+    assert ttfb and sum(ttfb) >= 3

@@ -315,14 +315,25 @@ class Dispatcher:
         admission = record.admission
         if admission is not None:
             cost = row[COST_COLUMN]  # priced once, for the record and the budget
-            admission.limiter.settle(admission, record.used_tokens(), cost or 0)
-        runtime.metrics.count_request(
+            admission.limiter.settle(admission, record.used_tokens(), cost)
+        stats = runtime.metrics.request_stats
+        model, provider = record.virtual_model or "", record.provider or ""
+        ttfb = record.ttfb_ms
+        stats.observe(
             record.endpoint,
-            record.virtual_model or "",
-            record.provider or "",
+            row[PROTOCOL_COLUMN],
+            model,
+            provider,
             record.status_code,
             latency_ms / 1000.0,
+            None if ttfb is None else ttfb / 1000.0,
         )
+        usage = record.usage
+        if usage is not None:
+            tokens = (usage.input, usage.cached_input, usage.cache_write, usage.output)
+            stats.observe_usage(model, provider, (*tokens, usage.reasoning), row[COST_COLUMN])
+        if record.attempts:
+            stats.observe_attempts(model, record.attempt_log, provider)
 
     def rename(self, virtual: str) -> wire.ModelRename:
         """The (cached) renamer for one virtual model's answers."""
@@ -409,6 +420,7 @@ def _route_id(route: RouteSnap) -> str:
 
 
 COST_COLUMN = RECORD_COLUMNS.index("cost_micros")
+PROTOCOL_COLUMN = RECORD_COLUMNS.index("protocol")
 
 #: Response ids remembered per process for GET and cancel (like session affinity).
 STORED_RESPONSES_MAX = 100_000

@@ -84,11 +84,6 @@ class Metrics:
     def watch(self, gauge: Gauge, read: Callable[[], float]) -> None:
         gauge.set_function(read)
 
-    def count_request(
-        self, endpoint: str, model: str, provider: str, status: int, seconds: float
-    ) -> None:
-        self.request_stats.observe(endpoint, model, provider, status, seconds)
-
 
 _STATE_VALUES = {"closed": 0.0, "half_open": 1.0, "open": 2.0}
 
