@@ -43,7 +43,7 @@ from llmrelay.routing.strategies import Router
 from llmrelay.settings import Settings, resolve_secret_key
 from llmrelay.snapshot.holder import SnapshotHolder
 from llmrelay.snapshot.model import Snapshot
-from llmrelay.store import migrate
+from llmrelay.store import migrate, retention
 from llmrelay.store.crypto import Sealer
 from llmrelay.store.db import create_engine, session_factory
 
@@ -172,11 +172,22 @@ def create_app(settings: Settings) -> GatewayApp:
             health.engine, health.snapshots = engine, snapshots
             admin.engine = engine
             poller = asyncio.create_task(snapshots.poll(settings.snapshot_poll_s))
+            pruner = None
+            if settings.record_retention_days is not None:
+                pruner = asyncio.create_task(
+                    retention.run(
+                        engine, settings.record_retention_days, settings.retention_interval_s
+                    )
+                )
             settle_garbage_collector()
             try:
                 yield
             finally:
                 poller.cancel()
+                if pruner is not None:
+                    pruner.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await pruner
                 with contextlib.suppress(asyncio.CancelledError):
                     await poller  # its database work ends before the engine is disposed
                 await recorder.stop(timeout_s=max(settings.drain_timeout_s, 5.0))

@@ -54,11 +54,17 @@ class Settings(BaseSettings):
     snapshot_poll_s: float = Field(default=2.0, gt=0)
     log_level: str = "info"
     record_queue_size: int = Field(default=50_000, gt=0)
+    #: Where request records wait while the database is unreachable (see `spool_path`).
+    spool_dir: Path | None = None
     #: Output tokens a tpm reservation assumes for a request that sets no max tokens.
     tpm_default_output_tokens: int = Field(default=512, ge=0)
     #: Set by `serve --workers N` for its workers: without Redis each enforces 1/N of
     #: every limit (see docs/limits.md).
     workers: int = Field(default=1, ge=1)
+    #: Request records older than this many days are deleted (unset: kept forever).
+    record_retention_days: float | None = Field(default=None, gt=0)
+    #: How often the retention task looks for records to delete.
+    retention_interval_s: float = Field(default=3600.0, gt=0)
 
     @field_validator("trusted_proxies", mode="before")
     @classmethod
