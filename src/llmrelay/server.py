@@ -10,6 +10,7 @@ from types import FrameType
 
 import uvicorn
 
+from llmrelay.observability.logging import configure_logging, logging_config
 from llmrelay.settings import Settings
 
 
@@ -25,6 +26,9 @@ def run_server(settings: Settings, *, host: str, port: int, workers: int) -> Non
     # The workers build their settings from the environment: each learns how many share
     # the in-process limits (see limits/local.py).
     os.environ["LLMRELAY_WORKERS"] = str(workers)
+    # JSON lines from the first one: uvicorn's own (and its workers') go through the same
+    # handler as ours instead of its plain-text default (observability/logging.py).
+    configure_logging(settings.log_level)
     uvicorn.run(
         "llmrelay.app:app_from_env",
         factory=True,
@@ -36,6 +40,7 @@ def run_server(settings: Settings, *, host: str, port: int, workers: int) -> Non
         lifespan="on",
         proxy_headers=False,  # X-Forwarded-For is judged by LLMRELAY_TRUSTED_PROXIES only
         access_log=False,
+        log_config=logging_config(settings.log_level),
         log_level=settings.log_level.lower(),
         timeout_graceful_shutdown=int(settings.drain_timeout_s),
         timeout_keep_alive=75,

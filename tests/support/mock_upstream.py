@@ -9,6 +9,8 @@ query). The behaviour is chosen by the upstream model name the gateway sends (se
     slow-MS            wait MS milliseconds before answering
     drop-after-N       stream N content chunks, then cut the connection (no finish reason)
     stall-after-N      stream N content chunks, then go silent
+    error-after-N      stream N content chunks, then an error event that quotes the prompt
+                       (as some providers' error texts do)
     no-done            stream a complete answer but never send [DONE] nor close
     malformed          stream with one malformed event in the middle
     burst              stream the whole answer in one write (all events in one TCP chunk)
@@ -220,6 +222,11 @@ class MockUpstream:
                 await _wait_unless_gone(request, 3600)
                 self.abandoned.append(str(body.get("model")))
                 return response
+            if kind == "error" and i == arg:
+                quoted = {"message": f"cannot continue: {reply}", "type": "server_error"}
+                await response.write(_event({"error": quoted}))
+                await response.write_eof()
+                return response
             if kind == "malformed" and i == 1:
                 await response.write(b"data: {not json\n\n")
             piece = word + (" " if i < len(words) - 1 else "")
@@ -296,6 +303,7 @@ def _behaviour(model: str) -> tuple[str, int]:
         ("slow-", "slow"),
         ("drop-after-", "drop"),
         ("stall-after-", "stall"),
+        ("error-after-", "error"),
         ("fail-first-", "fail-first"),
         ("throttle-first-", "throttle-first"),
     ):

@@ -16,6 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from llmrelay.gateway.errors import PayloadTooLarge
 from llmrelay.gateway.ids import REQUEST_IDS
+from llmrelay.observability.logging import REQUEST_ID
 from llmrelay.protocols.openai import error_body
 
 _CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -131,6 +132,7 @@ class IngressMiddleware:
             return
         context, declared = begin(scope, self.trusted_proxies)
         scope["llmrelay"] = context
+        REQUEST_ID.set(context.request_id)  # on every line logged while handling it
         id_header = (b"x-request-id", context.request_id.encode())
 
         async def send_with_id(message: Message) -> None:

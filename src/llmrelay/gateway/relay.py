@@ -26,7 +26,7 @@ from llmrelay.gateway.stream_relay import StreamRelay
 from llmrelay.protocols.openai import DONE, ModelRename, error_event
 from llmrelay.protocols.sse import SSEParser, event_data
 from llmrelay.providers.base import UpstreamResponse
-from llmrelay.providers.errors import UpstreamProtocolError
+from llmrelay.providers.errors import UpstreamErrorEvent
 from llmrelay.snapshot.model import RouteSnap
 
 log = structlog.get_logger(__name__)
@@ -174,7 +174,7 @@ class ChatStreamRelay(StreamRelay):
                 log.warning("upstream_malformed_event", request_id=self._request_id)
             return None, False
         if "error" in event:
-            raise UpstreamProtocolError(f"provider sent an error event: {_error_text(event)}")
+            raise UpstreamErrorEvent(_error_text(event))
         content = False
         choices = event.get("choices")
         if choices:

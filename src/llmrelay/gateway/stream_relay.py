@@ -21,7 +21,12 @@ from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
 from llmrelay.gateway.errors import GatewayError, UpstreamFailed, UpstreamTimeout
 from llmrelay.protocols.sse import SSEParser
 from llmrelay.providers.base import UpstreamResponse
-from llmrelay.providers.errors import UpstreamError, UpstreamProtocolError, UpstreamTimeoutError
+from llmrelay.providers.errors import (
+    UpstreamError,
+    UpstreamErrorEvent,
+    UpstreamProtocolError,
+    UpstreamTimeoutError,
+)
 from llmrelay.snapshot.model import RouteSnap
 
 log = structlog.get_logger(__name__)
@@ -143,7 +148,7 @@ class StreamRelay:
                 else UpstreamFailed(f"stream broke off: {exc}", code="stream_interrupted")
             )
             record.fail(error.status, error.code)
-            log.warning("stream_failed", request_id=self._request_id, error=str(exc))
+            log.warning("stream_failed", request_id=self._request_id, error=_log_reason(exc))
             yield self._error_event(error)
         except (asyncio.CancelledError, GeneratorExit):
             record.fail(CLIENT_CLOSED_REQUEST, "client_disconnected")
@@ -203,12 +208,18 @@ class ParsedEventRelay(StreamRelay):
                 continue
             kind = str(event.get("type") or name)
             if kind == "error":
-                raise UpstreamProtocolError(f"provider sent an error event: {_error_text(event)}")
+                raise UpstreamErrorEvent(_error_text(event))
             data, carried = self._event(kind, event, data)
             self._taken += 1
             content = content or carried
             out.append(b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n")
         return content
+
+
+def _log_reason(exc: UpstreamError) -> str:
+    """Why a stream failed, for the log: our own words (timeouts, connection errors name no
+    URL, see providers.http), never the provider's, which can quote the prompt."""
+    return exc.reason if isinstance(exc, UpstreamErrorEvent) else str(exc)
 
 
 def _error_text(event: dict[str, Any]) -> str:

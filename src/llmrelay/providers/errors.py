@@ -23,3 +23,13 @@ class UpstreamTimeoutError(UpstreamError):
 class UpstreamProtocolError(UpstreamError):
     """The provider answered something that is not its protocol (bad JSON, an error event
     before any content, a stream that ended with nothing in it)."""
+
+
+class UpstreamErrorEvent(UpstreamProtocolError):
+    """A stream's error event. The message quotes the provider's, for the client; `reason`
+    does not, for logs: a provider's error text can echo the prompt back."""
+
+    reason = "provider sent an error event"
+
+    def __init__(self, provider_message: str) -> None:
+        super().__init__(f"{self.reason}: {provider_message}")
