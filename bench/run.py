@@ -63,12 +63,15 @@ from bench.systems import System, check_answers, start_bare, start_llmrelay
 from bench.translation import compare_translation
 from bench.translation import markdown as translation_markdown
 from bench.upstream import upstream
+from bench.usage_api import bench_usage_api
+from bench.usage_api import markdown as usage_markdown
 
 #: Results kinds with their own table (the others: bench.report.markdown).
 MARKDOWN = {
     "routing": routing_markdown,
     "translation": translation_markdown,
     "limits": limits_markdown,
+    "usage-api": usage_markdown,
 }
 
 
@@ -288,6 +291,12 @@ def main() -> None:
         help="llmrelay alone: a key with limits against one without, in process and with Redis",
     )
     parser.add_argument(
+        "--usage-api",
+        action="store_true",
+        help="the usage API over --rows synthetic records, on PostgreSQL and SQLite",
+    )
+    parser.add_argument("--rows", type=int, default=2_000_000, help="--usage-api: records")
+    parser.add_argument(
         "--modes", help=f"comma-separated subset of {','.join(ALL_MODES)} (not --translation)"
     )
     parser.add_argument("--keep-temp", action="store_true", help="keep the temp folder (logs)")
@@ -297,6 +306,16 @@ def main() -> None:
         data = json.loads(args.markdown.read_text())
         render = MARKDOWN.get(data["kind"])
         print(render(data) if render else markdown(args.markdown))
+        return
+    if args.usage_api:
+        folder = Path(tempfile.mkdtemp(prefix="llmrelay-bench-"))
+        try:
+            data = bench_usage_api(folder, args.rows)
+            data["kind"] = "usage-api"
+            print(usage_markdown(data))
+            print(f"\nresults: {save('usage-api', data)}")
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
         return
     modes = preflight()
     if args.routing and not args.modes:

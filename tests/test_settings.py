@@ -60,3 +60,15 @@ def test_explicit_secret_wins(tmp_path: Path) -> None:
     settings = Settings(database_url=f"sqlite:///{tmp_path}/gw.db", secret_key="x" * 40)
     assert resolve_secret_key(settings) == "x" * 40
     assert not (tmp_path / "gw.db.secret-key").exists()
+
+
+def test_the_record_spool_sits_beside_its_database_unless_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sqlite = Settings(database_url=f"sqlite:///{tmp_path}/gw.db")
+    assert sqlite.spool_path == tmp_path / "gw.db.spool"
+    postgres = Settings(database_url="postgresql://u@db:5432/llmrelay")
+    assert postgres.spool_path == Path("llmrelay-spool")
+    assert Settings(database_url="sqlite://").spool_path is None  # in memory: nothing to keep
+    monkeypatch.setenv("LLMRELAY_SPOOL_DIR", str(tmp_path / "records"))
+    assert Settings(database_url="postgresql://u@db/x").spool_path == tmp_path / "records"

@@ -65,6 +65,8 @@ class Settings(BaseSettings):
     record_retention_days: float | None = Field(default=None, gt=0)
     #: How often the retention task looks for records to delete.
     retention_interval_s: float = Field(default=3600.0, gt=0)
+    #: How often the hours with new records get their usage rollups recomputed.
+    rollup_interval_s: float = Field(default=30.0, gt=0)
 
     @field_validator("trusted_proxies", mode="before")
     @classmethod
@@ -88,6 +90,20 @@ class Settings(BaseSettings):
         if not path or path == ":memory:":
             return None
         return Path(path)
+
+    @property
+    def spool_path(self) -> Path | None:
+        """LLMRELAY_SPOOL_DIR; else `<database file>.spool` next to a SQLite file, so the
+        records wait beside the database they belong to; else `./llmrelay-spool`. None for
+        an in-memory SQLite database: its records cannot outlive the process anyway."""
+        if self.spool_dir is not None:
+            return self.spool_dir
+        db_path = self.sqlite_path
+        if db_path is not None:
+            return db_path.with_name(db_path.name + ".spool")
+        if self.database_url.startswith("sqlite"):
+            return None
+        return Path("llmrelay-spool")
 
     def check_production(self) -> None:
         """Refuse to run production with placeholder or short secrets; name the setting."""

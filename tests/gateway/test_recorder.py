@@ -6,17 +6,23 @@ import asyncio
 import shutil
 import sqlite3
 import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
+import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
+from structlog.testing import capture_logs
 
 from llmrelay.gateway import record_writers
 from llmrelay.gateway.call import RECORD_COLUMNS, CallRecord
 from llmrelay.gateway.record_writers import SQLITE_STATEMENT_ROWS, SqliteWriter
 from llmrelay.gateway.recorder import Recorder
-from llmrelay.store.db import session_factory
+from llmrelay.observability.metrics import Metrics
+from llmrelay.store import migrate
+from llmrelay.store.db import create_engine, session_factory
 from llmrelay.store.models import RequestAttempt, RequestRecord
+from tests.support.databases import sqlite_url
 
 
 def _record(request_id: str) -> CallRecord:
@@ -149,3 +155,138 @@ async def test_sqlite_checkpoints_the_wal_off_the_loop(engine: AsyncEngine, tmp_
         assert check.execute("SELECT count(*) FROM request_records").fetchone()[0] == 250
     finally:
         check.close()
+
+
+# -- the database away: the spool -------------------------------------------------------------
+
+
+@pytest.fixture
+async def sqlite_engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
+    """A migrated SQLite file: a write lock held on it makes the recorder's writes fail."""
+    engine = create_engine(sqlite_url(tmp_path))
+    await migrate.upgrade(engine)
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture
+def locked(
+    sqlite_engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[sqlite3.Connection]:
+    """Another connection holds the write lock (BEGIN IMMEDIATE) until the test rolls it
+    back; the recorder gives a locked database 0.05 s instead of 30 before a write fails."""
+    monkeypatch.setattr(record_writers, "LOCKED_WAIT_S", 0.05)
+    path = sqlite_engine.url.database
+    assert path
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    yield holder
+    if holder.in_transaction:
+        holder.execute("ROLLBACK")
+    holder.close()
+
+
+async def _until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
+async def test_batches_the_database_refuses_are_spooled_then_replayed(
+    sqlite_engine: AsyncEngine, locked: sqlite3.Connection, tmp_path: Path
+) -> None:
+    metrics = Metrics()
+    spool_dir = tmp_path / "spool"
+    recorder = Recorder(sqlite_engine, gather_s=0.01, spool_dir=spool_dir, metrics=metrics)
+    recorder.start()
+    record = _record("spooled-0")
+    record.attempts = 1
+    record.log_attempt("first", 503, "upstream_error", 2.0)
+    recorder.record(record.row(1.0), record.attempt_log)
+    for i in range(1, 300):
+        recorder.record(_record(f"spooled-{i}").row(1.0))
+    await _until(lambda: recorder.spooled == 300)
+    assert recorder.written == 0 and recorder.dropped == 0
+    assert list(spool_dir.glob("records-*.jsonl"))
+    sample = metrics.registry.get_sample_value
+    assert sample("llmrelay_records_spooled_total") == 300
+    assert sample("llmrelay_record_spool_rows") == 301  # and the attempt row
+    assert (sample("llmrelay_record_spool_bytes") or 0) > 0
+
+    locked.execute("ROLLBACK")  # the database is back
+    await _until(lambda: not list(spool_dir.glob("*.jsonl")))
+    assert await _count_records(sqlite_engine) == 300
+    assert sample("llmrelay_record_spool_rows") == 0
+    recorder.record(_record("after").row(1.0))  # and new batches go straight in again
+    await recorder.stop(timeout_s=10)
+    assert (recorder.written, recorder.dropped) == (1, 0)
+    assert sample("llmrelay_records_dropped_total") == 0
+    async with session_factory(sqlite_engine)() as session:
+        attempts = (await session.scalars(select(RequestAttempt))).all()
+    assert [(a.request_id, a.status_code) for a in attempts] == [("spooled-0", 503)]
+
+
+async def test_a_shutdown_while_the_database_is_away_leaves_the_records_for_the_next_start(
+    sqlite_engine: AsyncEngine, locked: sqlite3.Connection, tmp_path: Path
+) -> None:
+    spool_dir = tmp_path / "spool"
+    recorder = Recorder(sqlite_engine, gather_s=0.01, spool_dir=spool_dir)
+    recorder.start()
+    for i in range(50):
+        recorder.record(_record(f"left-{i}").row(1.0))
+    await recorder.stop(timeout_s=10)
+    assert (recorder.spooled, recorder.dropped) == (50, 0)
+    assert list(spool_dir.glob("*.jsonl"))
+
+    locked.execute("ROLLBACK")
+    restarted = Recorder(sqlite_engine, gather_s=0.01, spool_dir=spool_dir)
+    restarted.start()  # replays what the last run left, with no request needed
+    await _until(lambda: not list(spool_dir.glob("*.jsonl")))
+    await restarted.stop(timeout_s=10)
+    assert await _count_records(sqlite_engine) == 50
+
+
+async def test_a_write_cut_off_by_the_drain_timeout_goes_to_the_spool(
+    sqlite_engine: AsyncEngine,
+    locked: sqlite3.Connection,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(record_writers, "LOCKED_WAIT_S", 30.0)  # the write waits, and waits
+    spool_dir = tmp_path / "spool"
+    recorder = Recorder(sqlite_engine, gather_s=0.01, spool_dir=spool_dir)
+    recorder.start()
+    for i in range(20):
+        recorder.record(_record(f"cut-{i}").row(1.0))
+    await asyncio.sleep(0.1)  # the batch's write has begun
+    recorder.record(_record("queued").row(1.0))
+    await recorder.stop(timeout_s=0.2)
+    assert (recorder.spooled, recorder.dropped) == (21, 0)
+    locked.execute("ROLLBACK")
+    restarted = Recorder(sqlite_engine, gather_s=0.01, spool_dir=spool_dir)
+    restarted.start()
+    await _until(lambda: not list(spool_dir.glob("*.jsonl")))
+    await restarted.stop(timeout_s=10)
+    assert await _count_records(sqlite_engine) == 21
+
+
+async def test_a_batch_is_lost_only_when_the_spool_fails_too(
+    sqlite_engine: AsyncEngine, locked: sqlite3.Connection, tmp_path: Path
+) -> None:
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    metrics = Metrics()
+    recorder = Recorder(sqlite_engine, gather_s=0.01, spool_dir=not_a_folder, metrics=metrics)
+    with capture_logs() as logs:
+        recorder.start()
+        for i in range(10):
+            recorder.record(_record(f"lost-{i}").row(1.0))
+        await _until(lambda: recorder.dropped == 10)
+        await recorder.stop(timeout_s=10)
+    assert recorder.spooled == 0
+    assert metrics.registry.get_sample_value("llmrelay_records_dropped_total") == 10
+    lost = [entry for entry in logs if entry["event"] == "record_batch_lost"]
+    assert [entry["rows"] for entry in lost] == [10]

@@ -89,8 +89,9 @@ async def test_policy_bindings_come_and_go_without_losing_keys(database_url: str
         await _to(engine, "0002")
         async with engine.connect() as conn:
             assert (await conn.execute(kept)).one() == (1, 1)
-        # columns added to `routes` (0003), `providers` (0004), `request_records` (0005, 0006)
-        await _to(engine, "0006")
+        # columns added to `routes` (0003), `providers` (0004), `request_records` (0005,
+        # 0006); tables for the usage rollups (0007)
+        await _to(engine, "0007")
         async with engine.connect() as conn:
             assert (await conn.execute(kept)).one() == (1, 1)
             assert await conn.run_sync(_diff) == []

@@ -4,7 +4,6 @@ document at /api/admin/openapi.json)."""
 from __future__ import annotations
 
 from fastapi import FastAPI
-from fastapi.responses import ORJSONResponse
 
 from llmrelay import __version__
 from llmrelay.admin import errors, usage
@@ -18,7 +17,6 @@ def create_admin(state: AdminState) -> FastAPI:
         openapi_url="/openapi.json",
         docs_url=None,
         redoc_url=None,
-        default_response_class=ORJSONResponse,
     )
     app.state.admin = state
     errors.install(app)

@@ -1,6 +1,7 @@
-"""The usage queries behind /api/admin/usage and /api/admin/requests, in SQLAlchemy Core
-over request_records (every filter is served by an index: created_at, (project_id,
-created_at), (key_id, created_at), (virtual_model, created_at)).
+"""The usage queries behind /api/admin/usage and /api/admin/requests. Usage figures come
+from the hourly rollups where they are clean and from the records elsewhere (store/rollups.py:
+exact either way); the request list reads the records (every filter is served by an index:
+created_at, (project_id, created_at), (key_id, created_at), (virtual_model, created_at)).
 
 Token sums follow the record's buckets: `input_tokens` in the answers is every prompt token
 (uncached + cached + cache writes: what a client's usage objects call prompt tokens), with
@@ -8,17 +9,15 @@ Token sums follow the record's buckets: `input_tokens` in the answers is every p
 
 from __future__ import annotations
 
-import statistics
-from collections import defaultdict
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, case, func, or_, select
+from sqlalchemy import ColumnElement, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from llmrelay.admin.errors import AdminError
+from llmrelay.store import rollups
 from llmrelay.store.models import ApiKey, Project, RequestAttempt, RequestRecord
 
 R = RequestRecord.__table__.c
@@ -32,6 +31,9 @@ class UsageFilter:
     provider: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+
+    def dims(self) -> rollups.Dimensions:
+        return rollups.Dimensions(self.project_ids, self.key_ids, self.model, self.provider)
 
     def where(self) -> list[ColumnElement[bool]]:
         clauses: list[ColumnElement[bool]] = []
@@ -90,147 +92,73 @@ async def resolve(
     return UsageFilter(project_ids, key_ids, model, provider, since, until)
 
 
-def _sums() -> list[Any]:
-    """Aggregate columns shared by the summary and the time series."""
-    zero = 0
-    return [
-        func.count().label("requests"),
-        func.coalesce(func.sum(case((R.status_code >= 400, 1), else_=0)), zero).label("errors"),
-        func.coalesce(func.sum(R.prompt_tokens), zero).label("input_tokens"),
-        func.coalesce(func.sum(R.cached_input_tokens), zero).label("cached_input_tokens"),
-        func.coalesce(func.sum(R.cache_write_tokens), zero).label("cache_write_tokens"),
-        func.coalesce(func.sum(R.completion_tokens), zero).label("output_tokens"),
-        func.coalesce(func.sum(R.reasoning_tokens), zero).label("reasoning_tokens"),
-        func.coalesce(func.sum(R.cost_micros), zero).label("cost_micros"),
-        func.coalesce(func.sum(case((R.usage_source == "estimated", 1), else_=0)), zero).label(
-            "estimated_requests"
-        ),
-    ]
-
-
-def _figures(row: Any) -> dict[str, Any]:
-    requests = int(row.requests)
-    errors = int(row.errors)
-    micros = int(row.cost_micros)
+def _figures(cell: rollups.Cell) -> dict[str, Any]:
+    sums = cell.sums
+    requests, errors, micros = sums["requests"], sums["errors"], sums["cost_micros"]
     return {
         "requests": requests,
         "errors": errors,
         "error_rate": round(errors / requests, 6) if requests else 0.0,
-        "input_tokens": int(row.input_tokens),
-        "cached_input_tokens": int(row.cached_input_tokens),
-        "cache_write_tokens": int(row.cache_write_tokens),
-        "output_tokens": int(row.output_tokens),
-        "reasoning_tokens": int(row.reasoning_tokens),
+        "input_tokens": sums["prompt_tokens"],
+        "cached_input_tokens": sums["cached_input_tokens"],
+        "cache_write_tokens": sums["cache_write_tokens"],
+        "output_tokens": sums["output_tokens"],
+        "reasoning_tokens": sums["reasoning_tokens"],
         "cost_micros": micros,
         "cost_usd": micros / 1_000_000,
-        "estimated_requests": int(row.estimated_requests),
+        "estimated_requests": sums["estimated"],
     }
 
 
 async def summary(conn: AsyncConnection, where: UsageFilter) -> dict[str, Any]:
-    row = (await conn.execute(select(*_sums()).where(*where.where()))).one()
-    return _figures(row)
+    total = rollups.Cell()
+    found = await rollups.cells(conn, where.dims(), where.since, where.until, None, False)
+    for cell in found.values():
+        total.add(cell.sums, (), ())
+    return _figures(total)
 
 
+#: group_by values -> the rollup dimension
 GROUP_COLUMNS = {
-    "model": R.virtual_model,
-    "provider": R.provider,
-    "project": R.project_id,
-    "key": R.key_id,
+    "model": "virtual_model",
+    "provider": "provider",
+    "project": "project_id",
+    "key": "key_id",
 }
 
 
-def _bucket_column(conn: AsyncConnection, bucket: str) -> ColumnElement[Any]:
-    if conn.dialect.name == "postgresql":
-        return func.date_trunc(bucket, func.timezone("UTC", R.created_at))
-    # SQLite stores 'YYYY-MM-DD HH:MM:SS.ffffff' in UTC: a prefix is the bucket
-    return func.substr(R.created_at, 1, 13 if bucket == "hour" else 10)
-
-
-def _bucket_start(value: Any, bucket: str) -> str:
-    if isinstance(value, datetime):
-        moment = value if value.tzinfo else value.replace(tzinfo=UTC)
-    else:
-        text = str(value)
-        moment = datetime.fromisoformat(text + (":00:00" if bucket == "hour" else "T00:00:00"))
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+def _bucket_start(hour: datetime, bucket: str) -> datetime:
+    return hour if bucket == "hour" else hour.replace(hour=0)
 
 
 async def timeseries(
     conn: AsyncConnection, where: UsageFilter, bucket: str, group_by: str | None
 ) -> list[dict[str, Any]]:
-    start = _bucket_column(conn, bucket).label("start")
-    group = GROUP_COLUMNS[group_by].label("grp") if group_by else None
-    keys: list[Any] = [start] if group is None else [start, group]
-    query: Select[Any] = select(*keys, *_sums()).where(*where.where()).group_by(*keys)
-    rows = (await conn.execute(query.order_by(*keys))).all()
-    latency = await _percentiles(conn, where, start, group)
-    names = await _names(conn, group_by, {row.grp for row in rows} if group is not None else set())
+    dimension = GROUP_COLUMNS[group_by] if group_by else None
+    found = await rollups.cells(conn, where.dims(), where.since, where.until, dimension, True)
+    merged: dict[tuple[datetime, str | None], rollups.Cell] = {}
+    for (hour, group), cell in found.items():
+        target = merged.setdefault((_bucket_start(hour, bucket), group), rollups.Cell())
+        target.add(cell.sums, cell.latency, cell.ttfb)
+    names = await _names(conn, group_by, {group for _, group in merged})
     series = []
-    for row in rows:
-        grp = row.grp if group is not None else None
-        point: dict[str, Any] = {"start": _bucket_start(row.start, bucket)}
+    for (start, group), cell in sorted(
+        merged.items(), key=lambda item: (item[0][0], item[0][1] or "")
+    ):
+        point: dict[str, Any] = {"start": start.isoformat().replace("+00:00", "Z")}
         if group_by:
-            point["group"] = names.get(grp, grp)
+            point["group"] = names.get(group, group)
             if group_by in ("project", "key"):
-                point["group_id"] = grp
-        point.update(_figures(row))
-        point.update(latency.get((str(row.start), grp), _NO_PERCENTILES))
+                point["group_id"] = group
+        point.update(_figures(cell))
+        point["latency_ms"] = _percentiles(cell.latency)
+        point["ttfb_ms"] = _percentiles(cell.ttfb)
         series.append(point)
     return series
 
 
-_NO_PERCENTILES = {"latency_ms": {"p50": None, "p95": None}, "ttfb_ms": {"p50": None, "p95": None}}
-
-
-async def _percentiles(
-    conn: AsyncConnection, where: UsageFilter, start: Any, group: Any
-) -> dict[tuple[str, Any], dict[str, Any]]:
-    """p50/p95 of latency and time to first byte per bucket and group: computed by
-    PostgreSQL (percentile_cont), or here over the rows on SQLite (which has none)."""
-    keys = [start] if group is None else [start, group]
-    found: dict[tuple[str, Any], dict[str, Any]] = {}
-    if conn.dialect.name == "postgresql":
-        columns = [
-            func.percentile_cont(q).within_group(column).label(f"{name}_{label}")
-            for name, column in (("latency", R.latency_ms), ("ttfb", R.ttfb_ms))
-            for q, label in ((0.5, "p50"), (0.95, "p95"))
-        ]
-        query = select(*keys, *columns).where(*where.where()).group_by(*keys)
-        for row in await conn.execute(query):
-            found[(str(row.start), row.grp if group is not None else None)] = {
-                "latency_ms": _pair(row.latency_p50, row.latency_p95),
-                "ttfb_ms": _pair(row.ttfb_p50, row.ttfb_p95),
-            }
-        return found
-    samples: dict[tuple[str, Any], tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
-    query = select(*keys, R.latency_ms, R.ttfb_ms).where(*where.where())
-    for row in await conn.execute(query):
-        latencies, ttfbs = samples[(str(row.start), row.grp if group is not None else None)]
-        latencies.append(row.latency_ms)
-        if row.ttfb_ms is not None:
-            ttfbs.append(row.ttfb_ms)
-    for point, (latencies, ttfbs) in samples.items():
-        found[point] = {"latency_ms": _quantiles(latencies), "ttfb_ms": _quantiles(ttfbs)}
-    return found
-
-
-def _pair(p50: float | None, p95: float | None) -> dict[str, float | None]:
-    return {
-        "p50": None if p50 is None else round(float(p50), 3),
-        "p95": None if p95 is None else round(float(p95), 3),
-    }
-
-
-def _quantiles(values: Sequence[float]) -> dict[str, float | None]:
-    """Linear interpolation, as PostgreSQL's percentile_cont does."""
-    if not values:
-        return {"p50": None, "p95": None}
-    if len(values) == 1:
-        return _pair(values[0], values[0])
-    cuts = statistics.quantiles(values, n=100, method="inclusive")
-    return _pair(cuts[49], cuts[94])
+def _percentiles(bins: list[int]) -> dict[str, float | None]:
+    return {"p50": rollups.quantile(bins, 0.5), "p95": rollups.quantile(bins, 0.95)}
 
 
 async def _names(conn: AsyncConnection, group_by: str | None, ids: set[Any]) -> dict[Any, str]:

@@ -109,6 +109,7 @@ class CallRecord:
         "price",
         "project_id",
         "provider",
+        "provider_type",
         "request_id",
         "route_id",
         "started",
@@ -142,6 +143,7 @@ class CallRecord:
         self.key_id: str | None = None
         self.virtual_model: str | None = None
         self.provider: str | None = None
+        self.provider_type: str | None = None  # for traces (gen_ai.provider.name)
         self.upstream_model: str | None = None
         self.stream = False
         self.status_code = 200

@@ -23,6 +23,7 @@ import orjson
 from starlette.types import Receive
 
 from llmrelay.deadlines import Deadlines
+from llmrelay.gateway import spans
 from llmrelay.gateway.call import RECORD_COLUMNS, CallRecord
 from llmrelay.gateway.capabilities import Needs, expected_tokens, price_of
 from llmrelay.gateway.errors import UpstreamTimeout
@@ -39,6 +40,7 @@ from llmrelay.limits.estimate import estimate_tokens
 from llmrelay.limits.local import LocalLimiter
 from llmrelay.limits.scopes import ScopeCache
 from llmrelay.observability.metrics import Metrics
+from llmrelay.observability.tracing import Tracing
 from llmrelay.protocols import openai as wire
 from llmrelay.providers.base import Operation, UpstreamResponse
 from llmrelay.providers.errors import UpstreamProtocolError
@@ -63,6 +65,8 @@ class Runtime:
     limiter: Limiter | None = None
     #: The tpm reservation's output part for a request that sets no max tokens.
     default_output_tokens: int = 512
+    #: Spans for finished requests, when an OTLP endpoint is configured.
+    tracing: Tracing | None = None
 
 
 @dataclass(slots=True)
@@ -334,6 +338,8 @@ class Dispatcher:
             stats.observe_usage(model, provider, (*tokens, usage.reasoning), row[COST_COLUMN])
         if record.attempts:
             stats.observe_attempts(model, record.attempt_log, provider)
+        if runtime.tracing is not None:
+            spans.export(runtime.tracing, record, latency_ms)
 
     def rename(self, virtual: str) -> wire.ModelRename:
         """The (cached) renamer for one virtual model's answers."""

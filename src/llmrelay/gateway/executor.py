@@ -295,6 +295,7 @@ class Executor:
         provider = route.provider
         slug = provider.slug
         record.provider = slug
+        record.provider_type = provider.type
         record.upstream_model = route.upstream_model
         breakers = self.breakers
         try:

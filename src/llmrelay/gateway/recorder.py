@@ -4,25 +4,46 @@ Handlers put a finished record (a tuple) on a bounded queue, never awaiting the 
 one background task writes them in batches gathered over `gather_s`. The insert is compiled
 once and sent as driver-level SQL (no per-row ORM or Core processing: about half the CPU per
 row), idempotent by request id, so a batch retried after a failure cannot duplicate rows.
-On shutdown the queue is drained. How a batch reaches each database: record_writers.py.
+How a batch reaches each database: record_writers.py.
+
+When the database cannot take a batch (after one quick retry), the batch goes to the local
+spool (spool.py) instead of being dropped, and the same task replays the spool about once a
+second until it is empty; new batches still try the database first (replay order does not
+matter: the inserts are idempotent). Replay shares this task with the batches, so the SQLite
+writer's one connection never runs two transactions at once. On shutdown the queue is
+drained to the database or, while it is down, to the spool, which the next start replays.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+import time
+from pathlib import Path
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.gateway.call import ATTEMPT_COLUMNS, RECORD_COLUMNS
-from llmrelay.gateway.record_writers import BatchWriter, InsertSql, writer_for
+from llmrelay.gateway.record_writers import BatchWriter, InsertSql, SqliteWriter, writer_for
+from llmrelay.gateway.spool import Row, Spool
+from llmrelay.observability.metrics import Metrics
+from llmrelay.store import rollups
 from llmrelay.store.models import RequestAttempt, RequestRecord
 
 log = structlog.get_logger(__name__)
 
-_RETRY_DELAYS_S = (0.1, 0.5, 1.0, 2.0, 5.0)
+_CREATED_AT = RECORD_COLUMNS.index("created_at")
+
+#: Pauses before retrying a failed batch: one quick retry rides out a dropped connection;
+#: past that the batch goes to the spool rather than holding up the batches behind it.
+_RETRY_DELAYS_S = (0.5,)
+#: How often the spool is replayed while it holds anything.
+_REPLAY_EVERY_S = 1.0
+#: The longest one write to a network database may take before it counts as failed: a lost
+#: network can leave a connect or a query hanging for minutes. (SQLite bounds its own wait
+#: for a lock, `record_writers.LOCKED_WAIT_S`.)
+_WRITE_TIMEOUT_S = 10.0
 
 
 class Recorder:
@@ -33,8 +54,10 @@ class Recorder:
         max_queue: int = 50_000,
         batch_size: int = 4096,
         gather_s: float = 0.2,
+        spool_dir: Path | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
-        self._queue: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue(max_queue)
+        self._queue: asyncio.Queue[Row] = asyncio.Queue(max_queue)
         self._batch_size = batch_size
         self._gather_s = gather_s
         self._stopping = False
@@ -43,18 +66,33 @@ class Recorder:
             engine, RequestAttempt.__table__, ATTEMPT_COLUMNS, ["request_id", "attempt"]
         )
         self._writer: BatchWriter = writer_for(engine)
+        self._mark_sql = rollups.mark_sql(engine)
+        self._write_timeout_s = None if isinstance(self._writer, SqliteWriter) else _WRITE_TIMEOUT_S
         #: Attempt rows of queued records, written with the next batch (rare: only requests
         #: that needed more than one attempt or failed upstream have any).
-        self._attempts: list[tuple[Any, ...]] = []
+        self._attempts: list[Row] = []
+        #: The batch being written, kept for the spool if shutdown cancels its write.
+        self._inflight: tuple[list[Row], list[Row]] | None = None
         self._task: asyncio.Task[None] | None = None
+        self.spool = Spool(spool_dir) if spool_dir is not None else None
+        #: True while the spool may hold files to replay (at start: a last run's).
+        self._replay_pending = self.spool is not None
+        self._replay_at = 0.0
+        self._replay_failures = 0
+        self._metrics = metrics
+        if metrics is not None and self.spool is not None:
+            spool = self.spool
+            metrics.watch(metrics.record_spool_rows, lambda: spool.pending_rows)
+            metrics.watch(metrics.record_spool_bytes, lambda: spool.size_bytes)
         self.written = 0
+        self.spooled = 0
         self.dropped = 0
 
-    def record(self, row: tuple[Any, ...], attempts: list[tuple[Any, ...]] | None = None) -> None:
+    def record(self, row: Row, attempts: list[Row] | None = None) -> None:
         try:
             self._queue.put_nowait(row)
         except asyncio.QueueFull:
-            self.dropped += 1
+            self._count_dropped(1)
             if self.dropped == 1 or self.dropped % 1000 == 0:
                 log.error("record_queue_full", dropped=self.dropped)
             return
@@ -69,7 +107,8 @@ class Recorder:
         self._task = asyncio.create_task(self._run(), name="llmrelay-recorder")
 
     async def stop(self, timeout_s: float) -> None:
-        """Write what is queued (within `timeout_s`), then stop the writer."""
+        """Write what is queued (within `timeout_s`), then stop the writer. What the database
+        did not take by then goes to the spool, for the next start to replay."""
         if self._task is None:
             return
         self._stopping = True
@@ -82,12 +121,19 @@ class Recorder:
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
         self._task = None
+        self._keep_leftovers()
         await self._writer.drain()
         self._writer.close()
+        if self.spool is not None:
+            self.spool.close()
 
     async def _run(self) -> None:
         while True:
-            batch = [await self._queue.get()]
+            await self._replay_when_due()
+            first = await self._next_row()
+            if first is None:
+                continue
+            batch = [first]
             if not self._stopping and self._queue.qsize() < self._batch_size:
                 # Let a batch gather: one transaction per few hundred rows, not per row,
                 # is what keeps the writer's CPU per request small under load.
@@ -95,28 +141,118 @@ class Recorder:
             while len(batch) < self._batch_size and not self._queue.empty():
                 batch.append(self._queue.get_nowait())
             attempts, self._attempts = self._attempts, []
+            self._inflight = (batch, attempts)
             try:
                 await self._write(batch, attempts)
+                self._inflight = None  # not reached when stop() cancels the write
             finally:
                 for _ in batch:
                     self._queue.task_done()
 
-    async def _write(self, batch: list[tuple[Any, ...]], attempts: list[tuple[Any, ...]]) -> None:
-        rows = self._records.prepare(batch)
-        statements = self._records.statements(rows)
-        if attempts:
-            statements += self._attempt_rows.statements(self._attempt_rows.prepare(attempts))
+    async def _next_row(self) -> Row | None:
+        """The next queued row, or None when the spool is due for a replay first."""
+        if not self._replay_pending or self._stopping or not self._queue.empty():
+            return await self._queue.get()
+        wait = self._replay_at - time.monotonic()
+        if wait <= 0:
+            return None
+        try:
+            return await asyncio.wait_for(self._queue.get(), wait)
+        except TimeoutError:
+            return None
+
+    async def _write(self, batch: list[Row], attempts: list[Row]) -> None:
+        """To the database, retried once; else to the spool; dropped only if that fails."""
         for attempt, delay in enumerate((*_RETRY_DELAYS_S, None)):
             try:
-                await self._writer.write(statements, len(rows) + len(attempts))
-                self.written += len(rows)
+                await self._insert(batch, attempts)
+                self.written += len(batch)
                 return
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the writer must outlive database trouble
                 if delay is None:
-                    self.dropped += len(rows)
-                    log.error("record_batch_lost", rows=len(rows), error=str(exc))
+                    await self._to_spool(batch, attempts, exc)
                     return
                 log.warning("record_batch_retry", attempt=attempt + 1, error=str(exc))
                 await asyncio.sleep(delay)
+
+    async def _insert(self, batch: list[Row], attempts: list[Row]) -> None:
+        """One transaction for the records and attempt rows; raises when it failed."""
+        statements = self._records.statements(self._records.prepare(batch))
+        if attempts:
+            statements += self._attempt_rows.statements(self._attempt_rows.prepare(attempts))
+        # The hours these records fall in need their rollups recomputed (store/rollups.py):
+        # marked in the same transaction, so a recompute can never miss a committed record.
+        convert = self._records.convert_time
+        for hour in sorted({int(row[_CREATED_AT] // 3600) for row in batch}):
+            statements.append((self._mark_sql, (convert(hour * 3600.0), 1, 1)))
+        async with asyncio.timeout(self._write_timeout_s):
+            await self._writer.write(statements, len(batch) + len(attempts))
+
+    async def _to_spool(self, batch: list[Row], attempts: list[Row], error: Exception) -> None:
+        failure: Exception | None = None
+        if self.spool is not None:
+            try:
+                # In a thread: the fsync may take a while, and requests go on meanwhile.
+                await asyncio.to_thread(self.spool.append, batch, attempts)
+            except Exception as exc:  # noqa: BLE001 - a full or failing disk: counted as lost
+                failure = exc
+        self._account(len(batch), failure or error, lost=self.spool is None or failure is not None)
+
+    async def _replay_when_due(self) -> None:
+        """Replay one spool file, so queued batches wait for one file's replay at most; the
+        next file is due at once after a success, a second later after a failure (or after
+        a batch went to the spool: the database is away, and trying costs a batch's wait)."""
+        spool = self.spool
+        if spool is None or not self._replay_pending or self._stopping:
+            return
+        if time.monotonic() < self._replay_at:
+            return
+        try:
+            done = await spool.replay(self._insert, max_files=1)
+        except Exception as exc:  # noqa: BLE001 - the database is still away: try again later
+            self._replay_at = time.monotonic() + _REPLAY_EVERY_S
+            self._replay_failures += 1
+            if self._replay_failures % 60 == 1:  # about once a minute while it lasts
+                log.warning("record_replay_failed", failures=self._replay_failures, error=str(exc))
+            return
+        self._replay_failures = 0
+        self._replay_pending = not done
+
+    def _keep_leftovers(self) -> None:
+        """After the writer stopped: what is still queued (and the batch whose write was
+        cancelled) to the spool, on the event loop (the process is about to exit)."""
+        batch, attempts = self._inflight or ([], [])
+        self._inflight = None
+        while not self._queue.empty():
+            batch.append(self._queue.get_nowait())
+            self._queue.task_done()
+        attempts, self._attempts = attempts + self._attempts, []
+        if not batch and not attempts:
+            return
+        failure: Exception | None = None
+        if self.spool is not None:
+            try:
+                self.spool.append(batch, attempts)
+            except Exception as exc:  # noqa: BLE001 - a full or failing disk: counted as lost
+                failure = exc
+        error = failure or "shut down before the database took them"
+        self._account(len(batch), error, lost=self.spool is None or failure is not None)
+
+    def _account(self, rows: int, error: Exception | str, *, lost: bool) -> None:
+        if lost:
+            self._count_dropped(rows)
+            log.error("record_batch_lost", rows=rows, error=str(error))
+            return
+        self.spooled += rows
+        self._replay_pending = True
+        self._replay_at = max(self._replay_at, time.monotonic() + _REPLAY_EVERY_S)
+        if self._metrics is not None:
+            self._metrics.records_spooled.inc(rows)
+        log.warning("record_batch_spooled", rows=rows, error=str(error))
+
+    def _count_dropped(self, rows: int) -> None:
+        self.dropped += rows
+        if self._metrics is not None:
+            self._metrics.records_dropped.inc(rows)

@@ -1,36 +1,32 @@
-"""The month's recorded spend per key and project, read from the request records: what
-budgets start from when a process starts (and when Redis comes back empty)."""
+"""The month's recorded spend per key and project: what budgets start from when a process
+starts (and when Redis comes back empty)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.limits.base import Limiter, ScopeKind, month_of, month_start
-from llmrelay.store.models import RequestRecord
+from llmrelay.store import rollups
 
 
 async def month_spend(engine: AsyncEngine, now: float) -> dict[str, int]:
     """Scope name (`key:ID`, `project:ID`) -> micro-USD recorded since the month began.
-    Served by the (key_id, created_at) and (project_id, created_at) indexes."""
+    Read from the hourly rollups (the records only for hours not rolled up yet), so a start
+    costs the same after a month of traffic as after a minute."""
     since = datetime.fromtimestamp(month_start(now), UTC)
-    cost = func.coalesce(func.sum(RequestRecord.cost_micros), 0)
     spend: dict[str, int] = {}
     async with engine.connect() as connection:
-        for kind, column in (
-            (ScopeKind.KEY, RequestRecord.key_id),
-            (ScopeKind.PROJECT, RequestRecord.project_id),
-        ):
-            query = (
-                select(column, cost)
-                .where(RequestRecord.created_at >= since, column.is_not(None))
-                .group_by(column)
+        for kind, dimension in ((ScopeKind.KEY, "key_id"), (ScopeKind.PROJECT, "project_id")):
+            found = await rollups.cells(
+                connection, rollups.Dimensions(), since, None, dimension, with_bins=False
             )
-            for holder, micros in await connection.execute(query):
-                if micros:
-                    spend[f"{kind.value}:{holder}"] = int(micros)
+            for (_, holder), cell in found.items():
+                micros = cell.sums["cost_micros"]
+                if holder and micros:
+                    name = f"{kind.value}:{holder}"
+                    spend[name] = spend.get(name, 0) + micros
     return spend
 
 

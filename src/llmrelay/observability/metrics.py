@@ -41,6 +41,21 @@ class Metrics:
             "Request records waiting to be written.",
             registry=self.registry,
         )
+        self.records_spooled = Counter(
+            "llmrelay_records_spooled",
+            "Request records the database could not take, kept in the local spool instead.",
+            registry=self.registry,
+        )
+        self.record_spool_rows = Gauge(
+            "llmrelay_record_spool_rows",
+            "Request records in this process's spool files, waiting to be replayed.",
+            registry=self.registry,
+        )
+        self.record_spool_bytes = Gauge(
+            "llmrelay_record_spool_bytes",
+            "Size of this process's spool files, waiting to be replayed.",
+            registry=self.registry,
+        )
 
         self.breaker_transitions = Counter(
             "llmrelay_breaker_transitions",

@@ -303,3 +303,58 @@ class RequestAttempt(Base):
     #: What went wrong ("ok" for the attempt that answered)
     outcome: Mapped[str] = mapped_column(String(64))
     latency_ms: Mapped[float] = mapped_column(Float)
+
+
+class UsageRollup(Base):
+    """Request records summed per hour and (tenant, project, key, model, provider): what the
+    usage API and budgets read instead of scanning records (store/rollups.py). Missing
+    dimensions are '' (not NULL) so the unique key holds on both databases. An hour's rows are
+    always recomputed whole from its records, never incremented: a replayed or retried batch
+    cannot count twice."""
+
+    __tablename__ = "usage_rollups"
+    __table_args__ = (
+        UniqueConstraint(
+            "hour",
+            "tenant_id",
+            "project_id",
+            "key_id",
+            "virtual_model",
+            "provider",
+            name="uq_usage_rollups_dimensions",
+        ),
+        Index("ix_usage_rollups_project_id_hour", "project_id", "hour"),
+        Index("ix_usage_rollups_key_id_hour", "key_id", "hour"),
+    )
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    hour: Mapped[datetime]  # the hour's start, UTC; first in the unique key
+    tenant_id: Mapped[str] = mapped_column(String(32))
+    project_id: Mapped[str] = mapped_column(String(32))
+    key_id: Mapped[str] = mapped_column(String(32))
+    virtual_model: Mapped[str] = mapped_column(String(200))
+    provider: Mapped[str] = mapped_column(String(64))
+    requests: Mapped[int] = mapped_column(BigInteger)
+    errors: Mapped[int] = mapped_column(BigInteger)
+    estimated: Mapped[int] = mapped_column(BigInteger)
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger)
+    cached_input_tokens: Mapped[int] = mapped_column(BigInteger)
+    cache_write_tokens: Mapped[int] = mapped_column(BigInteger)
+    output_tokens: Mapped[int] = mapped_column(BigInteger)
+    reasoning_tokens: Mapped[int] = mapped_column(BigInteger)
+    cost_micros: Mapped[int] = mapped_column(BigInteger)
+    #: Counts per latency bin (rollups.LATENCY_BINS_MS), for percentiles.
+    latency_bins: Mapped[list[int]] = mapped_column(JSONDoc)
+    ttfb_bins: Mapped[list[int]] = mapped_column(JSONDoc)
+
+
+class UsageRollupDirty(Base):
+    """Hours whose records changed since their rollup was computed. The recorder marks an
+    hour in the same transaction as the records it writes (bumping `version`); the rollup
+    task recomputes the hour and removes the mark only if `version` is still the one it read,
+    so a batch committed during a recompute is never left out."""
+
+    __tablename__ = "usage_rollup_dirty"
+
+    hour: Mapped[datetime] = mapped_column(primary_key=True)
+    version: Mapped[int] = mapped_column(BigInteger, default=1)
