@@ -47,6 +47,8 @@ from bench.limits import compare_limits
 from bench.limits import markdown as limits_markdown
 from bench.load import Driver, Window
 from bench.procs import settle
+from bench.recording import compare_recording
+from bench.recording import markdown as recording_markdown
 from bench.report import (
     Target,
     machine,
@@ -72,6 +74,7 @@ MARKDOWN = {
     "translation": translation_markdown,
     "limits": limits_markdown,
     "usage-api": usage_markdown,
+    "recording": recording_markdown,
 }
 
 
@@ -291,6 +294,11 @@ def main() -> None:
         help="llmrelay alone: a key with limits against one without, in process and with Redis",
     )
     parser.add_argument(
+        "--recording",
+        action="store_true",
+        help="llmrelay with request records against llmrelay without (LLMRELAY_RECORD_REQUESTS)",
+    )
+    parser.add_argument(
         "--usage-api",
         action="store_true",
         help="the usage API over --rows synthetic records, on PostgreSQL and SQLite",
@@ -335,6 +343,9 @@ def main() -> None:
         elif args.limits:
             data = compare_limits(folder, args.quick)
             kind = "limits-quick" if args.quick else "limits"
+        elif args.recording:
+            data = compare_recording(folder, args.quick)
+            kind = "recording-quick" if args.quick else "recording"
         elif args.translation:
             data = compare_translation(folder, args.quick)
             kind = "translation-quick" if args.quick else "translation"

@@ -179,6 +179,7 @@ def create_app(settings: Settings) -> GatewayApp:
                 limiter,
                 settings.tpm_default_output_tokens,
                 tracing,
+                settings.record_requests,
             )
             health.engine, health.snapshots = engine, snapshots
             admin.engine = engine

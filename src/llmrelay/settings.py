@@ -65,6 +65,9 @@ class Settings(BaseSettings):
     record_retention_days: float | None = Field(default=None, gt=0)
     #: How often the retention task looks for records to delete.
     retention_interval_s: float = Field(default=3600.0, gt=0)
+    #: False: no request records are written (for benchmarks and experiments only: usage,
+    #: the usage API and budgets after a restart all read the records).
+    record_requests: bool = True
     #: How often the hours with new records get their usage rollups recomputed.
     rollup_interval_s: float = Field(default=30.0, gt=0)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -142,3 +143,19 @@ def test_a_stream_is_metered_even_when_the_client_asks_for_no_usage(
     assert sent.body["stream_options"] == {"include_usage": True}
     row = _records(gateway, ["rec-quiet"])["rec-quiet"]
     assert (row["prompt_tokens"], row["completion_tokens"]) == (4, 4)
+
+
+def test_records_can_be_switched_off_for_benchmarks(tmp_path: Path, upstream: MockUpstream) -> None:
+    config = f"""
+providers: [{{slug: up, type: openai_compatible, base_url: "{upstream.base_url}"}}]
+models: [{{name: chat, routes: [{{provider: up, upstream_model: echo}}]}}]
+projects: [{{name: p, keys: [{{name: k, key: {KEY}}}]}}]
+"""
+    gateway = GatewayProcess(tmp_path, config=config, env={"LLMRELAY_RECORD_REQUESTS": "false"})
+    gateway.start()
+    try:
+        body = {"model": "chat", "messages": [{"role": "user", "content": "unrecorded"}]}
+        assert _send(gateway, "rec-off-1", body).status_code == 200
+    finally:
+        assert gateway.stop() == 0  # the queue is drained on the way out: nothing was in it
+    assert _records(gateway, ["rec-off-1"], timeout_s=0.5) == {}

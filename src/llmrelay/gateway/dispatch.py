@@ -67,6 +67,8 @@ class Runtime:
     default_output_tokens: int = 512
     #: Spans for finished requests, when an OTLP endpoint is configured.
     tracing: Tracing | None = None
+    #: False only for benchmarks (LLMRELAY_RECORD_REQUESTS=false): records are not queued.
+    record_requests: bool = True
 
 
 @dataclass(slots=True)
@@ -315,7 +317,8 @@ class Dispatcher:
             runtime.executor.router.in_flight.end(record.counted_route)
         latency_ms = record.latency_ms()
         row = record.row(latency_ms)
-        runtime.recorder.record(row, record.attempt_log)
+        if runtime.record_requests:
+            runtime.recorder.record(row, record.attempt_log)
         admission = record.admission
         if admission is not None:
             cost = row[COST_COLUMN]  # priced once, for the record and the budget
