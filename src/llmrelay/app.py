@@ -167,6 +167,7 @@ def create_app(settings: Settings) -> GatewayApp:
             await seed_spend(limiter, engine, time.time())
             metrics.watch(metrics.record_queue_depth, lambda: recorder.depth)
             metrics.watch(metrics.snapshot_generation, lambda: snapshots.current.generation)
+            metrics.watch(metrics.snapshot_age, snapshots.age_s)
             metrics.watch(metrics.snapshot_build_failures, lambda: snapshots.failed_builds)
             dataplane.runtime = Runtime(
                 snapshots,

@@ -331,5 +331,6 @@ def test_metrics_count_requests_by_protocol_tokens_by_bucket_cost_and_attempts(
     assert samples.get(failed, 0) >= 1, [
         k for k in samples if k[0] == "llmrelay_upstream_attempts_total"
     ]
+    assert 0 <= samples[("llmrelay_snapshot_age_seconds", ())] < 600
     ttfb = [v for k, v in samples.items() if k[0] == "llmrelay_request_ttfb_seconds_count"]
     assert ttfb and sum(ttfb) >= 3

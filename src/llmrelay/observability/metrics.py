@@ -31,6 +31,11 @@ class Metrics:
             "Config generation of the snapshot in use.",
             registry=self.registry,
         )
+        self.snapshot_age = Gauge(
+            "llmrelay_snapshot_age_seconds",
+            "Seconds since the snapshot in use was built (it is rebuilt when the config changes).",
+            registry=self.registry,
+        )
         self.snapshot_build_failures = Gauge(
             "llmrelay_snapshot_build_failures",
             "Snapshot builds that failed validation since start (the last good one stayed).",
