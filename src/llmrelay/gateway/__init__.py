@@ -1,5 +1,5 @@
 """The data plane (`/v1/*`): ingress, authentication, resolution, execution, recording.
 
-May import: snapshot, providers, protocols, settings, apikeys, store (recorder only).
-Never imports admin or console.
+May import: snapshot, providers, protocols, routing, limits, metering, observability, settings,
+apikeys, deadlines, store (recorder and spool only). Never imports admin or console.
 """

@@ -1,4 +1,4 @@
-"""Logs, metrics and health: how operators see the gateway.
+"""Logs, metrics, health and traces: how operators see the gateway.
 
 May import: settings, snapshot (holder state). Imported by the gateway and app assembly.
 """

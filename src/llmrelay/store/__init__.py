@@ -1,4 +1,5 @@
-"""Persistence: SQLAlchemy models, engine set-up, migrations and credential crypto.
+"""Persistence: SQLAlchemy models, engine set-up, migrations, credential crypto, the hourly
+usage rollups and record retention.
 
 May import: settings. Never imports the gateway, admin or console packages.
 """
