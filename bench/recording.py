@@ -82,7 +82,8 @@ def compare_recording(folder: Path, quick: bool) -> dict[str, Any]:
         for level, v in by_level.items():
             each = " ".join(f"{x:.3f}" for x in v["round_throughput_ratios"])
             print(
-                f"  {mode:<5} c={level:<3} req/s on/off {v['throughput_ratio']:.3f} (rounds {each}), "
+                f"  {mode:<5} c={level:<3} req/s on/off {v['throughput_ratio']:.3f} "
+                f"(rounds {each}), "
                 f"CPU/req {v['cpu_us_per_req']['off']:.0f} -> {v['cpu_us_per_req']['on']:.0f} us"
             )
     print(f"records written: on {rows['on']}, off {rows['off']}")

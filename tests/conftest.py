@@ -61,6 +61,26 @@ async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
         await engine.dispose()
 
 
+@pytest.fixture
+async def postgres_url() -> AsyncIterator[str]:
+    """An empty PostgreSQL database (a new one per test), for what only PostgreSQL has; mark
+    the test `postgres`."""
+    need_postgres()
+    async with postgres_database() as url:
+        yield url
+
+
+@pytest.fixture
+async def postgres_engine(postgres_url: str) -> AsyncIterator[AsyncEngine]:
+    """A migrated PostgreSQL database."""
+    engine = create_engine(postgres_url)
+    await migrate.upgrade(engine)
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if not skipped_services:
         return

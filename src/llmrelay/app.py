@@ -44,7 +44,7 @@ from llmrelay.routing.strategies import Router
 from llmrelay.settings import Settings, resolve_secret_key
 from llmrelay.snapshot.holder import SnapshotHolder
 from llmrelay.snapshot.model import Snapshot
-from llmrelay.store import migrate, retention, rollups
+from llmrelay.store import migrate, partitions, payload_retention, retention, rollups
 from llmrelay.store.crypto import Sealer
 from llmrelay.store.db import create_engine, session_factory
 
@@ -181,17 +181,28 @@ def create_app(settings: Settings) -> GatewayApp:
                 settings.tpm_default_output_tokens,
                 tracing,
                 settings.record_requests,
+                capture_max_bytes=settings.capture_max_bytes,
             )
             health.engine, health.snapshots = engine, snapshots
             admin.engine = engine
             poller = asyncio.create_task(snapshots.poll(settings.snapshot_poll_s))
             rollup_task = asyncio.create_task(rollups.run(engine, settings.rollup_interval_s))
+            # PostgreSQL: the months ahead of request_records exist (now, then daily).
+            partitioner = asyncio.create_task(partitions.run(engine))
             pruner = None
             if settings.record_retention_days is not None:
                 pruner = asyncio.create_task(
                     retention.run(
                         engine, settings.record_retention_days, settings.retention_interval_s
                     )
+                )
+            payload_pruner = None
+            payload_days = payload_retention.retention_days(
+                settings.payload_retention_days, settings.record_retention_days
+            )
+            if payload_days is not None:
+                payload_pruner = asyncio.create_task(
+                    payload_retention.run(engine, payload_days, settings.retention_interval_s)
                 )
             settle_garbage_collector()
             try:
@@ -201,10 +212,17 @@ def create_app(settings: Settings) -> GatewayApp:
                 rollup_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await rollup_task
+                partitioner.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await partitioner
                 if pruner is not None:
                     pruner.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await pruner
+                if payload_pruner is not None:
+                    payload_pruner.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await payload_pruner
                 with contextlib.suppress(asyncio.CancelledError):
                     await poller  # its database work ends before the engine is disposed
                 await recorder.stop(timeout_s=max(settings.drain_timeout_s, 5.0))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from llmrelay.config.apply import ApplyResult, apply_config
 from llmrelay.config.schema import GatewayConfig
 from llmrelay.settings import Settings, resolve_secret_key
-from llmrelay.store import migrate
+from llmrelay.store import migrate, partitions
 from llmrelay.store.bootstrap import ensure_default_tenant
 from llmrelay.store.crypto import Sealer
 from llmrelay.store.db import create_engine, is_sqlite, session_factory
@@ -15,6 +15,7 @@ async def migrate_database(url: str) -> str | None:
     engine = create_engine(url)
     try:
         await migrate.upgrade_if_needed(engine)
+        await partitions.ensure(engine)  # PostgreSQL: this month's and the next two
         async with session_factory(engine).begin() as session:
             await ensure_default_tenant(session)
         return await migrate.current_revision(engine)

@@ -65,6 +65,11 @@ class Settings(BaseSettings):
     record_retention_days: float | None = Field(default=None, gt=0)
     #: How often the retention task looks for records to delete.
     retention_interval_s: float = Field(default=3600.0, gt=0)
+    #: Captured payloads (keys with `capture: full`) older than this many days are deleted;
+    #: unset: kept as long as their records. Never longer than the records either way.
+    payload_retention_days: float | None = Field(default=None, gt=0)
+    #: The most of each captured body (request, response) that is kept; the rest is cut off.
+    capture_max_bytes: int = Field(default=MIB, gt=0)
     #: False: no request records are written (for benchmarks and experiments only: usage,
     #: the usage API and budgets after a restart all read the records).
     record_requests: bool = True

@@ -342,3 +342,51 @@ def test_a_preset_is_only_for_openai_compatible_and_must_be_known() -> None:
     with pytest.raises(ConfigError) as unknown_preset:
         parse_config(unknown, "gw.yaml", ENV)
     assert "providers[0].preset" in str(unknown_preset.value)
+
+
+CAPTURE_YAML = """
+providers: [{slug: up, type: openai_compatible, base_url: "http://127.0.0.1:9/v1"}]
+models: [{name: chat, routes: [{provider: up, upstream_model: m}]}]
+projects:
+  - name: quiet
+    keys:
+      - {name: plain, key: capture-plain-key-0123456789}
+      - {name: full, key: capture-full-key-0123456789, capture: full}
+  - name: loud
+    capture: full
+    keys:
+      - {name: inherits, key: capture-inherits-key-0123456789}
+      - {name: opts-out, key: capture-optout-key-0123456789, capture: off}
+"""
+
+
+async def _captures(engine: AsyncEngine) -> dict[str, str]:
+    async with session_factory(engine)() as session:
+        return {k.name: k.capture for k in (await session.scalars(select(ApiKey))).all()}
+
+
+async def test_capture_is_the_keys_own_else_its_projects_else_off(engine: AsyncEngine) -> None:
+    await _apply(engine, CAPTURE_YAML)
+    assert await _captures(engine) == {
+        "plain": "off",
+        "full": "full",
+        "inherits": "full",
+        "opts-out": "off",  # a bare YAML `off` (read as false) is "off"
+    }
+    before = await _dump(engine)
+    again = await _apply(engine, CAPTURE_YAML)
+    assert again.changes == [] and again.generation == 1
+    assert await _dump(engine) == before
+
+    quieter = await _apply(engine, CAPTURE_YAML.replace("    capture: full\n", ""))
+    assert quieter.changes == ["updated key loud/inherits (capture)"]
+    assert quieter.generation == 2
+    assert (await _captures(engine))["inherits"] == "off"
+
+
+def test_capture_takes_off_or_full_only() -> None:
+    for value in ("on", "true", "headers"):
+        text = CAPTURE_YAML.replace("capture: full}", f"capture: {value}}}")
+        with pytest.raises(ConfigError) as bad:
+            parse_config(text, "gw.yaml", ENV)
+        assert "projects[0].keys[1].capture" in str(bad.value)

@@ -21,7 +21,8 @@ from llmrelay.gateway.recorder import Recorder
 from llmrelay.observability.metrics import Metrics
 from llmrelay.store import migrate
 from llmrelay.store.db import create_engine, session_factory
-from llmrelay.store.models import RequestAttempt, RequestRecord
+from llmrelay.store.models import RequestAttempt, RequestPayload, RequestRecord
+from tests.gateway.test_capture import captured_record, payload_row
 from tests.support.databases import sqlite_url
 
 
@@ -36,9 +37,12 @@ def _record(request_id: str) -> CallRecord:
 async def test_rows_are_written_once_each_and_read_back_by_the_orm(engine: AsyncEngine) -> None:
     recorder = Recorder(engine, gather_s=0.01)
     recorder.start()
-    for i in range(700):  # crosses several multi-row statement sizes
-        recorder.record(_record(f"req-{i}").row(12.5))
-    recorder.record(_record("req-3").row(99.0))  # a retried id: kept once, first write wins
+    records = [_record(f"req-{i}") for i in range(700)]  # crosses several statement sizes
+    for record in records:
+        recorder.record(record.row(12.5))
+    retried = _record("req-3")  # a retried record: kept once, first write wins
+    retried.created = records[3].created  # a retry carries the record's own time
+    recorder.record(retried.row(99.0))
     await recorder.stop(timeout_s=10)
     async with session_factory(engine)() as session:
         rows = (await session.scalars(select(RequestRecord))).all()
@@ -290,3 +294,27 @@ async def test_a_batch_is_lost_only_when_the_spool_fails_too(
     assert metrics.registry.get_sample_value("llmrelay_records_dropped_total") == 10
     lost = [entry for entry in logs if entry["event"] == "record_batch_lost"]
     assert [entry["rows"] for entry in lost] == [10]
+
+
+async def test_payload_rows_are_spooled_and_replayed_with_their_records(
+    sqlite_engine: AsyncEngine, locked: sqlite3.Connection, tmp_path: Path
+) -> None:
+    spool_dir = tmp_path / "spool"
+    recorder = Recorder(sqlite_engine, gather_s=0.01, spool_dir=spool_dir)
+    recorder.start()
+    body = b'{"model":"m","messages":[]}\xff'  # not UTF-8 at its end
+    record = await captured_record("spooled-payload", body, b"data: x\n\n" * 50, 64)
+    recorder.record(record.row(1.0), None, payload_row(record))
+    await _until(lambda: recorder.spooled == 1)
+    assert await _count_records(sqlite_engine) == 0
+
+    locked.execute("ROLLBACK")  # the database is back
+    await _until(lambda: not list(spool_dir.glob("*.jsonl")))
+    await recorder.stop(timeout_s=10)
+    async with session_factory(sqlite_engine)() as session:
+        (payload,) = (await session.scalars(select(RequestPayload))).all()
+    assert payload.request_id == "spooled-payload"
+    assert (payload.request_body, payload.request_bytes) == (body, len(body))
+    assert (payload.response_body, payload.response_bytes) == ((b"data: x\n\n" * 8)[:64], 450)
+    assert (payload.request_truncated, payload.response_truncated) == (False, True)
+    assert await _count_records(sqlite_engine) == 1

@@ -20,15 +20,17 @@ class Sink:
     def __init__(self) -> None:
         self.records: list[Row] = []
         self.attempts: list[Row] = []
+        self.payloads: list[Row] = []
         self.calls = 0
         self.failing = False
 
-    async def __call__(self, records: list[Row], attempts: list[Row]) -> None:
+    async def __call__(self, records: list[Row], attempts: list[Row], payloads: list[Row]) -> None:
         self.calls += 1
         if self.failing:
             raise ConnectionRefusedError("database away")
         self.records += records
         self.attempts += attempts
+        self.payloads += payloads
 
 
 def _files(spool: Spool) -> list[str]:
@@ -196,3 +198,49 @@ def test_a_big_file_is_closed_and_the_next_begun(tmp_path: Path) -> None:
     spool.append(rows, [])
     spool.append(rows, [])
     assert len(_listing(tmp_path)) == 2
+
+
+PAYLOADS: list[Row] = [
+    # bodies as bytes, one not UTF-8 at all, one cut inside a character; sizes and flags
+    ("req-1", 1_733_000_000.5, b'{"model":"m"}', b"\xff\xfe\x00binary", False, False, 13, 9),
+    ("req-2", 1_733_000_001.0, "é".encode()[:1], None, True, False, 2_000_000, None),
+    ("req-3", 1_733_000_002.0, None, b"", False, False, None, 0),
+]
+
+
+async def test_payload_rows_round_trip_byte_for_byte(tmp_path: Path) -> None:
+    spool = Spool(tmp_path)
+    spool.append([], [], PAYLOADS[:2])
+    spool.append([], [], PAYLOADS[2:])
+    assert spool.pending_rows == 3
+    (name,) = _listing(tmp_path)
+    path = tmp_path / name
+    text = path.read_bytes()
+    assert b'"payloads":["request_id"' in text and b'{"b64":' in text
+
+    sink = Sink()
+    assert await spool.replay(sink) is True
+    _same(sink.payloads, PAYLOADS)
+    assert sink.records == [] and sink.attempts == []
+    assert _listing(tmp_path) == [] and spool.pending_rows == 0
+
+
+async def test_a_file_written_before_payloads_existed_still_replays(tmp_path: Path) -> None:
+    older = tmp_path / "records-999999-1.jsonl"
+    older.write_bytes(b'{"records":["id"],"attempts":["id"]}\n["r",["old"]]\n["a",["try"]]\n')
+    sink = Sink()
+    await Spool(tmp_path, record_columns=["id"], attempt_columns=["id"]).replay(sink)
+    assert (sink.records, sink.attempts, sink.payloads) == ([("old",)], [("try",)], [])
+
+
+async def test_a_payload_line_that_cannot_be_decoded_is_skipped_not_fatal(tmp_path: Path) -> None:
+    spool = Spool(tmp_path, record_columns=["id"])
+    spool.append([("kept",)], [], PAYLOADS[:1])
+    spool.rotate()
+    (name,) = _listing(tmp_path)
+    path = tmp_path / name
+    path.write_bytes(path.read_bytes().replace(b'{"b64":"', b'{"b64":"%', 1))
+    sink = Sink()
+    with capture_logs():
+        assert await spool.replay(sink) is True
+    assert sink.records == [("kept",)] and sink.payloads == []

@@ -13,7 +13,7 @@ from llmrelay.store.bootstrap import bump_generation
 from llmrelay.store.crypto import Sealer
 from llmrelay.store.db import session_factory
 from llmrelay.store.models import GatewaySetting, Provider
-from tests.config.test_apply import CAPABLE, SEALER, _apply
+from tests.config.test_apply import CAPABLE, CAPTURE_YAML, SEALER, _apply
 from tests.config.test_loader import ENV, GOOD
 
 
@@ -170,3 +170,10 @@ async def test_route_capabilities_and_prices_reach_the_snapshot(engine: AsyncEng
     assert price.version_id == f"route:{fast.routes[1].id}"
     assert fast.routes[0].capabilities is None and fast.routes[0].price is None
     assert fast.capability_aware and not backup.capability_aware
+
+
+async def test_a_keys_capture_mode_reaches_the_snapshot(engine: AsyncEngine) -> None:
+    await _apply(engine, CAPTURE_YAML)
+    snapshot = (await _holder(engine)).current
+    captures = {key.name: key.capture for key in snapshot.keys_by_digest.values()}
+    assert captures == {"plain": False, "full": True, "inherits": True, "opts-out": False}

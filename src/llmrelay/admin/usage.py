@@ -123,7 +123,8 @@ async def list_requests(
 
 @router.get("/requests/{request_id}")
 async def get_request(request: Request, request_id: str) -> dict[str, Any]:
-    """One request's record with its upstream attempts."""
+    """One request's record with its upstream attempts, and its captured bodies under
+    `payload` when its key captures them (else `payload` is null)."""
     if not 1 <= len(request_id) <= 64:
         raise AdminError(400, "request_id: 1 to 64 characters", field="request_id")
     async with _state(request).database().connect() as conn:

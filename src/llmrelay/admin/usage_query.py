@@ -9,6 +9,7 @@ Token sums follow the record's buckets: `input_tokens` in the answers is every p
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -18,7 +19,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from llmrelay.admin.errors import AdminError
 from llmrelay.store import rollups
-from llmrelay.store.models import ApiKey, Project, RequestAttempt, RequestRecord
+from llmrelay.store.models import (
+    ApiKey,
+    Project,
+    RequestAttempt,
+    RequestPayload,
+    RequestRecord,
+)
 
 R = RequestRecord.__table__.c
 
@@ -227,4 +234,40 @@ async def one(conn: AsyncConnection, request_id: str) -> dict[str, Any] | None:
         }
         for a in found
     ]
+    record["payload"] = await _payload(conn, request_id)
     return record
+
+
+async def _payload(conn: AsyncConnection, request_id: str) -> dict[str, Any] | None:
+    """The request's captured bodies (its key captured them, gateway/capture.py), else None.
+    Only this detail reads request_payloads: no list or usage query does."""
+    payloads = RequestPayload.__table__
+    row = (await conn.execute(select(payloads).where(payloads.c.request_id == request_id))).first()
+    if row is None:
+        return None
+    request, request_encoding = body_text(row.request_body, row.request_truncated)
+    response, response_encoding = body_text(row.response_body, row.response_truncated)
+    return {
+        "request": request,
+        "request_encoding": request_encoding,
+        "request_bytes": row.request_bytes,
+        "request_truncated": bool(row.request_truncated),
+        "response": response,
+        "response_encoding": response_encoding,
+        "response_bytes": row.response_bytes,
+        "response_truncated": bool(row.response_truncated),
+    }
+
+
+def body_text(body: bytes | None, truncated: bool) -> tuple[str | None, str | None]:
+    """A body for JSON: its text when it is UTF-8 ("utf-8"), else base64 ("base64"). A body
+    cut at the cap may end inside a character: that last partial character (at most three
+    bytes) is left out of the text rather than turning the whole body into base64."""
+    if body is None:
+        return None, None
+    try:
+        return body.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError as exc:
+        if truncated and exc.start >= len(body) - 3 and exc.reason == "unexpected end of data":
+            return body[: exc.start].decode("utf-8"), "utf-8"
+    return base64.b64encode(body).decode("ascii"), "base64"

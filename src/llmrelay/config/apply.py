@@ -37,6 +37,7 @@ from llmrelay.config.schema import (
 from llmrelay.store.bootstrap import bump_generation, current_generation, ensure_default_tenant
 from llmrelay.store.crypto import CredentialError, Sealer
 from llmrelay.store.models import (
+    CAPTURE_OFF,
     ApiKey,
     GatewaySetting,
     Project,
@@ -234,7 +235,15 @@ async def _upsert_project(
         k.name: k for k in await session.scalars(select(ApiKey).where(ApiKey.project_id == row.id))
     }
     for key_config in config.keys:
-        _upsert_key(session, row, key_config, keys.get(key_config.name), policies, result)
+        _upsert_key(
+            session,
+            row,
+            key_config,
+            keys.get(key_config.name),
+            policies,
+            result,
+            project_capture=config.capture,
+        )
 
 
 def _upsert_key(
@@ -244,7 +253,11 @@ def _upsert_key(
     row: ApiKey | None,
     policies: dict[str, RoutingPolicy],
     result: ApplyResult,
+    *,
+    project_capture: str | None = None,
 ) -> None:
+    """Upsert one key. Its capture mode is its own `capture`, else its project's, else
+    "off": resolved here, so the stored key says what it does and applying twice agrees."""
     created = row is None
     label = f"{project.name}/{config.name}"
     if row is None:
@@ -258,6 +271,7 @@ def _upsert_key(
         "allowed_models": None if config.models is None else list(config.models),
         "ip_allowlist": list(config.ip_allowlist),
         "routing_policy_id": _policy_id(config.routing_policy, policies),
+        "capture": config.capture or project_capture or CAPTURE_OFF,
         **_limit_values(config),
     }
     plain = config.key

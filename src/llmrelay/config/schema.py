@@ -210,6 +210,16 @@ def _utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+#: Payload capture: "off" keeps no bodies; "full" keeps request and response bodies.
+Capture = Literal["off", "full"]
+
+
+def _capture_word(value: object) -> object:
+    """YAML 1.1 reads a bare `off` as false: that is what the operator wrote, so it means
+    "off". A bare `on`/`true` is not a mode; it is refused with the usual message."""
+    return "off" if value is False else value
+
+
 class KeyConfig(_Strict):
     name: Name
     key: Annotated[str, Field(min_length=MIN_KEY_LENGTH, max_length=200)] | None = None
@@ -220,6 +230,10 @@ class KeyConfig(_Strict):
     expires_at: datetime | None = None
     disabled: bool = False
     routing_policy: Name | None = None
+    #: Left out: the project's `capture`, else "off".
+    capture: Capture | None = None
+
+    _capture = field_validator("capture", mode="before")(_capture_word)
 
     @field_validator("key")
     @classmethod
@@ -246,6 +260,10 @@ class ProjectConfig(_Strict):
     monthly_budget_usd: Annotated[Decimal, Field(ge=0)] | None = None
     keys: list[KeyConfig] = Field(default_factory=list)
     routing_policy: Name | None = None
+    #: The `capture` of the keys listed here that set none of their own.
+    capture: Capture | None = None
+
+    _capture = field_validator("capture", mode="before")(_capture_word)
 
 
 class BreakerConfig(_Strict):

@@ -74,14 +74,17 @@ async def send_sse(
 
     The last chunk of a normal end goes out with the end of the body, after the relay has
     finished its record: one write instead of two (uvicorn writes the chunk and the chunked
-    terminator together), and no disconnect watch left open once the answer is complete."""
+    terminator together), and no disconnect watch left open once the answer is complete.
+    Not when the answer is captured (gateway/capture.py): its last chunk goes out before the
+    record is finished, so the capture queued with the record is whole."""
     await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *headers]})
     events = relay.events()
+    join_last = not relay.captured
     last = b""
     try:
         with watches.watch(receive):
             async for chunk in events:
-                if relay.ended:
+                if relay.ended and join_last:
                     last = chunk  # the generator ends at the next step
                 else:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})

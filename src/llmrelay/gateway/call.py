@@ -23,6 +23,7 @@ from llmrelay.metering.estimate import prompt_tokens
 from llmrelay.metering.usage import Usage
 
 if TYPE_CHECKING:
+    from llmrelay.gateway.capture import Capture
     from llmrelay.limits.base import Admission
     from llmrelay.metering.cost import Price
 
@@ -97,6 +98,7 @@ class CallRecord:
         "answer_tokens",
         "attempt_log",
         "attempts",
+        "capture",
         "client_ip",
         "counted_route",
         "created",
@@ -172,6 +174,8 @@ class CallRecord:
         self.price: Price | None = None
         #: What the limiter took for this request (settled when the request ends).
         self.admission: Admission | None = None
+        #: The request's bodies, when its key captures them (see gateway/capture.py).
+        self.capture: Capture | None = None
 
     def mark_first_byte(self) -> None:
         if self.ttfb_ms is None:

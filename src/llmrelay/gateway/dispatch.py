@@ -20,12 +20,13 @@ from time import time as now
 from typing import Any
 
 import orjson
-from starlette.types import Receive
+from starlette.types import Receive, Send
 
 from llmrelay.deadlines import Deadlines
 from llmrelay.gateway import spans
 from llmrelay.gateway.call import RECORD_COLUMNS, CallRecord
 from llmrelay.gateway.capabilities import Needs, expected_tokens, price_of
+from llmrelay.gateway.capture import DEFAULT_MAX_BYTES, Capture
 from llmrelay.gateway.errors import UpstreamTimeout
 from llmrelay.gateway.executor import Executor, Finisher, candidates
 from llmrelay.gateway.ingress import RequestContext
@@ -69,6 +70,8 @@ class Runtime:
     tracing: Tracing | None = None
     #: False only for benchmarks (LLMRELAY_RECORD_REQUESTS=false): records are not queued.
     record_requests: bool = True
+    #: The most of each captured body that is kept (keys with `capture: full`).
+    capture_max_bytes: int = DEFAULT_MAX_BYTES
 
 
 @dataclass(slots=True)
@@ -318,7 +321,9 @@ class Dispatcher:
         latency_ms = record.latency_ms()
         row = record.row(latency_ms)
         if runtime.record_requests:
-            runtime.recorder.record(row, record.attempt_log)
+            capture = record.capture
+            payload = None if capture is None else capture.row(record.request_id, record.created)
+            runtime.recorder.record(row, record.attempt_log, payload)
         admission = record.admission
         if admission is not None:
             cost = row[COST_COLUMN]  # priced once, for the record and the budget
@@ -343,6 +348,13 @@ class Dispatcher:
             stats.observe_attempts(model, record.attempt_log, provider)
         if runtime.tracing is not None:
             spans.export(runtime.tracing, record, latency_ms)
+
+    def capture(self, record: CallRecord, send: Send, receive: Receive) -> tuple[Send, Receive]:
+        """Keep this request's bodies (its key captures them): `send` and `receive` to use
+        from here on. Called right after authentication, so the gateway's own error answers
+        are kept too."""
+        capture = record.capture = Capture(self.live().capture_max_bytes)
+        return capture.wrap(send, receive)
 
     def rename(self, virtual: str) -> wire.ModelRename:
         """The (cached) renamer for one virtual model's answers."""

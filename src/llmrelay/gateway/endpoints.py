@@ -122,6 +122,8 @@ class DataPlane(Dispatcher):
             snapshot = runtime.snapshots.current
             principal = authenticate(scope["headers"], snapshot, context.client_ip, time.time())
             bind(record, principal)
+            if principal.capture:
+                send, receive = self.capture(record, send, receive)
             payload = checks.parse_object(await read_body(receive, runtime.max_body_bytes))
             if operation is Operation.CHAT:
                 checks.check_chat(payload)

@@ -64,6 +64,8 @@ class MessagesRoutes:
             snapshot = runtime.snapshots.current
             principal = authenticate(scope["headers"], snapshot, context.client_ip, time.time())
             bind(record, principal)
+            if principal.capture:
+                send, receive = dispatcher.capture(record, send, receive)
             payload = checks.parse_object(await read_body(receive, runtime.max_body_bytes))
             check_messages(payload, counting=counting)
             model, pinned = checks.resolve_model(

@@ -67,13 +67,26 @@ def aware_time(timestamp: float) -> datetime:
 
 
 class InsertSql:
-    """One table's idempotent INSERT, compiled once, and its multi-row forms for SQLite."""
+    """One table's idempotent INSERT, compiled once, and its multi-row forms for SQLite.
+
+    `unique` names the columns a row is unique by (request records: the request id). A table
+    partitioned on PostgreSQL (its `partition_key` info: request records, by created_at,
+    migration 0009) can only be unique by keys that include the partition key, so there the
+    conflict target gets it too: ON CONFLICT (request_id, created_at). That keeps inserts
+    idempotent, because a row written again (a retried batch, or the spool replaying one
+    after an outage) carries the same created_at as the first time: it is the record's own
+    time, taken when the request began and kept in the row, not the time of the insert.
+    Decided here once, not per batch: a PostgreSQL database at this revision is always
+    partitioned (`serve` refuses an older schema)."""
 
     def __init__(
         self, engine: AsyncEngine, table: Any, columns: tuple[str, ...], unique: list[str]
     ) -> None:
         is_postgres = engine.dialect.name == "postgresql"
         dialect = postgresql if is_postgres else sqlite
+        partition_key = table.info.get("partition_key") if is_postgres else None
+        if partition_key is not None and partition_key not in unique:
+            unique = [*unique, partition_key]
         statement = dialect.insert(table).on_conflict_do_nothing(index_elements=unique)
         compiled = statement.compile(dialect=engine.dialect, column_keys=list(columns))
         assert tuple(compiled.positiontup or ()) == columns, compiled.positiontup

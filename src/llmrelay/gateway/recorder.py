@@ -12,6 +12,12 @@ second until it is empty; new batches still try the database first (replay order
 matter: the inserts are idempotent). Replay shares this task with the batches, so the SQLite
 writer's one connection never runs two transactions at once. On shutdown the queue is
 drained to the database or, while it is down, to the spool, which the next start replays.
+
+Payload rows (the bodies of requests whose key captures them, gateway/capture.py) ride
+along with their records like attempt rows, through the spool too, into `request_payloads`.
+The bodies they hold wait in memory only up to MAX_QUEUED_PAYLOAD_BYTES; past that a payload
+is dropped (its record is not) and counted, so a burst of large captured bodies cannot take
+the process's memory.
 """
 
 from __future__ import annotations
@@ -19,21 +25,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.gateway.call import ATTEMPT_COLUMNS, RECORD_COLUMNS
-from llmrelay.gateway.record_writers import BatchWriter, InsertSql, SqliteWriter, writer_for
+from llmrelay.gateway.capture import PAYLOAD_COLUMNS
+from llmrelay.gateway.record_writers import (
+    BatchWriter,
+    InsertSql,
+    SqliteWriter,
+    Statement,
+    writer_for,
+)
 from llmrelay.gateway.spool import Row, Spool
 from llmrelay.observability.metrics import Metrics
 from llmrelay.store import rollups
-from llmrelay.store.models import RequestAttempt, RequestRecord
+from llmrelay.store.models import RequestAttempt, RequestPayload, RequestRecord
 
 log = structlog.get_logger(__name__)
 
 _CREATED_AT = RECORD_COLUMNS.index("created_at")
+_REQUEST_BODY = PAYLOAD_COLUMNS.index("request_body")
+_RESPONSE_BODY = PAYLOAD_COLUMNS.index("response_body")
+#: The most captured body bytes held in memory on their way to the database.
+MAX_QUEUED_PAYLOAD_BYTES = 64 * 1024 * 1024
 
 #: Pauses before retrying a failed batch: one quick retry rides out a dropped connection;
 #: past that the batch goes to the spool rather than holding up the batches behind it.
@@ -65,14 +83,21 @@ class Recorder:
         self._attempt_rows = InsertSql(
             engine, RequestAttempt.__table__, ATTEMPT_COLUMNS, ["request_id", "attempt"]
         )
+        self._payload_rows = InsertSql(
+            engine, RequestPayload.__table__, PAYLOAD_COLUMNS, ["request_id"]
+        )
         self._writer: BatchWriter = writer_for(engine)
         self._mark_sql = rollups.mark_sql(engine)
         self._write_timeout_s = None if isinstance(self._writer, SqliteWriter) else _WRITE_TIMEOUT_S
         #: Attempt rows of queued records, written with the next batch (rare: only requests
         #: that needed more than one attempt or failed upstream have any).
         self._attempts: list[Row] = []
+        #: Payload rows of queued records (only keys that capture have any), and the body
+        #: bytes they hold.
+        self._payloads: list[Row] = []
+        self._payload_bytes = 0
         #: The batch being written, kept for the spool if shutdown cancels its write.
-        self._inflight: tuple[list[Row], list[Row]] | None = None
+        self._inflight: tuple[list[Row], list[Row], list[Row]] | None = None
         self._task: asyncio.Task[None] | None = None
         self.spool = Spool(spool_dir) if spool_dir is not None else None
         #: True while the spool may hold files to replay (at start: a last run's).
@@ -87,8 +112,11 @@ class Recorder:
         self.written = 0
         self.spooled = 0
         self.dropped = 0
+        self.payloads_dropped = 0
 
-    def record(self, row: Row, attempts: list[Row] | None = None) -> None:
+    def record(
+        self, row: Row, attempts: list[Row] | None = None, payload: Row | None = None
+    ) -> None:
         try:
             self._queue.put_nowait(row)
         except asyncio.QueueFull:
@@ -98,6 +126,18 @@ class Recorder:
             return
         if attempts:
             self._attempts.extend(attempts)
+        if payload is not None:
+            self._keep_payload(payload)
+
+    def _keep_payload(self, payload: Row) -> None:
+        size = len(payload[_REQUEST_BODY] or b"") + len(payload[_RESPONSE_BODY] or b"")
+        if self._payload_bytes + size > MAX_QUEUED_PAYLOAD_BYTES:
+            self.payloads_dropped += 1
+            if self.payloads_dropped == 1 or self.payloads_dropped % 100 == 0:
+                log.error("payload_queue_full", dropped=self.payloads_dropped)
+            return
+        self._payloads.append(payload)
+        self._payload_bytes += size
 
     @property
     def depth(self) -> int:
@@ -141,9 +181,10 @@ class Recorder:
             while len(batch) < self._batch_size and not self._queue.empty():
                 batch.append(self._queue.get_nowait())
             attempts, self._attempts = self._attempts, []
-            self._inflight = (batch, attempts)
+            payloads, self._payloads, self._payload_bytes = self._payloads, [], 0
+            self._inflight = (batch, attempts, payloads)
             try:
-                await self._write(batch, attempts)
+                await self._write(batch, attempts, payloads)
                 self._inflight = None  # not reached when stop() cancels the write
             finally:
                 for _ in batch:
@@ -161,41 +202,57 @@ class Recorder:
         except TimeoutError:
             return None
 
-    async def _write(self, batch: list[Row], attempts: list[Row]) -> None:
+    async def _write(self, batch: list[Row], attempts: list[Row], payloads: list[Row]) -> None:
         """To the database, retried once; else to the spool; dropped only if that fails."""
         for attempt, delay in enumerate((*_RETRY_DELAYS_S, None)):
             try:
-                await self._insert(batch, attempts)
+                await self._insert(batch, attempts, payloads)
                 self.written += len(batch)
                 return
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the writer must outlive database trouble
                 if delay is None:
-                    await self._to_spool(batch, attempts, exc)
+                    await self._to_spool(batch, attempts, payloads, exc)
                     return
                 log.warning("record_batch_retry", attempt=attempt + 1, error=str(exc))
                 await asyncio.sleep(delay)
 
-    async def _insert(self, batch: list[Row], attempts: list[Row]) -> None:
-        """One transaction for the records and attempt rows; raises when it failed."""
+    async def _insert(
+        self, batch: list[Row], attempts: list[Row], payloads: Sequence[Row] = ()
+    ) -> None:
+        """One transaction for the records, attempt rows and payload rows; raises when it
+        failed."""
         statements = self._records.statements(self._records.prepare(batch))
         if attempts:
             statements += self._attempt_rows.statements(self._attempt_rows.prepare(attempts))
+        if payloads:
+            statements += self._payload_statements(payloads)
         # The hours these records fall in need their rollups recomputed (store/rollups.py):
         # marked in the same transaction, so a recompute can never miss a committed record.
         convert = self._records.convert_time
         for hour in sorted({int(row[_CREATED_AT] // 3600) for row in batch}):
             statements.append((self._mark_sql, (convert(hour * 3600.0), 1, 1)))
         async with asyncio.timeout(self._write_timeout_s):
-            await self._writer.write(statements, len(batch) + len(attempts))
+            await self._writer.write(statements, len(batch) + len(attempts) + len(payloads))
 
-    async def _to_spool(self, batch: list[Row], attempts: list[Row], error: Exception) -> None:
+    def _payload_statements(self, payloads: Sequence[Row]) -> list[Statement]:
+        """SQLite: one statement per payload row, so the writer can let requests through
+        between two bodies of up to a few MiB each; PostgreSQL: one executemany."""
+        insert = self._payload_rows
+        rows = insert.prepare(list(payloads))
+        if not insert.multi_row:
+            return insert.statements(rows)
+        return [statement for row in rows for statement in insert.statements([row])]
+
+    async def _to_spool(
+        self, batch: list[Row], attempts: list[Row], payloads: list[Row], error: Exception
+    ) -> None:
         failure: Exception | None = None
         if self.spool is not None:
             try:
                 # In a thread: the fsync may take a while, and requests go on meanwhile.
-                await asyncio.to_thread(self.spool.append, batch, attempts)
+                await asyncio.to_thread(self.spool.append, batch, attempts, payloads)
             except Exception as exc:  # noqa: BLE001 - a full or failing disk: counted as lost
                 failure = exc
         self._account(len(batch), failure or error, lost=self.spool is None or failure is not None)
@@ -223,18 +280,19 @@ class Recorder:
     def _keep_leftovers(self) -> None:
         """After the writer stopped: what is still queued (and the batch whose write was
         cancelled) to the spool, on the event loop (the process is about to exit)."""
-        batch, attempts = self._inflight or ([], [])
+        batch, attempts, payloads = self._inflight or ([], [], [])
         self._inflight = None
         while not self._queue.empty():
             batch.append(self._queue.get_nowait())
             self._queue.task_done()
         attempts, self._attempts = attempts + self._attempts, []
-        if not batch and not attempts:
+        payloads, self._payloads, self._payload_bytes = payloads + self._payloads, [], 0
+        if not batch and not attempts and not payloads:
             return
         failure: Exception | None = None
         if self.spool is not None:
             try:
-                self.spool.append(batch, attempts)
+                self.spool.append(batch, attempts, payloads)
             except Exception as exc:  # noqa: BLE001 - a full or failing disk: counted as lost
                 failure = exc
         error = failure or "shut down before the database took them"

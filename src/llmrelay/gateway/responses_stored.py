@@ -117,6 +117,8 @@ class StoredResponses:
             snapshot = runtime.snapshots.current
             principal = authenticate(scope["headers"], snapshot, context.client_ip, time.time())
             bind(record, principal)
+            if principal.capture:
+                send, receive = dispatcher.capture(record, send, receive)
             payload = checks.parse_object(await read_body(receive, runtime.max_body_bytes))
             name = payload.get("model")
             if not isinstance(name, str) or not name:

@@ -10,15 +10,19 @@ after every row in it was written; the inserts are idempotent (by request id and
 so a file replayed twice, after a crash between writing and deleting, costs nothing.
 
 Format: a header line naming the columns, then one JSON array per row, `["r", [...]]` for a
-record and `["a", [...]]` for an attempt row, with the values of the tuples (`created_at` a
-Unix timestamp). The header lets a newer version replay an older version's files: values are
-matched to columns by name, and a column the file lacks is None. An append is flushed and
-fsynced once, so a batch that was spooled survives a crash of the process or the machine.
+record, `["a", [...]]` for an attempt row and `["p", [...]]` for a payload row (captured
+bodies), with the values of the tuples (`created_at` a Unix timestamp; a body, which is bytes,
+as `{"b64": "..."}`). The header lets a newer version replay an older version's files: values
+are matched to columns by name, and a column the file lacks is None (a file without payload
+columns has no payload rows). A version that predates payloads skips their lines as corrupt
+and replays the rest. An append is flushed and fsynced once, so a batch that was spooled
+survives a crash of the process or the machine.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import fcntl
 import os
@@ -31,15 +35,19 @@ import orjson
 import structlog
 
 from llmrelay.gateway.call import ATTEMPT_COLUMNS, RECORD_COLUMNS
+from llmrelay.gateway.capture import PAYLOAD_COLUMNS
 
 log = structlog.get_logger(__name__)
 
 Row = tuple[Any, ...]
-#: Writes record rows and attempt rows in one transaction; raises when it could not.
-WriteRows = Callable[[list[Row], list[Row]], Awaitable[None]]
+#: Writes record rows, attempt rows and payload rows in one transaction; raises when it
+#: could not.
+WriteRows = Callable[[list[Row], list[Row], list[Row]], Awaitable[None]]
 
 _RECORD = "r"
 _ATTEMPT = "a"
+_PAYLOAD = "p"
+_KINDS = (_RECORD, _ATTEMPT, _PAYLOAD)
 #: Past this size a file is closed and the next append begins another: replay reads a whole
 #: file into memory, so this bounds what one replay holds (about 20,000 records of some 400
 #: bytes, about 30 MB as Python tuples).
@@ -60,13 +68,22 @@ class Spool:
         chunk_rows: int = CHUNK_ROWS,
         record_columns: Sequence[str] = RECORD_COLUMNS,
         attempt_columns: Sequence[str] = ATTEMPT_COLUMNS,
+        payload_columns: Sequence[str] = PAYLOAD_COLUMNS,
     ) -> None:
         self.directory = directory.absolute()
         self._max_file_bytes = max_file_bytes
         self._chunk_rows = chunk_rows
-        self._columns = {_RECORD: tuple(record_columns), _ATTEMPT: tuple(attempt_columns)}
+        self._columns = {
+            _RECORD: tuple(record_columns),
+            _ATTEMPT: tuple(attempt_columns),
+            _PAYLOAD: tuple(payload_columns),
+        }
         self._header = orjson.dumps(
-            {"records": self._columns[_RECORD], "attempts": self._columns[_ATTEMPT]},
+            {
+                "records": self._columns[_RECORD],
+                "attempts": self._columns[_ATTEMPT],
+                "payloads": self._columns[_PAYLOAD],
+            },
             option=orjson.OPT_APPEND_NEWLINE,
         )
         self._lock = threading.Lock()
@@ -81,12 +98,13 @@ class Spool:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def append(self, rows: list[Row], attempts: list[Row]) -> None:
+    def append(self, rows: list[Row], attempts: list[Row], payloads: Sequence[Row] = ()) -> None:
         """Write the rows to the current file and fsync it. Raises OSError (or orjson's
         error) when they could not be kept; the file then holds none of them."""
         dump, newline = orjson.dumps, orjson.OPT_APPEND_NEWLINE
         lines = [dump((_RECORD, row), option=newline) for row in rows]
         lines += [dump((_ATTEMPT, row), option=newline) for row in attempts]
+        lines += [dump((_PAYLOAD, row), default=_bytes_out, option=newline) for row in payloads]
         data = b"".join(lines)
         with self._lock:
             fd = self._fd if self._fd is not None else self._open()
@@ -185,15 +203,15 @@ class Spool:
             if loaded is None:
                 continue
             taken += 1
-            fd, records, attempts = loaded
+            fd, rows = loaded
             try:
-                for chunk in self._chunks(records, attempts):
+                for chunk in self._chunks(rows):
                     await write(*chunk)
                 os.unlink(self.directory / name)  # still under our lock: no one else reads it
             finally:
                 os.close(fd)
             self._forget(name)
-            log.info("record_spool_replayed", file=name, rows=len(records) + len(attempts))
+            log.info("record_spool_replayed", file=name, rows=sum(map(len, rows.values())))
         return True
 
     def _names(self) -> list[str]:
@@ -203,7 +221,7 @@ class Spool:
         names = [path.name for path in self.directory.glob("*.jsonl")]
         return sorted(names, key=lambda name: (name == current, name))
 
-    def _take(self, name: str) -> tuple[int, list[Row], list[Row]] | None:
+    def _take(self, name: str) -> tuple[int, dict[str, list[Row]]] | None:
         """Lock the file and read its rows; None when another process holds it or it is
         gone. The caller closes the descriptor (releasing the lock)."""
         with self._lock:
@@ -220,7 +238,7 @@ class Spool:
                 return None
             with open(fd, "rb", closefd=False) as file:
                 data = file.read()
-            records, attempts = self._parse(name, data)
+            rows = self._parse(name, data)
         except BlockingIOError:  # a live process's current file
             os.close(fd)
             return None
@@ -229,11 +247,12 @@ class Spool:
             raise
         with self._lock:
             old_rows, old_size = self._known.get(name, (0, 0))
-            self._count(name, len(records) + len(attempts) - old_rows, len(data) - old_size)
-        return fd, records, attempts
+            count = sum(map(len, rows.values()))
+            self._count(name, count - old_rows, len(data) - old_size)
+        return fd, rows
 
-    def _parse(self, name: str, data: bytes) -> tuple[list[Row], list[Row]]:
-        out: dict[str, list[Row]] = {_RECORD: [], _ATTEMPT: []}
+    def _parse(self, name: str, data: bytes) -> dict[str, list[Row]]:
+        out: dict[str, list[Row]] = {kind: [] for kind in _KINDS}
         convert = {kind: self._converter(kind, None) for kind in out}
         corrupt = 0
         for number, line in enumerate(data.split(b"\n")):
@@ -245,6 +264,8 @@ class Spool:
                     convert = {
                         _RECORD: self._converter(_RECORD, item["records"]),
                         _ATTEMPT: self._converter(_ATTEMPT, item["attempts"]),
+                        # an older version's file: no payload columns, and no payload rows
+                        _PAYLOAD: self._converter(_PAYLOAD, item.get("payloads", [])),
                     }
                 else:
                     kind, values = item
@@ -253,12 +274,12 @@ class Spool:
                 corrupt += 1  # a line cut short by a crash, most likely the last one
         if corrupt:
             log.warning("record_spool_corrupt_lines", file=name, skipped=corrupt)
-        return out[_RECORD], out[_ATTEMPT]
+        return out
 
     def _converter(self, kind: str, header: list[str] | None) -> Callable[[list[Any]], Row]:
         """A file's row (in its header's column order) as our tuple: values matched by
         column name, None for a column the file lacks; a row of another width is refused
-        (it would fail every replay)."""
+        (it would fail every replay). A payload row's bodies become bytes again."""
         ours = self._columns[kind]
         theirs = ours if header is None else tuple(header)
         picks = [theirs.index(column) if column in theirs else None for column in ours]
@@ -271,14 +292,37 @@ class Spool:
                 return tuple(values)
             return tuple(None if i is None else values[i] for i in picks)
 
-        return convert
+        if kind != _PAYLOAD:
+            return convert
+
+        def convert_payload(values: list[Any]) -> Row:
+            return _bytes_in(convert(values))
+
+        return convert_payload
 
     def _chunks(
-        self, records: list[Row], attempts: list[Row]
-    ) -> Iterator[tuple[list[Row], list[Row]]]:
+        self, rows: dict[str, list[Row]]
+    ) -> Iterator[tuple[list[Row], list[Row], list[Row]]]:
         size = self._chunk_rows
-        for start in range(0, max(len(records), len(attempts)), size):
-            yield records[start : start + size], attempts[start : start + size]
+        records, attempts, payloads = rows[_RECORD], rows[_ATTEMPT], rows[_PAYLOAD]
+        for start in range(0, max(len(records), len(attempts), len(payloads)), size):
+            end = start + size
+            yield records[start:end], attempts[start:end], payloads[start:end]
+
+
+def _bytes_out(value: Any) -> Any:
+    """orjson's hook for what it cannot write itself: a captured body (bytes)."""
+    if isinstance(value, bytes):
+        return {"b64": base64.b64encode(value).decode("ascii")}
+    raise TypeError(f"{type(value).__name__} cannot be spooled")
+
+
+def _bytes_in(row: Row) -> Row:
+    """A payload row with its bodies as bytes again."""
+    return tuple(
+        base64.b64decode(value["b64"], validate=True) if isinstance(value, dict) else value
+        for value in row
+    )
 
 
 def _write_all(fd: int, data: bytes) -> None:

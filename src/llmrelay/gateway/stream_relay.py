@@ -56,6 +56,11 @@ class StreamRelay:
         #: with the end of the body (one write, not two).
         self.ended = False
 
+    @property
+    def captured(self) -> bool:
+        """Whether the request's key captures its bodies (see asgi.send_sse)."""
+        return self._record.capture is not None
+
     # -- what a protocol decides ---------------------------------------------------------
 
     @property

@@ -31,6 +31,7 @@ from llmrelay.snapshot.model import (
 from llmrelay.store.bootstrap import current_generation
 from llmrelay.store.crypto import Sealer
 from llmrelay.store.models import (
+    CAPTURE_FULL,
     ApiKey,
     GatewaySetting,
     PriceVersion,
@@ -253,4 +254,5 @@ def _key(row: ApiKey, project: ProjectSnap, policy: PolicySnap | None) -> KeySna
         ip_allowlist=tuple(ipaddress.ip_network(c, strict=False) for c in row.ip_allowlist),
         limits=_limits(row),
         policy=policy,
+        capture=row.capture == CAPTURE_FULL,
     )

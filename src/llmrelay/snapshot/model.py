@@ -140,6 +140,9 @@ class KeySnap:
     #: The routing policy in force: the key's binding, else the project's, else the global
     #: one (the most specific alone); None when none is bound.
     policy: PolicySnap | None = None
+    #: Whether the request and response bodies of its requests are kept (config `capture:
+    #: full`; gateway/capture.py): a bool, so a key that does not capture costs one check.
+    capture: bool = False
 
     def allows_model(self, name: str) -> bool:
         return self.allowed_models is None or name in self.allowed_models

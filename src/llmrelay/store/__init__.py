@@ -1,5 +1,5 @@
 """Persistence: SQLAlchemy models, engine set-up, migrations, credential crypto, the hourly
-usage rollups and record retention.
+usage rollups, record retention and the monthly record partitions (PostgreSQL).
 
 May import: settings. Never imports the gateway, admin or console packages.
 """

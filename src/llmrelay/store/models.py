@@ -13,6 +13,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -31,6 +32,10 @@ NAMING_CONVENTION = {
 }
 
 DEFAULT_TENANT_SLUG = "default"
+
+#: A key's payload capture: "off" (the default) or "full" (request and response bodies).
+CAPTURE_OFF = "off"
+CAPTURE_FULL = "full"
 
 
 def new_id() -> str:
@@ -118,6 +123,8 @@ class ApiKey(Timestamped, Base):
     last_used_at: Mapped[datetime | None]
     #: The key's own routing policy binding; it wins over the project's (see Project).
     routing_policy_id: Mapped[str | None] = mapped_column(ForeignKey("routing_policies.id"))
+    #: Payload capture, CAPTURE_OFF or CAPTURE_FULL (see RequestPayload).
+    capture: Mapped[str] = mapped_column(String(8), default=CAPTURE_OFF, server_default="off")
 
 
 class Provider(Timestamped, Base):
@@ -224,13 +231,20 @@ class ConfigGeneration(Base):
 
 
 class RequestRecord(Base):
-    """One row per data-plane request, written in batches off the request path."""
+    """One row per data-plane request, written in batches off the request path.
+
+    On PostgreSQL the table is partitioned by month of `created_at` (migration 0009,
+    store/partitions.py), and a partitioned table's unique keys must include the partition
+    key: there the primary key is (id, created_at) and request ids are unique together with
+    created_at. The keys below are SQLite's; the `partition_key` info tells the recorder's
+    INSERT which conflict target PostgreSQL needs (gateway/record_writers.py)."""
 
     __tablename__ = "request_records"
     __table_args__ = (
         Index(None, "project_id", "created_at"),
         Index("ix_request_records_key_id_created_at", "key_id", "created_at"),
         Index("ix_request_records_virtual_model_created_at", "virtual_model", "created_at"),
+        {"info": {"partition_key": "created_at"}},
     )
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
@@ -303,6 +317,31 @@ class RequestAttempt(Base):
     #: What went wrong ("ok" for the attempt that answered)
     outcome: Mapped[str] = mapped_column(String(64))
     latency_ms: Mapped[float] = mapped_column(Float)
+
+
+class RequestPayload(Base):
+    """The bodies of one request whose key captures them (gateway/capture.py), apart from
+    its record so that usage queries and analytics never read a body. Bytes as they crossed
+    the wire (not text: a body cut at the cap may end inside a UTF-8 character, and it is
+    kept exactly as sent); each capped at LLMRELAY_CAPTURE_MAX_BYTES, with the full size and
+    a truncation flag. `created_at` is its record's, so retention never keeps a payload past
+    its record (store/payload_retention.py). No foreign key to the record: they are written
+    in the same transaction, and records may be partitioned on PostgreSQL."""
+
+    __tablename__ = "request_payloads"
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    request_id: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(index=True)
+    #: None: the body was never read in full (refused as too large, or the client left).
+    request_body: Mapped[bytes | None] = mapped_column(LargeBinary)
+    #: None: no answer was sent (the client left first).
+    response_body: Mapped[bytes | None] = mapped_column(LargeBinary)
+    request_truncated: Mapped[bool] = mapped_column(Boolean, default=False)
+    response_truncated: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: The bodies' full sizes, before the cap.
+    request_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    response_bytes: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class UsageRollup(Base):

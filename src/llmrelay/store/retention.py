@@ -1,21 +1,35 @@
-"""Deleting request records (and their attempt rows) older than the retention period, in
-small batches so a large backlog never holds a long lock or a huge transaction.
+"""Deleting request records (and their attempt rows) older than the retention period.
+
+On PostgreSQL the records are partitioned by month (store/partitions.py): every monthly
+partition wholly older than the cutoff is dropped first (DROP TABLE: instantaneous, no dead
+rows to vacuum), then what is left older than the cutoff, in the month that straddles it
+(and the default partition), is deleted in batches like on SQLite. Rows are deleted in small
+batches so a large backlog never holds a long lock or a huge transaction; attempt rows are
+few and always deleted in batches.
 
 One replica prunes at a time on PostgreSQL (a session advisory lock taken without waiting;
-the others skip that round); SQLite has one process. Budgets do not read old months, and the
-usage API's history simply starts at the retention horizon.
+the others skip that round); SQLite has one process.
+
+Rollups stay: the hourly usage rollups of pruned hours are kept (they are small), so the
+usage API's totals and time series go back beyond the record retention, while the request
+list starts at the retention horizon. Budgets do not read old months. A pruned hour's rollup
+is only recomputed, from no records, if the hour is marked dirty again, which takes a record
+older than the retention period arriving late (a spool replayed after that long); nothing
+else writes into the past.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import structlog
 from sqlalchemy import delete, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from llmrelay.store import partitions
 from llmrelay.store.models import RequestAttempt, RequestRecord
 
 log = structlog.get_logger(__name__)
@@ -24,16 +38,27 @@ BATCH_ROWS = 5_000
 _PG_RETENTION_LOCK = 7_211_960_124
 
 
-async def prune(engine: AsyncEngine, retention_days: float, now: float | None = None) -> int:
-    """Delete records created before now - retention_days; the number deleted (attempt
-    rows not counted). Each batch is its own short transaction."""
+@dataclass(frozen=True, slots=True)
+class Pruned:
+    #: Records deleted row by row (attempt rows not counted).
+    deleted: int = 0
+    #: Monthly partitions dropped whole, oldest first (PostgreSQL).
+    dropped: tuple[str, ...] = ()
+
+
+async def prune(engine: AsyncEngine, retention_days: float, now: float | None = None) -> Pruned:
+    """Remove records created before now - retention_days: whole partitions, then batches
+    (each its own short transaction). Another replica pruning: nothing done."""
     cutoff = datetime.fromtimestamp((now or time.time()) - retention_days * 86_400, UTC)
     postgres = engine.dialect.name == "postgresql"
     deleted = 0
     async with engine.connect() as lock_holder:
         if postgres and not await _try_lock(lock_holder):
-            return 0
+            return Pruned()
         try:
+            # A failed DROP raises before the batches: they must never delete a month row
+            # by row that its DROP will remove at once in a later round.
+            dropped = tuple(await partitions.drop_before(engine, cutoff))
             for table, column, key in (
                 (RequestRecord, RequestRecord.created_at, RequestRecord.id),
                 (RequestAttempt, RequestAttempt.created_at, RequestAttempt.id),
@@ -41,7 +66,11 @@ async def prune(engine: AsyncEngine, retention_days: float, now: float | None = 
                 while True:
                     async with engine.begin() as conn:
                         batch = select(key).where(column < cutoff).limit(BATCH_ROWS)
-                        result = await conn.execute(delete(table).where(key.in_(batch)))
+                        # `column < cutoff` again: PostgreSQL then looks for the ids only in
+                        # the partitions that can hold them.
+                        result = await conn.execute(
+                            delete(table).where(column < cutoff, key.in_(batch))
+                        )
                     count = result.rowcount or 0
                     if table is RequestRecord:
                         deleted += count
@@ -51,7 +80,7 @@ async def prune(engine: AsyncEngine, retention_days: float, now: float | None = 
         finally:
             if postgres:
                 await lock_holder.execute(text(f"SELECT pg_advisory_unlock({_PG_RETENTION_LOCK})"))
-    return deleted
+    return Pruned(deleted, dropped)
 
 
 async def _try_lock(conn: AsyncConnection) -> bool:
@@ -64,9 +93,14 @@ async def run(engine: AsyncEngine, retention_days: float, interval_s: float) -> 
     next round tries again."""
     while True:
         try:
-            deleted = await prune(engine, retention_days)
-            if deleted:
-                log.info("records_pruned", deleted=deleted, retention_days=retention_days)
+            pruned = await prune(engine, retention_days)
+            if pruned.deleted or pruned.dropped:
+                log.info(
+                    "records_pruned",
+                    deleted=pruned.deleted,
+                    partitions_dropped=list(pruned.dropped),
+                    retention_days=retention_days,
+                )
         except Exception as exc:  # noqa: BLE001 - a database hiccup must not end the task
             log.warning("records_prune_failed", error=str(exc))
         await asyncio.sleep(interval_s)

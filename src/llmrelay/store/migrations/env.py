@@ -9,6 +9,7 @@ from alembic import context
 from sqlalchemy import Connection
 
 from llmrelay.store.models import Base
+from llmrelay.store.partitions import include_name
 
 config = context.config
 target_metadata = Base.metadata
@@ -20,6 +21,7 @@ def run_on(connection: Connection) -> None:
         target_metadata=target_metadata,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
+        include_name=include_name,
     )
     with context.begin_transaction():
         context.run_migrations()
