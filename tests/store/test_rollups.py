@@ -161,3 +161,19 @@ async def test_budgets_start_from_the_rollups_and_the_hours_not_rolled_up(
         )
     assert spend["project:p1"] == direct["p1"] and spend["project:p2"] == direct["p2"]
     assert spend["key:p1-key"] == direct["p1"]
+
+
+async def test_the_hour_in_progress_is_read_from_records_not_recomputed(
+    engine: AsyncEngine,
+) -> None:
+    record = CallRecord("roll-now", "chat.completions", time.perf_counter())
+    record.attempts = 1
+    record.take_usage({"prompt_tokens": 5, "completion_tokens": 1})
+    await _write(engine, [record.row(1.0)])
+    assert await rollups.refresh(engine) == 0  # the hour has not ended
+    async with engine.connect() as conn:
+        assert (await conn.execute(select(func.count()).select_from(UsageRollup))).scalar() == 0
+    assert (await _summed(engine, None, None))[:2] == (1, 5)
+    later = time.time() + 2 * 3600
+    assert await rollups.refresh(engine, now=later) == 1  # once it ended, it is rolled up
+    assert (await _summed(engine, None, None))[:2] == (1, 5)

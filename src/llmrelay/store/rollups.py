@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -47,6 +48,9 @@ SUMS = (
 #: Upper bounds (ms) of the latency bins; one more bin holds everything slower.
 BOUNDS_MS: tuple[float, ...] = tuple(round(1.5**i, 3) for i in range(32))  # 1 ms .. ~191 s
 _PG_REFRESH_LOCK = 7_211_960_125
+#: An hour is rolled up once it ended this long ago (batches still in flight land first; a
+#: later one marks it dirty again and it is recomputed once more).
+CLOSE_GRACE_S = 120.0
 
 R = RequestRecord.__table__.c
 U = UsageRollup.__table__.c
@@ -176,10 +180,15 @@ async def recompute(conn: AsyncConnection, hour: datetime) -> int:
     return len(rows)
 
 
-async def refresh(engine: AsyncEngine, limit: int = 200) -> int:
-    """Recompute up to `limit` dirty hours (oldest first); the number done. One replica at
-    a time on PostgreSQL (the others skip the round)."""
+async def refresh(engine: AsyncEngine, limit: int = 200, now: float | None = None) -> int:
+    """Recompute up to `limit` dirty hours (oldest first) that have ended (CLOSE_GRACE ago);
+    the number done. One replica at a time on PostgreSQL (the others skip the round).
+
+    The hour in progress is left to the readers, who take it from the records: recomputing
+    it every round would cost a scan of all its records each time (at 4,000 requests a
+    second, 14 million by its end)."""
     postgres = engine.dialect.name == "postgresql"
+    closed_before = datetime.fromtimestamp((now or time.time()) - CLOSE_GRACE_S, UTC) - HOUR
     done = 0
     async with engine.connect() as lock:
         if postgres:
@@ -191,6 +200,7 @@ async def refresh(engine: AsyncEngine, limit: int = 200) -> int:
                 dirty = (
                     await conn.execute(
                         select(UsageRollupDirty.hour, UsageRollupDirty.version)
+                        .where(UsageRollupDirty.hour <= closed_before)
                         .order_by(UsageRollupDirty.hour)
                         .limit(limit)
                     )
