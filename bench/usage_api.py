@@ -119,6 +119,12 @@ async def _seed_postgres(url: str, rows: int) -> None:
             chunk = [(f"{r[0]}-{offset}", *r[1:]) for r in chunk]
             await conn.copy_records_to_table("request_records", records=chunk, columns=COLUMNS)
         await conn.execute("ANALYZE request_records")
+        # As the recorder does for the batches it writes: every hour with records is dirty.
+        await conn.execute(
+            "INSERT INTO usage_rollup_dirty (hour, version) SELECT DISTINCT date_trunc('hour',"
+            " created_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', 1 FROM request_records"
+            " ON CONFLICT DO NOTHING"
+        )
     finally:
         await conn.close()
 
@@ -142,6 +148,10 @@ def _seed_sqlite(path: Path, rows: int) -> None:
                 ],
             )
         db.execute("ANALYZE")
+        db.execute(
+            "INSERT OR IGNORE INTO usage_rollup_dirty (hour, version) SELECT DISTINCT"
+            " substr(created_at, 1, 13) || ':00:00.000000', 1 FROM request_records"
+        )
 
 
 def _time(
@@ -195,6 +205,7 @@ def bench_usage_api(folder: Path, rows: int) -> dict[str, Any]:
             else:
                 _seed_sqlite(folder / "usage.db", rows)
             seeded = round(time.monotonic() - started, 1)
+            print(f"  seeded in {seeded} s; starting llmrelay (it rolls the hours up) ...")
             port = free_port()
             process = subprocess.Popen(
                 [sys.executable, "-m", "llmrelay", "serve", "--port", str(port)],
@@ -204,7 +215,7 @@ def bench_usage_api(folder: Path, rows: int) -> dict[str, Any]:
             )
             try:
                 base = f"http://127.0.0.1:{port}"
-                for _ in range(200):
+                for _ in range(3000):  # the start rolls a month of hours up
                     try:
                         if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
                             break
@@ -215,6 +226,8 @@ def bench_usage_api(folder: Path, rows: int) -> dict[str, Any]:
                 with httpx.Client(
                     base_url=f"{base}/api/admin", headers=headers, timeout=120
                 ) as client:
+                    counted = client.get("/usage/summary").json()["requests"]
+                    assert counted == rows, f"the summary counted {counted} of {rows} records"
                     timings = [_time(client, path, params) for path, params in _queries()]
             finally:
                 stop_process(process)

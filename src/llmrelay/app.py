@@ -163,7 +163,7 @@ def create_app(settings: Settings) -> GatewayApp:
             limiter = _limiter(settings, metrics, engine)
             tracing = tracing_from_environment()
             await limiter.start()
-            await rollups.refresh(engine)  # budgets below read the rollups
+            await rollups.refresh_all(engine)  # budgets below read the rollups
             await seed_spend(limiter, engine, time.time())
             metrics.watch(metrics.record_queue_depth, lambda: recorder.depth)
             metrics.watch(metrics.snapshot_generation, lambda: snapshots.current.generation)
