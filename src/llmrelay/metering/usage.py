@@ -74,6 +74,17 @@ def _split_prompt(prompt: int, cached: int, written: int) -> tuple[int, int, int
     return prompt - cached - written, cached, written
 
 
+#: Chat usage fields that split the prompt or the output into buckets.
+_DETAILED = frozenset(
+    {
+        "prompt_tokens_details",
+        "completion_tokens_details",
+        "prompt_cache_hit_tokens",
+        "cache_creation_input_tokens",
+    }
+)
+
+
 def from_chat(usage: Any) -> Usage | None:
     """OpenAI Chat Completions (and Embeddings) usage; also what the gateway's translators
     write for Anthropic and Gemini providers (`cache_creation_input_tokens` kept beside the
@@ -84,6 +95,9 @@ def from_chat(usage: Any) -> Usage | None:
     completion = usage.get("completion_tokens")
     if type(prompt) is not int and type(completion) is not int:
         return None
+    if type(prompt) is int and type(completion) is int and not _DETAILED.intersection(usage):
+        # prompt and completion only (vLLM, Ollama, the mock): nothing to split
+        return Usage(max(prompt, 0), max(completion, 0))
     cached = 0
     details = usage.get("prompt_tokens_details")
     if type(details) is dict:
