@@ -46,6 +46,7 @@ models:
   - {{name: silent, routes: [{{provider: up, upstream_model: no-usage}}], pricing: {priced}}}
   - {{name: stall, routes: [{{provider: up, upstream_model: stall-after-3}}], pricing: {priced}}}
   - {{name: broken, routes: [{{provider: up, upstream_model: status-500}}], pricing: {priced}}}
+  - {{name: cut, routes: [{{provider: up, upstream_model: drop-after-2}}], pricing: {priced}}}
   - name: claude
     routes: [{{provider: claude, upstream_model: claude-haiku-4-5}}]
     pricing: {priced}
@@ -334,3 +335,14 @@ def test_metrics_count_requests_by_protocol_tokens_by_bucket_cost_and_attempts(
     assert 0 <= samples[("llmrelay_snapshot_age_seconds", ())] < 600
     ttfb = [v for k, v in samples.items() if k[0] == "llmrelay_request_ttfb_seconds_count"]
     assert ttfb and sum(ttfb) >= 3
+
+
+def test_an_upstream_cut_mid_stream_is_charged_an_estimate_of_what_was_delivered(
+    gateway: GatewayProcess,
+) -> None:
+    answer = chat(gateway, "m-cut", "cut", stream=True)
+    assert answer.status_code == 200 and '"stream_interrupted"' in answer.text
+    row = records(gateway, ["m-cut"])["m-cut"]
+    assert row["status_code"] == 502 and row["usage_source"] == "estimated"
+    assert row["output_tokens"] == 2  # two content events reached the client before the cut
+    assert row["input_tokens"] > 0 and row["cost_micros"] > 0
