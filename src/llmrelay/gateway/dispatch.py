@@ -23,10 +23,10 @@ import orjson
 from starlette.types import Receive, Send
 
 from llmrelay.deadlines import Deadlines
-from llmrelay.gateway import spans
-from llmrelay.gateway.call import RECORD_COLUMNS, CallRecord
+from llmrelay.gateway.call import CallRecord
 from llmrelay.gateway.capabilities import Needs, expected_tokens, price_of
 from llmrelay.gateway.capture import DEFAULT_MAX_BYTES, Capture
+from llmrelay.gateway.ending import end_call
 from llmrelay.gateway.errors import UpstreamTimeout
 from llmrelay.gateway.executor import Executor, Finisher, candidates
 from llmrelay.gateway.ingress import RequestContext
@@ -315,39 +315,7 @@ class Dispatcher:
                 held.popitem(last=False)
 
     def finish(self, record: CallRecord) -> None:
-        runtime = self.live()
-        if record.counted_route is not None:
-            runtime.executor.router.in_flight.end(record.counted_route)
-        latency_ms = record.latency_ms()
-        row = record.row(latency_ms)
-        if runtime.record_requests:
-            capture = record.capture
-            payload = None if capture is None else capture.row(record.request_id, record.created)
-            runtime.recorder.record(row, record.attempt_log, payload)
-        admission = record.admission
-        if admission is not None:
-            cost = row[COST_COLUMN]  # priced once, for the record and the budget
-            admission.limiter.settle(admission, record.used_tokens(), cost)
-        stats = runtime.metrics.request_stats
-        model, provider = record.virtual_model or "", record.provider or ""
-        ttfb = record.ttfb_ms
-        stats.observe(
-            record.endpoint,
-            row[PROTOCOL_COLUMN],
-            model,
-            provider,
-            record.status_code,
-            latency_ms / 1000.0,
-            None if ttfb is None else ttfb / 1000.0,
-        )
-        usage = record.usage
-        if usage is not None:
-            tokens = (usage.input, usage.cached_input, usage.cache_write, usage.output)
-            stats.observe_usage(model, provider, (*tokens, usage.reasoning), row[COST_COLUMN])
-        if record.attempts:
-            stats.observe_attempts(model, record.attempt_log, provider)
-        if runtime.tracing is not None:
-            spans.export(runtime.tracing, record, latency_ms)
+        end_call(self.live(), record)
 
     def capture(self, record: CallRecord, send: Send, receive: Receive) -> tuple[Send, Receive]:
         """Keep this request's bodies (its key captures them): `send` and `receive` to use
@@ -439,9 +407,6 @@ def _count_refusal(metrics: Metrics, refused: LimitExceeded | LimitsUnavailable)
 def _route_id(route: RouteSnap) -> str:
     return route.id
 
-
-COST_COLUMN = RECORD_COLUMNS.index("cost_micros")
-PROTOCOL_COLUMN = RECORD_COLUMNS.index("protocol")
 
 #: Response ids remembered per process for GET and cancel (like session affinity).
 STORED_RESPONSES_MAX = 100_000

@@ -1,0 +1,51 @@
+"""The end of a data-plane call, however it ended (an answer, a stream's last event, an
+error, a client gone): its record queued, its limits settled, its metrics counted, its spans
+exported. Everything a finished request costs happens here, once."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llmrelay.gateway import spans
+from llmrelay.gateway.call import RECORD_COLUMNS, CallRecord
+
+if TYPE_CHECKING:
+    from llmrelay.gateway.dispatch import Runtime
+
+COST_COLUMN = RECORD_COLUMNS.index("cost_micros")
+PROTOCOL_COLUMN = RECORD_COLUMNS.index("protocol")
+
+
+def end_call(runtime: Runtime, record: CallRecord) -> None:
+    if record.counted_route is not None:
+        runtime.executor.router.in_flight.end(record.counted_route)
+    latency_ms = record.latency_ms()
+    row = record.row(latency_ms)  # settles the usage and prices it, once
+    if runtime.record_requests:
+        capture = record.capture
+        payload = None if capture is None else capture.row(record.request_id, record.created)
+        runtime.recorder.record(row, record.attempt_log, payload)
+    cost = row[COST_COLUMN]
+    admission = record.admission
+    if admission is not None:
+        admission.limiter.settle(admission, record.used_tokens(), cost)
+    stats = runtime.metrics.request_stats
+    model, provider = record.virtual_model or "", record.provider or ""
+    ttfb = record.ttfb_ms
+    stats.observe(
+        record.endpoint,
+        row[PROTOCOL_COLUMN],
+        model,
+        provider,
+        record.status_code,
+        latency_ms / 1000.0,
+        None if ttfb is None else ttfb / 1000.0,
+    )
+    usage = record.usage
+    if usage is not None:
+        tokens = (usage.input, usage.cached_input, usage.cache_write, usage.output)
+        stats.observe_usage(model, provider, (*tokens, usage.reasoning), cost)
+    if record.attempts:
+        stats.observe_attempts(model, record.attempt_log, provider)
+    if runtime.tracing is not None:
+        spans.export(runtime.tracing, record, latency_ms)
