@@ -43,8 +43,16 @@ def end_call(runtime: Runtime, record: CallRecord) -> None:
     )
     usage = record.usage
     if usage is not None:
-        tokens = (usage.input, usage.cached_input, usage.cache_write, usage.output)
-        stats.observe_usage(model, provider, (*tokens, usage.reasoning), cost)
+        stats.observe_usage(
+            model,
+            provider,
+            usage.input,
+            usage.cached_input,
+            usage.cache_write,
+            usage.output,
+            usage.reasoning,
+            cost,
+        )
     if record.attempts:
         stats.observe_attempts(model, record.attempt_log, provider)
     if runtime.tracing is not None:

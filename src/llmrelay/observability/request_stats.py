@@ -48,9 +48,10 @@ class RequestStats:
         self._counts: dict[tuple[str, str, str, str, int], int] = {}
         self._latency: dict[str, _Histogram] = {}
         self._ttfb: dict[str, _Histogram] = {}
-        self._tokens: dict[tuple[str, str, str], int] = {}
-        self._cost_micros: dict[tuple[str, str], int] = {}
+        #: (model, provider) -> [input, cached input, cache write, output, reasoning, cost]
+        self._usage: dict[tuple[str, str], list[int]] = {}
         self._attempts: dict[tuple[str, str, str], int] = {}
+        self._first_ok: dict[str, int] = {}
         self._fallbacks: dict[str, int] = {}
 
     def observe(
@@ -76,16 +77,29 @@ class RequestStats:
                 ttfb = self._ttfb[endpoint] = _Histogram()
             ttfb.observe(ttfb_s)
 
-    def observe_usage(self, model: str, provider: str, tokens: tuple[int, ...], cost: int) -> None:
-        """`tokens` in TOKEN_BUCKETS order; `cost` in micro-USD."""
-        counted = self._tokens
-        for bucket, count in zip(TOKEN_BUCKETS, tokens, strict=True):
-            if count:
-                key = (model, provider, bucket)
-                counted[key] = counted.get(key, 0) + count
-        if cost:
-            pair = (model, provider)
-            self._cost_micros[pair] = self._cost_micros.get(pair, 0) + cost
+    def observe_usage(
+        self,
+        model: str,
+        provider: str,
+        fresh: int,
+        cached: int,
+        written: int,
+        output: int,
+        reasoning: int,
+        cost: int,
+    ) -> None:
+        """Tokens by bucket and the cost in micro-USD: one list per (model, provider), added
+        to in place (no key built per bucket: this runs once per request)."""
+        pair = (model, provider)
+        totals = self._usage.get(pair)
+        if totals is None:
+            totals = self._usage[pair] = [0, 0, 0, 0, 0, 0]
+        totals[0] += fresh
+        totals[1] += cached
+        totals[2] += written
+        totals[3] += output
+        totals[4] += reasoning
+        totals[5] += cost
 
     def observe_attempts(
         self, model: str, attempts: list[tuple[Any, ...]] | None, provider: str
@@ -93,11 +107,10 @@ class RequestStats:
         """One request's upstream attempts: its attempt rows (provider at 4, kind at 6,
         outcome at 8: call.ATTEMPT_COLUMNS) or, for a request its first attempt answered,
         one `ok`."""
-        counted = self._attempts
-        if attempts is None:
-            key = (provider, "first", "ok")
-            counted[key] = counted.get(key, 0) + 1
+        if attempts is None:  # the usual case: a per-provider count, merged when scraped
+            self._first_ok[provider] = self._first_ok.get(provider, 0) + 1
             return
+        counted = self._attempts
         fell_back = False
         for row in attempts:
             key = (str(row[4] or ""), str(row[6]), str(row[8]))
@@ -136,21 +149,27 @@ class RequestStats:
             "Tokens by usage bucket (reasoning is part of output), as recorded.",
             labels=("model", "provider", "bucket"),
         )
-        for (model, provider, bucket), count in list(self._tokens.items()):
-            tokens.add_metric((model, provider, bucket), count)
-        yield tokens
         cost = CounterMetricFamily(
             "llmrelay_cost_usd", "Recorded cost in USD.", labels=("model", "provider")
         )
-        for (model, provider), micros in list(self._cost_micros.items()):
-            cost.add_metric((model, provider), micros / 1_000_000)
+        for (model, provider), totals in list(self._usage.items()):
+            for bucket, count in zip(TOKEN_BUCKETS, totals, strict=False):
+                if count:
+                    tokens.add_metric((model, provider, bucket), count)
+            if totals[5]:
+                cost.add_metric((model, provider), totals[5] / 1_000_000)
+        yield tokens
         yield cost
         attempts = CounterMetricFamily(
             "llmrelay_upstream_attempts",
             "Upstream attempts by provider, kind (first, retry, fallback) and outcome.",
             labels=("provider", "kind", "outcome"),
         )
-        for (provider, kind, outcome), count in list(self._attempts.items()):
+        merged = dict(self._attempts)
+        for provider, count in list(self._first_ok.items()):
+            key = (provider, "first", "ok")
+            merged[key] = merged.get(key, 0) + count
+        for (provider, kind, outcome), count in merged.items():
             attempts.add_metric((provider, kind, outcome), count)
         yield attempts
         fallbacks = CounterMetricFamily(
