@@ -242,8 +242,6 @@ class RequestRecord(Base):
     __tablename__ = "request_records"
     __table_args__ = (
         Index(None, "project_id", "created_at"),
-        Index("ix_request_records_key_id_created_at", "key_id", "created_at"),
-        Index("ix_request_records_virtual_model_created_at", "virtual_model", "created_at"),
         {"info": {"partition_key": "created_at"}},
     )
 
