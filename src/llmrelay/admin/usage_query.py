@@ -1,7 +1,8 @@
 """The usage queries behind /api/admin/usage and /api/admin/requests. Usage figures come
 from the hourly rollups where they are clean and from the records elsewhere (store/rollups.py:
-exact either way); the request list reads the records (every filter is served by an index:
-created_at, (project_id, created_at), (key_id, created_at), (virtual_model, created_at)).
+exact either way). The request list reads the records through their created_at and
+(project_id, created_at) indexes; key and model filters narrow what those find (their own
+indexes went in 0010: they cost every insert and the rollups serve the sums).
 
 Token sums follow the record's buckets: `input_tokens` in the answers is every prompt token
 (uncached + cached + cache writes: what a client's usage objects call prompt tokens), with
