@@ -19,10 +19,10 @@ import time
 from datetime import UTC, datetime
 
 import structlog
-from sqlalchemy import delete, select, text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.store.models import RequestPayload
+from llmrelay.store.retention import delete_before, try_lock, unlock
 
 log = structlog.get_logger(__name__)
 
@@ -42,32 +42,21 @@ async def prune(engine: AsyncEngine, days: float, now: float | None = None) -> i
     pruning: 0, nothing done."""
     cutoff = datetime.fromtimestamp((now or time.time()) - days * 86_400, UTC)
     postgres = engine.dialect.name == "postgresql"
-    deleted = 0
     async with engine.connect() as lock_holder:
-        if postgres and not await _try_lock(lock_holder):
+        if postgres and not await try_lock(lock_holder, _PG_PAYLOAD_RETENTION_LOCK):
             return 0
         try:
-            key, column = RequestPayload.id, RequestPayload.created_at
-            while True:
-                async with engine.begin() as conn:
-                    batch = select(key).where(column < cutoff).limit(BATCH_ROWS)
-                    result = await conn.execute(delete(RequestPayload).where(key.in_(batch)))
-                count = result.rowcount or 0
-                deleted += count
-                if count < BATCH_ROWS:
-                    break
-                await asyncio.sleep(0)  # let the request path run between batches
+            return await delete_before(
+                engine,
+                RequestPayload,
+                RequestPayload.created_at,
+                RequestPayload.id,
+                cutoff,
+                BATCH_ROWS,
+            )
         finally:
             if postgres:
-                await lock_holder.execute(
-                    text(f"SELECT pg_advisory_unlock({_PG_PAYLOAD_RETENTION_LOCK})")
-                )
-    return deleted
-
-
-async def _try_lock(conn: AsyncConnection) -> bool:
-    result = await conn.execute(text(f"SELECT pg_try_advisory_lock({_PG_PAYLOAD_RETENTION_LOCK})"))
-    return bool(result.scalar())
+                await unlock(lock_holder, _PG_PAYLOAD_RETENTION_LOCK)
 
 
 async def run(engine: AsyncEngine, days: float, interval_s: float) -> None:

@@ -24,6 +24,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import structlog
 from sqlalchemy import delete, select, text
@@ -53,39 +54,61 @@ async def prune(engine: AsyncEngine, retention_days: float, now: float | None = 
     postgres = engine.dialect.name == "postgresql"
     deleted = 0
     async with engine.connect() as lock_holder:
-        if postgres and not await _try_lock(lock_holder):
+        if postgres and not await try_lock(lock_holder, _PG_RETENTION_LOCK):
             return Pruned()
         try:
             # A failed DROP raises before the batches: they must never delete a month row
             # by row that its DROP will remove at once in a later round.
             dropped = tuple(await partitions.drop_before(engine, cutoff))
-            for table, column, key in (
-                (RequestRecord, RequestRecord.created_at, RequestRecord.id),
-                (RequestAttempt, RequestAttempt.created_at, RequestAttempt.id),
-            ):
-                while True:
-                    async with engine.begin() as conn:
-                        batch = select(key).where(column < cutoff).limit(BATCH_ROWS)
-                        # `column < cutoff` again: PostgreSQL then looks for the ids only in
-                        # the partitions that can hold them.
-                        result = await conn.execute(
-                            delete(table).where(column < cutoff, key.in_(batch))
-                        )
-                    count = result.rowcount or 0
-                    if table is RequestRecord:
-                        deleted += count
-                    if count < BATCH_ROWS:
-                        break
-                    await asyncio.sleep(0)  # let the request path run between batches
+            deleted = await delete_before(
+                engine,
+                RequestRecord,
+                RequestRecord.created_at,
+                RequestRecord.id,
+                cutoff,
+                BATCH_ROWS,
+            )
+            await delete_before(
+                engine,
+                RequestAttempt,
+                RequestAttempt.created_at,
+                RequestAttempt.id,
+                cutoff,
+                BATCH_ROWS,
+            )
         finally:
             if postgres:
-                await lock_holder.execute(text(f"SELECT pg_advisory_unlock({_PG_RETENTION_LOCK})"))
+                await unlock(lock_holder, _PG_RETENTION_LOCK)
     return Pruned(deleted, dropped)
 
 
-async def _try_lock(conn: AsyncConnection) -> bool:
-    result = await conn.execute(text(f"SELECT pg_try_advisory_lock({_PG_RETENTION_LOCK})"))
+async def delete_before(
+    engine: AsyncEngine, table: Any, column: Any, key: Any, cutoff: datetime, batch_rows: int
+) -> int:
+    """Delete `table`'s rows whose `column` is before `cutoff`, `batch_rows` at a time, each
+    batch its own short transaction; the number deleted. (Payload retention uses it too.)"""
+    deleted = 0
+    while True:
+        async with engine.begin() as conn:
+            batch = select(key).where(column < cutoff).limit(batch_rows)
+            # `column < cutoff` again: PostgreSQL then looks for the ids only in the
+            # partitions that can hold them.
+            result = await conn.execute(delete(table).where(column < cutoff, key.in_(batch)))
+        count = result.rowcount or 0
+        deleted += count
+        if count < batch_rows:
+            return deleted
+        await asyncio.sleep(0)  # let the request path run between batches
+
+
+async def try_lock(conn: AsyncConnection, lock_id: int) -> bool:
+    """A PostgreSQL session advisory lock, taken without waiting."""
+    result = await conn.execute(text(f"SELECT pg_try_advisory_lock({lock_id})"))
     return bool(result.scalar())
+
+
+async def unlock(conn: AsyncConnection, lock_id: int) -> None:
+    await conn.execute(text(f"SELECT pg_advisory_unlock({lock_id})"))
 
 
 async def run(engine: AsyncEngine, retention_days: float, interval_s: float) -> None:
