@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -22,6 +23,21 @@ Name = Annotated[str | None, Query(min_length=1, max_length=200)]
 When = Annotated[datetime | None, Query(description="ISO 8601; without a zone, UTC")]
 
 
+@dataclass
+class Filters:
+    """The filters every usage route takes, from the query string."""
+
+    project: Name = None
+    key: Name = None
+    model: Name = None
+    provider: Name = None
+    since: When = None
+    until: When = None
+
+
+Filtered = Annotated[Filters, Depends()]
+
+
 def _state(request: Request) -> AdminState:
     state: AdminState = request.app.state.admin
     return state
@@ -30,51 +46,25 @@ def _state(request: Request) -> AdminState:
 @router.get("/usage/summary")
 async def usage_summary(
     request: Request,
-    project: Name = None,
-    key: Name = None,
-    model: Name = None,
-    provider: Name = None,
-    since: When = None,
-    until: When = None,
+    filters: Filtered,
 ) -> dict[str, Any]:
     """Requests, tokens and cost over the filtered records."""
     async with _state(request).database().connect() as conn:
-        where = await usage_query.resolve(
-            conn,
-            project=project,
-            key=key,
-            model=model,
-            provider=provider,
-            since=since,
-            until=until,
-        )
+        where = await usage_query.resolve(conn, **vars(filters))
         return await usage_query.summary(conn, where)
 
 
 @router.get("/usage/timeseries")
 async def usage_timeseries(
     request: Request,
+    filters: Filtered,
     bucket: Literal["hour", "day"] = "hour",
     group_by: Literal["model", "provider", "project", "key"] | None = None,
-    project: Name = None,
-    key: Name = None,
-    model: Name = None,
-    provider: Name = None,
-    since: When = None,
-    until: When = None,
 ) -> dict[str, Any]:
     """Per bucket (and group): requests, error rate, tokens, cost, p50/p95 latency and time
     to first byte."""
     async with _state(request).database().connect() as conn:
-        where = await usage_query.resolve(
-            conn,
-            project=project,
-            key=key,
-            model=model,
-            provider=provider,
-            since=since,
-            until=until,
-        )
+        where = await usage_query.resolve(conn, **vars(filters))
         series = await usage_query.timeseries(conn, where, bucket, group_by)
     return {"bucket": bucket, "group_by": group_by, "data": series}
 
@@ -95,12 +85,7 @@ def _after(cursor: str | None) -> int | None:
 @router.get("/requests")
 async def list_requests(
     request: Request,
-    project: Name = None,
-    key: Name = None,
-    model: Name = None,
-    provider: Name = None,
-    since: When = None,
-    until: When = None,
+    filters: Filtered,
     status: Annotated[int | None, Query(ge=100, le=599)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=64)] = None,
@@ -108,15 +93,7 @@ async def list_requests(
     """Request records, newest first; `next_cursor` fetches the next page."""
     after = _after(cursor)
     async with _state(request).database().connect() as conn:
-        where = await usage_query.resolve(
-            conn,
-            project=project,
-            key=key,
-            model=model,
-            provider=provider,
-            since=since,
-            until=until,
-        )
+        where = await usage_query.resolve(conn, **vars(filters))
         rows, last = await usage_query.page(conn, where, status, limit, after)
     return {"data": rows, "next_cursor": _cursor(last)}
 
