@@ -11,7 +11,6 @@ from pathlib import Path
 import httpx
 import openai
 
-from tests.e2e.test_records import _records
 from tests.support.gateway_process import GatewayProcess
 from tests.support.mock_upstream import MockUpstream
 
@@ -110,7 +109,7 @@ def test_sigterm_lets_a_running_stream_finish_flushes_records_and_exits_0(
     body = result["body"]
     assert isinstance(body, bytes) and body.endswith(b"data: [DONE]\n\n")
     assert process.stop() == 0
-    rows = _records(process, ["drain-stream"], timeout_s=0)
+    rows = process.records(["drain-stream"], timeout_s=0)
     assert rows["drain-stream"]["status_code"] == 200
 
 

@@ -63,22 +63,6 @@ def gateway(
     yield from serving(tmp_path_factory.mktemp("metering"), metering_config(upstream))
 
 
-def records(
-    gateway: GatewayProcess, ids: list[str], timeout_s: float = 5
-) -> dict[str, dict[str, Any]]:
-    path = gateway.database_url.removeprefix("sqlite:///")
-    deadline = time.monotonic() + timeout_s
-    while True:
-        with sqlite3.connect(path) as conn:
-            conn.row_factory = sqlite3.Row
-            marks = ",".join("?" * len(ids))
-            rows = conn.execute(f"SELECT * FROM request_records WHERE request_id IN ({marks})", ids)
-            found = {row["request_id"]: dict(row) for row in rows}
-        if len(found) == len(ids) or time.monotonic() > deadline:
-            return found
-        time.sleep(0.1)
-
-
 def chat(gateway: GatewayProcess, request_id: str, model: str, **body: Any) -> httpx.Response:
     return httpx.post(
         f"{gateway.base_url}/chat/completions",
@@ -121,7 +105,7 @@ def test_reported_usage_is_recorded_by_bucket_and_priced_per_bucket(
     assert chat(gateway, "m-plain", "priced").status_code == 200
     assert chat(gateway, "m-cached", "cached").status_code == 200
     assert chat(gateway, "m-stream", "cached", stream=True).status_code == 200
-    rows = records(gateway, ["m-plain", "m-cached", "m-stream"])
+    rows = gateway.records(["m-plain", "m-cached", "m-stream"])
     plain, cached, stream = rows["m-plain"], rows["m-cached"], rows["m-stream"]
     # the mock reports 4 prompt tokens (one per word) and 4 completion tokens (the echo)
     assert buckets(plain) == (4, 0, 0, 4, 0)
@@ -149,7 +133,7 @@ def test_a_routes_own_price_comes_before_the_models_and_the_catalogue_after_both
         ("m-none", "unpriced"),
     ):
         assert chat(gateway, request_id, model).status_code == 200
-    rows = records(gateway, ["m-route", "m-cat", "m-none"])
+    rows = gateway.records(["m-route", "m-cat", "m-none"])
     route = rows["m-route"]
     assert (route["price_source"], route["cost_micros"]) == ("route", 4 * 3 + 4 * 4)
     assert route["price_version"].startswith("route:")
@@ -176,7 +160,7 @@ def test_without_reported_usage_the_gateway_counts_and_flags_the_estimate(
     assert answer.status_code == 200 and "usage" not in answer.json()
     streamed = chat(gateway, "m-silent-stream", "silent", stream=True, **body)
     assert streamed.status_code == 200 and streamed.text.endswith("data: [DONE]\n\n")
-    rows = records(gateway, ["m-silent", "m-silent-stream"])
+    rows = gateway.records(["m-silent", "m-silent-stream"])
     for row in rows.values():
         assert row["usage_source"] == "estimated"
         assert 40 <= row["input_tokens"] <= 60  # 40 words and the message's framing
@@ -186,7 +170,7 @@ def test_without_reported_usage_the_gateway_counts_and_flags_the_estimate(
 
 def test_an_upstream_error_before_any_output_costs_nothing(gateway: GatewayProcess) -> None:
     assert chat(gateway, "m-broken", "broken").status_code == 502
-    row = records(gateway, ["m-broken"])["m-broken"]
+    row = gateway.records(["m-broken"])["m-broken"]
     assert row["usage_source"] == "none"
     assert row["input_tokens"] is None and row["cost_micros"] == 0
 
@@ -214,7 +198,7 @@ def test_a_client_leaving_mid_stream_is_charged_an_estimate_of_what_it_got(
                 got_bytes.set()
                 break
     assert got_bytes.is_set()
-    row = records(gateway, ["m-left"])["m-left"]
+    row = gateway.records(["m-left"])["m-left"]
     assert row["status_code"] == 499 and row["usage_source"] == "estimated"
     assert row["output_tokens"] == 3  # three content events reached the client
     assert row["input_tokens"] > 0 and row["cost_micros"] > 0
@@ -229,7 +213,7 @@ def test_anthropic_clients_are_recorded_with_anthropics_buckets(gateway: Gateway
             messages=[{"role": "user", "content": "one two three"}],
             extra_headers={"X-Request-ID": "m-claude"},
         )
-    row = records(gateway, ["m-claude"])["m-claude"]
+    row = gateway.records(["m-claude"])["m-claude"]
     usage = message.usage
     assert row["protocol"] == "anthropic" and row["usage_source"] == "reported"
     assert buckets(row)[:4] == (
@@ -257,7 +241,7 @@ def test_openai_sdk_streams_are_metered_with_and_without_asking(gateway: Gateway
             )
         )
     assert chunks[-1].usage is not None
-    row = records(gateway, ["m-sdk"])["m-sdk"]
+    row = gateway.records(["m-sdk"])["m-sdk"]
     assert (row["input_tokens"], row["output_tokens"]) == (
         chunks[-1].usage.prompt_tokens,
         chunks[-1].usage.completion_tokens,
@@ -281,7 +265,7 @@ def test_metrics_count_requests_by_protocol_tokens_by_bucket_cost_and_attempts(
     for request_id in ids:
         assert chat(gateway, request_id, "cached").status_code == 200
     assert chat(gateway, "m-metrics-broken", "broken").status_code == 502
-    records(gateway, [*ids, "m-metrics-broken"])
+    gateway.records([*ids, "m-metrics-broken"])
     samples = _samples(gateway)
     path = gateway.database_url.removeprefix("sqlite:///")
     with sqlite3.connect(path) as conn:
@@ -342,7 +326,7 @@ def test_an_upstream_cut_mid_stream_is_charged_an_estimate_of_what_was_delivered
 ) -> None:
     answer = chat(gateway, "m-cut", "cut", stream=True)
     assert answer.status_code == 200 and '"stream_interrupted"' in answer.text
-    row = records(gateway, ["m-cut"])["m-cut"]
+    row = gateway.records(["m-cut"])["m-cut"]
     assert row["status_code"] == 502 and row["usage_source"] == "estimated"
     assert row["output_tokens"] == 2  # two content events reached the client before the cut
     assert row["input_tokens"] > 0 and row["cost_micros"] > 0

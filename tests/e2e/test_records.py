@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,24 +13,6 @@ from tests.support.gateway_process import GatewayProcess
 from tests.support.mock_upstream import MockUpstream
 
 AUTH = {"Authorization": f"Bearer {KEY}"}
-
-
-def _records(
-    gateway: GatewayProcess, ids: list[str], timeout_s: float = 5
-) -> dict[str, dict[str, Any]]:
-    path = gateway.database_url.removeprefix("sqlite:///")
-    deadline = time.monotonic() + timeout_s
-    while True:
-        with sqlite3.connect(path) as conn:
-            conn.row_factory = sqlite3.Row
-            marks = ",".join("?" * len(ids))
-            rows = conn.execute(
-                f"SELECT * FROM request_records WHERE request_id IN ({marks})", ids
-            ).fetchall()
-        found = {row["request_id"]: dict(row) for row in rows}
-        if len(found) == len(ids) or time.monotonic() > deadline:
-            return found
-        time.sleep(0.1)
 
 
 def _send(
@@ -74,7 +54,7 @@ def test_success_stream_and_errors_are_recorded(gateway: GatewayProcess) -> None
         == 200
     )
 
-    rows = _records(gateway, ["rec-ok", "rec-stream", "rec-401", "rec-502", "rec-cut"])
+    rows = gateway.records(["rec-ok", "rec-stream", "rec-401", "rec-502", "rec-cut"])
     ok = rows["rec-ok"]
     assert (ok["endpoint"], ok["virtual_model"], ok["provider"], ok["upstream_model"]) == (
         "chat.completions",
@@ -114,7 +94,7 @@ def test_a_repeated_request_id_is_recorded_once(gateway: GatewayProcess) -> None
     hi = [{"role": "user", "content": "x"}]
     for _ in range(3):
         assert _send(gateway, "rec-dup", {"model": "chat", "messages": hi}).status_code == 200
-    rows = _records(gateway, ["rec-dup"])
+    rows = gateway.records(["rec-dup"])
     assert len(rows) == 1
 
 
@@ -141,7 +121,7 @@ def test_a_stream_is_metered_even_when_the_client_asks_for_no_usage(
         if {k.lower(): v for k, v in r.headers.items()}.get("x-request-id") == "rec-quiet"
     )
     assert sent.body["stream_options"] == {"include_usage": True}
-    row = _records(gateway, ["rec-quiet"])["rec-quiet"]
+    row = gateway.records(["rec-quiet"])["rec-quiet"]
     assert (row["prompt_tokens"], row["completion_tokens"]) == (4, 4)
 
 
@@ -158,4 +138,4 @@ projects: [{{name: p, keys: [{{name: k, key: {KEY}}}]}}]
         assert _send(gateway, "rec-off-1", body).status_code == 200
     finally:
         assert gateway.stop() == 0  # the queue is drained on the way out: nothing was in it
-    assert _records(gateway, ["rec-off-1"], timeout_s=0.5) == {}
+    assert gateway.records(["rec-off-1"], timeout_s=0.5) == {}

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import httpx
 
@@ -74,6 +75,23 @@ class GatewayProcess:
             time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"gateway not ready within {timeout_s}s:\n{self.logs()}")
+
+    def records(self, ids: list[str], timeout_s: float = 5) -> dict[str, dict[str, Any]]:
+        """request id -> its request_records row (SQLite), waiting up to `timeout_s` for
+        all of them (records are written in batches, off the request path)."""
+        path = self.database_url.removeprefix("sqlite:///")
+        deadline = time.monotonic() + timeout_s
+        marks = ",".join("?" * len(ids))
+        while True:
+            with sqlite3.connect(path) as conn:
+                conn.row_factory = sqlite3.Row
+                rows = conn.execute(
+                    f"SELECT * FROM request_records WHERE request_id IN ({marks})", ids
+                ).fetchall()
+            found = {row["request_id"]: dict(row) for row in rows}
+            if len(found) == len(ids) or time.monotonic() > deadline:
+                return found
+            time.sleep(0.1)
 
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
