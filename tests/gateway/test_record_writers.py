@@ -83,3 +83,32 @@ async def test_replayed_rows_stay_once_in_their_partitions(postgres_engine: Asyn
     names = [f"request_records_{add_months(this_month, n):%Y_%m}" for n in (0, 1)]
     # The last two months have no partition in a new database: theirs are in the default.
     assert counts == {"request_records_default": 6, **dict.fromkeys(names, 3)}
+
+
+async def test_booleans_and_nulls_read_back_as_written(engine: AsyncEngine) -> None:
+    """SQLite binds None and bool through registered adapters (record_writers._bind_fast):
+    the stored values are the same as the ORM's own, on both databases."""
+    streamed = CallRecord("kinds-stream", "chat.completions", time.perf_counter())
+    streamed.stream = True
+    plain = CallRecord("kinds-plain", "chat.completions", time.perf_counter())
+    plain.fail(502, "upstream_error")
+    await _write(engine, [streamed.row(1.0), plain.row(2.0)])
+    async with engine.connect() as conn:
+        found = {
+            row.request_id: row
+            for row in await conn.execute(
+                select(
+                    RequestRecord.request_id,
+                    RequestRecord.stream,
+                    RequestRecord.error_code,
+                    RequestRecord.policy_id,
+                    RequestRecord.prompt_tokens,
+                )
+            )
+        }
+    assert found["kinds-stream"].stream is True
+    assert found["kinds-stream"].error_code is None
+    assert found["kinds-stream"].policy_id is None
+    assert found["kinds-plain"].stream is False
+    assert found["kinds-plain"].error_code == "upstream_error"
+    assert found["kinds-plain"].prompt_tokens is None

@@ -41,6 +41,26 @@ CHECKPOINT_ROWS = 8192
 Statement = tuple[str, Any]
 
 
+def _bind_fast() -> None:
+    """Binds None and bool without sqlite3's adaptation protocol. For any type but exact
+    int, float, str and bytearray, sqlite3 (CPython 3.11) looks for an adapter and then
+    probes the value's `__conform__` and the protocol's `__adapt__`, each a failed attribute
+    lookup that formats an AttributeError: about 3,000 CPU instructions per None or bool
+    parameter (callgrind), some 10,000 per request record, whose optional columns are often
+    None. A registered adapter is found at once: None stays None (bound as NULL) and a
+    bool becomes the int SQLite stores it as anyway. Process-wide, and the same values as
+    before for every sqlite3 user (SQLAlchemy binds booleans as ints on SQLite itself)."""
+    sqlite3.register_adapter(type(None), _same)
+    sqlite3.register_adapter(bool, int)
+
+
+def _same(value: None) -> None:
+    return value
+
+
+_bind_fast()
+
+
 class SqliteTime:
     """SQLAlchemy's own SQLite storage format for DateTime, so the ORM reads it back. The
     date-and-time part is formatted once per second (a batch shares a handful of seconds)."""

@@ -40,6 +40,7 @@ from llmrelay.gateway.record_writers import (
     Statement,
     writer_for,
 )
+from llmrelay.gateway.row_queue import RowQueue
 from llmrelay.gateway.spool import Row, Spool
 from llmrelay.observability.metrics import Metrics
 from llmrelay.store import rollups
@@ -75,7 +76,9 @@ class Recorder:
         spool_dir: Path | None = None,
         metrics: Metrics | None = None,
     ) -> None:
-        self._queue: asyncio.Queue[Row] = asyncio.Queue(max_queue)
+        self._queue = RowQueue(max_queue)
+        #: A batch is being written (stop() waits for it and the queue).
+        self._writing = False
         self._batch_size = batch_size
         self._gather_s = gather_s
         self._stopping = False
@@ -117,9 +120,7 @@ class Recorder:
     def record(
         self, row: Row, attempts: list[Row] | None = None, payload: Row | None = None
     ) -> None:
-        try:
-            self._queue.put_nowait(row)
-        except asyncio.QueueFull:
+        if not self._queue.put(row):
             self._count_dropped(1)
             if self.dropped == 1 or self.dropped % 1000 == 0:
                 log.error("record_queue_full", dropped=self.dropped)
@@ -141,7 +142,7 @@ class Recorder:
 
     @property
     def depth(self) -> int:
-        return self._queue.qsize()
+        return len(self._queue)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="llmrelay-recorder")
@@ -154,9 +155,11 @@ class Recorder:
         self._stopping = True
         try:
             async with asyncio.timeout(timeout_s):
-                await self._queue.join()
+                # Polled, once at shutdown: an Event would cost every record() a clear().
+                while len(self._queue) or self._writing:  # noqa: ASYNC110
+                    await asyncio.sleep(0.01)
         except TimeoutError:
-            log.error("record_drain_timeout", remaining=self._queue.qsize())
+            log.error("record_drain_timeout", remaining=len(self._queue))
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
@@ -170,37 +173,37 @@ class Recorder:
     async def _run(self) -> None:
         while True:
             await self._replay_when_due()
-            first = await self._next_row()
-            if first is None:
+            if not await self._rows_ready():
                 continue
-            batch = [first]
-            if not self._stopping and self._queue.qsize() < self._batch_size:
-                # Let a batch gather: one transaction per few hundred rows, not per row,
-                # is what keeps the writer's CPU per request small under load.
-                await asyncio.sleep(self._gather_s)
-            while len(batch) < self._batch_size and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
-            attempts, self._attempts = self._attempts, []
-            payloads, self._payloads, self._payload_bytes = self._payloads, [], 0
-            self._inflight = (batch, attempts, payloads)
+            self._writing = True
             try:
+                if not self._stopping and len(self._queue) < self._batch_size:
+                    # Let a batch gather: one transaction per few hundred rows, not per
+                    # row, is what keeps the writer's CPU per request small under load.
+                    await asyncio.sleep(self._gather_s)
+                batch = self._queue.take(self._batch_size)
+                attempts, self._attempts = self._attempts, []
+                payloads, self._payloads, self._payload_bytes = self._payloads, [], 0
+                self._inflight = (batch, attempts, payloads)
                 await self._write(batch, attempts, payloads)
                 self._inflight = None  # not reached when stop() cancels the write
             finally:
-                for _ in batch:
-                    self._queue.task_done()
+                self._writing = False
 
-    async def _next_row(self) -> Row | None:
-        """The next queued row, or None when the spool is due for a replay first."""
-        if not self._replay_pending or self._stopping or not self._queue.empty():
-            return await self._queue.get()
+    async def _rows_ready(self) -> bool:
+        """Wait for a queued row: True once there is one, False when the spool is due for
+        a replay first."""
+        if not self._replay_pending or self._stopping or len(self._queue):
+            await self._queue.wait()
+            return True
         wait = self._replay_at - time.monotonic()
         if wait <= 0:
-            return None
+            return False
         try:
-            return await asyncio.wait_for(self._queue.get(), wait)
+            await asyncio.wait_for(self._queue.wait(), wait)
         except TimeoutError:
-            return None
+            return False
+        return True
 
     async def _write(self, batch: list[Row], attempts: list[Row], payloads: list[Row]) -> None:
         """To the database, retried once; else to the spool; dropped only if that fails."""
@@ -282,9 +285,7 @@ class Recorder:
         cancelled) to the spool, on the event loop (the process is about to exit)."""
         batch, attempts, payloads = self._inflight or ([], [], [])
         self._inflight = None
-        while not self._queue.empty():
-            batch.append(self._queue.get_nowait())
-            self._queue.task_done()
+        batch.extend(self._queue.take(len(self._queue)))
         attempts, self._attempts = attempts + self._attempts, []
         payloads, self._payloads, self._payload_bytes = payloads + self._payloads, [], 0
         if not batch and not attempts and not payloads:
