@@ -8,6 +8,8 @@
     python -m bench.run --translation    # chat from an anthropic upstream against an openai one
     python -m bench.run --limits         # a limited key against an unlimited one, with and
                                          # without Redis (admission cost)
+    python -m bench.run --instructions   # CPU instructions per request under callgrind (steady
+                                         # on a busy machine: for comparing code)
     python -m bench.run --markdown bench/results/FILE.json  # a results file as Markdown tables
 
 What runs (docs/performance.md explains the figures):
@@ -43,6 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.constants import ALL_MODES, ECHO_MODULE
+from bench.instructions import count_instructions
+from bench.instructions import markdown as instructions_markdown
 from bench.limits import compare_limits
 from bench.limits import markdown as limits_markdown
 from bench.load import Driver, Window
@@ -75,6 +79,7 @@ MARKDOWN = {
     "limits": limits_markdown,
     "usage-api": usage_markdown,
     "recording": recording_markdown,
+    "instructions": instructions_markdown,
 }
 
 
@@ -303,6 +308,11 @@ def main() -> None:
         action="store_true",
         help="the usage API over --rows synthetic records, on PostgreSQL and SQLite",
     )
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="CPU instructions per request under callgrind: bare, llmrelay, limited keys",
+    )
     parser.add_argument("--rows", type=int, default=2_000_000, help="--usage-api: records")
     parser.add_argument(
         "--modes", help=f"comma-separated subset of {','.join(ALL_MODES)} (not --translation)"
@@ -343,6 +353,9 @@ def main() -> None:
         elif args.limits:
             data = compare_limits(folder, args.quick)
             kind = "limits-quick" if args.quick else "limits"
+        elif args.instructions:
+            data = count_instructions(folder, 6.0 if args.quick else 12.0)
+            kind = "instructions"
         elif args.recording:
             data = compare_recording(folder, args.quick)
             kind = "recording-quick" if args.quick else "recording"
