@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from llmrelay.settings import Environment, Settings, SettingsError, resolve_secret_key
+from llmrelay.settings import Environment, Settings, resolve_secret_key
 
 
 def test_defaults_follow_the_contract() -> None:
@@ -34,16 +34,28 @@ def test_bad_proxy_cidr_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
         Settings()
 
 
-def test_production_refuses_missing_short_or_placeholder_secret() -> None:
-    with pytest.raises(SettingsError, match="LLMRELAY_SECRET_KEY is required"):
-        Settings(env=Environment.PRODUCTION).check_production()
-    with pytest.raises(SettingsError, match="at least 32 bytes"):
-        Settings(env=Environment.PRODUCTION, secret_key="short").check_production()
-    with pytest.raises(SettingsError, match="placeholder"):
-        Settings(env=Environment.PRODUCTION, secret_key="change-me-" * 5).check_production()
-    Settings(
-        env=Environment.PRODUCTION, secret_key="q8Vn3kLw9zR2tY6uP1sX4cB7mN0aJ5hG"
-    ).check_production()
+def test_cors_origins_are_a_comma_separated_list_of_origins(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert Settings().cors_origins == ()
+    assert Settings().cors_credentials is False  # nothing listed: no CORS at all
+    monkeypatch.setenv(
+        "LLMRELAY_CORS_ORIGINS", "https://console.example.com/, http://localhost:5173"
+    )
+    settings = Settings()
+    assert settings.cors_origins == ("https://console.example.com", "http://localhost:5173")
+    assert settings.cors_credentials is True  # the default once origins are listed
+    monkeypatch.setenv("LLMRELAY_CORS_ALLOW_CREDENTIALS", "false")
+    assert Settings().cors_credentials is False
+
+
+@pytest.mark.parametrize("origin", ["console.example.com", "https://x.example/path", "ftp://x"])
+def test_a_cors_origin_with_a_path_or_without_a_scheme_is_refused(
+    monkeypatch: pytest.MonkeyPatch, origin: str
+) -> None:
+    monkeypatch.setenv("LLMRELAY_CORS_ORIGINS", origin)
+    with pytest.raises(ValueError, match="LLMRELAY_CORS_ORIGINS"):
+        Settings()
 
 
 def test_development_secret_is_generated_once_beside_the_sqlite_file(tmp_path: Path) -> None:

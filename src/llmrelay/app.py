@@ -19,7 +19,9 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Receive, Scope, Send
 
 from llmrelay.admin.app import create_admin
-from llmrelay.admin.state import AdminState
+from llmrelay.admin.cors import with_cors
+from llmrelay.admin.identity.bootstrap import ensure_bootstrap_admin
+from llmrelay.admin.state import AdminState, SessionPolicy
 from llmrelay.deadlines import Deadlines
 from llmrelay.gateway.asgi import send_json
 from llmrelay.gateway.endpoints import DataPlane, Runtime
@@ -41,11 +43,12 @@ from llmrelay.providers.http import HttpTransport
 from llmrelay.providers.registry import ProviderRegistry
 from llmrelay.routing.breaker import Breakers
 from llmrelay.routing.strategies import Router
-from llmrelay.settings import Settings, resolve_secret_key
+from llmrelay.settings import Settings
 from llmrelay.snapshot.holder import SnapshotHolder
 from llmrelay.snapshot.model import Snapshot
+from llmrelay.snapshot.reload import LiveReload
 from llmrelay.store import migrate, partitions, payload_retention, retention, rollups
-from llmrelay.store.crypto import Sealer
+from llmrelay.store.crypto import sealer_for
 from llmrelay.store.db import create_engine, session_factory
 
 Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
@@ -124,7 +127,7 @@ def create_app(settings: Settings) -> GatewayApp:
     dataplane = DataPlane()
     health = Health(metrics, settings.metrics_token)
     handlers = dataplane.handlers()
-    admin = AdminState(settings.admin_token)
+    admin = AdminState(settings.admin_token, sessions=SessionPolicy.from_settings(settings))
     routes: list[BaseRoute] = [
         Route(path, _Refused(), methods=[method]) for method, path in handlers
     ]
@@ -133,7 +136,7 @@ def create_app(settings: Settings) -> GatewayApp:
         Route("/readyz", _Endpoint(health.readyz), methods=["GET"]),
         Route("/healthz", _Endpoint(health.readyz), methods=["GET"]),
         Route("/metrics", _Endpoint(health.metrics), methods=["GET"]),
-        Mount("/api/admin", app=create_admin(admin)),
+        Mount("/api/admin", app=with_cors(create_admin(admin), settings)),
     ]
 
     @contextlib.asynccontextmanager
@@ -145,9 +148,8 @@ def create_app(settings: Settings) -> GatewayApp:
                 raise SchemaOutOfDate(
                     "the database schema is not up to date: run `llmrelay migrate`"
                 )
-            snapshots = SnapshotHolder(
-                session_factory(engine), Sealer(resolve_secret_key(settings))
-            )
+            sealer = sealer_for(settings)
+            snapshots = SnapshotHolder(session_factory(engine), sealer)
             await snapshots.load()
             loop = asyncio.get_running_loop()
             deadlines = Deadlines(loop)
@@ -168,7 +170,6 @@ def create_app(settings: Settings) -> GatewayApp:
             metrics.watch(metrics.record_queue_depth, lambda: recorder.depth)
             metrics.watch(metrics.snapshot_generation, lambda: snapshots.current.generation)
             metrics.watch(metrics.snapshot_age, snapshots.age_s)
-            metrics.watch(metrics.snapshot_build_failures, lambda: snapshots.failed_builds)
             dataplane.runtime = Runtime(
                 snapshots,
                 executor,
@@ -183,8 +184,18 @@ def create_app(settings: Settings) -> GatewayApp:
                 settings.record_requests,
                 capture_max_bytes=settings.capture_max_bytes,
             )
-            health.engine, health.snapshots = engine, snapshots
-            admin.engine = engine
+            live_reload = LiveReload(
+                snapshots,
+                engine=engine,
+                database_url=settings.database_url,
+                redis_url=settings.redis_url,
+                metrics=metrics,
+            )
+            live_reload.start()
+            admin.publisher = live_reload.publisher  # the admin API announces its changes
+            health.engine, health.snapshots, health.live_reload = engine, snapshots, live_reload
+            admin.engine, admin.sealer = engine, sealer
+            await ensure_bootstrap_admin(engine, settings, admin.passwords)
             poller = asyncio.create_task(snapshots.poll(settings.snapshot_poll_s))
             rollup_task = asyncio.create_task(rollups.run(engine, settings.rollup_interval_s))
             # PostgreSQL: the months ahead of request_records exist (now, then daily).
@@ -209,6 +220,7 @@ def create_app(settings: Settings) -> GatewayApp:
                 yield
             finally:
                 poller.cancel()
+                await live_reload.stop()
                 rollup_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await rollup_task

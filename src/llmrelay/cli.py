@@ -1,16 +1,18 @@
-"""The `llmrelay` command: serve, apply, migrate, worker."""
+"""The `llmrelay` command: serve, apply, migrate, rotate-secret, worker."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import sys
+from collections.abc import Collection
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from llmrelay.settings import Settings, SettingsError, resolve_secret_key
+from llmrelay.startup_checks import ALL_SETTINGS, Setting, enforce
 
 app = typer.Typer(
     help="llmrelay: one OpenAI- and Anthropic-compatible endpoint in front of many LLM providers.",
@@ -19,10 +21,15 @@ app = typer.Typer(
 )
 
 
-def _settings() -> Settings:
+def _settings(uses: Collection[Setting] = ALL_SETTINGS) -> Settings:
+    """The settings, checked (startup_checks.py) for what the command `uses`: production
+    refuses weak ones here, before any database is touched or any port is bound."""
+    from llmrelay.observability.logging import configure_logging
+
     try:
         settings = Settings()
-        settings.check_production()
+        configure_logging(settings.log_level)  # development's warnings are log lines
+        enforce(settings, uses)
     except (SettingsError, ValueError) as exc:
         _fail(str(exc))
     return settings
@@ -38,7 +45,7 @@ def migrate() -> None:
     """Bring the database schema up to date, then exit."""
     from llmrelay.database_setup import migrate_database
 
-    settings = _settings()
+    settings = _settings(uses=())  # touches no secret
     revision = asyncio.run(migrate_database(settings.database_url))
     typer.echo(f"database schema at revision {revision}")
 
@@ -48,7 +55,7 @@ def apply(
     file: Annotated[Path, typer.Argument(help="The declarative config (YAML).")],
 ) -> None:
     """Apply a declarative config file (idempotent upsert), then exit."""
-    settings = _settings()
+    settings = _settings(uses={Setting.SECRET_KEY})  # seals provider credentials
     _apply_file(settings, file)
 
 
@@ -80,6 +87,56 @@ def serve(
     if demo:
         _seed_demo(settings, host, port)
     run_server(settings, host=host, port=port, workers=workers)
+
+
+@app.command("rotate-secret")
+def rotate_secret(
+    previous_key_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--previous-key-file",
+            help="A file with the previous secret key (one key a line). "
+            "Default: LLMRELAY_PREVIOUS_SECRET_KEY. Never give a key on the command line.",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Report what would be re-sealed; write nothing.")
+    ] = False,
+) -> None:
+    """Re-seal every stored secret under LLMRELAY_SECRET_KEY (one transaction), then exit."""
+    from llmrelay.database_setup import rotate_secret as rotate_in_database
+    from llmrelay.store.rotation import RotationError
+
+    settings = _settings(uses={Setting.SECRET_KEY})
+    previous: list[str] = []
+    if previous_key_file is not None:
+        try:
+            text = previous_key_file.read_text()
+        except OSError as exc:
+            _fail(f"--previous-key-file: cannot read {previous_key_file}: {exc.strerror}")
+        previous = [line.strip() for line in text.splitlines() if line.strip()]
+        if not previous:
+            _fail(f"--previous-key-file: {previous_key_file} holds no key")
+    try:
+        report = asyncio.run(rotate_in_database(settings, previous, dry_run=dry_run))
+    except RotationError as exc:
+        _fail(str(exc), code=1)
+    except Exception as exc:  # noqa: BLE001 - process boundary: say why and stop
+        _fail(f"cannot rotate: {exc}", code=1)
+    for column in report.columns:
+        typer.echo(
+            f"  {column.column}: {column.resealed} to re-seal, "
+            f"{column.current} already under the current key"
+        )
+    if dry_run:
+        typer.echo(f"dry run: {report.resealed} value(s) would be re-sealed; nothing written")
+    elif report.generation is None:
+        typer.echo("nothing to re-seal: every value is under the current key")
+    else:
+        typer.echo(
+            f"re-sealed {report.resealed} value(s) under the current key; "
+            f"config generation {report.generation}"
+        )
 
 
 @app.command()

@@ -1,14 +1,19 @@
-"""Database preparation the CLI runs before serving, and applying a config to a database."""
+"""Database preparation the CLI runs before serving, applying a config to a database, and
+re-sealing secrets under a new key."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from llmrelay.config.apply import ApplyResult, apply_config
 from llmrelay.config.schema import GatewayConfig
-from llmrelay.settings import Settings, resolve_secret_key
+from llmrelay.settings import Settings
+from llmrelay.snapshot.signals import publish_generation
 from llmrelay.store import migrate, partitions
 from llmrelay.store.bootstrap import ensure_default_tenant
-from llmrelay.store.crypto import Sealer
+from llmrelay.store.crypto import sealer_for
 from llmrelay.store.db import create_engine, is_sqlite, session_factory
+from llmrelay.store.rotation import RotationReport, rotate
 
 
 async def migrate_database(url: str) -> str | None:
@@ -51,8 +56,32 @@ async def apply_to_database(
             raise RuntimeError(
                 "the database schema is not up to date: run `llmrelay migrate` first"
             )
-        sealer = Sealer(resolve_secret_key(settings))
+        sealer = sealer_for(settings)
         async with session_factory(engine).begin() as session:
-            return await apply_config(session, config, sealer, source=source)
+            result = await apply_config(session, config, sealer, source=source)
+        if result.changed:  # committed: tell the running replicas now (signals.py)
+            await publish_generation(result.generation, engine=engine, redis_url=settings.redis_url)
+        return result
+    finally:
+        await engine.dispose()
+
+
+async def rotate_secret(
+    settings: Settings, previous_keys: Iterable[str], *, dry_run: bool = False
+) -> RotationReport:
+    """Re-seal every sealed value under LLMRELAY_SECRET_KEY in one transaction. The schema
+    must be current: a rotation never migrates, so it cannot race a schema change."""
+    engine = create_engine(settings.database_url)
+    try:
+        if not await migrate.is_up_to_date(engine):
+            raise RuntimeError(
+                "the database schema is not up to date: run `llmrelay migrate` first"
+            )
+        sealer = sealer_for(settings, previous_keys)
+        async with session_factory(engine).begin() as session:
+            report = await rotate(session, sealer, dry_run=dry_run)
+        if report.generation is not None:  # committed: replicas rebuild with the new values
+            await publish_generation(report.generation, engine=engine, redis_url=settings.redis_url)
+        return report
     finally:
         await engine.dispose()

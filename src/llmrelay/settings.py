@@ -7,6 +7,7 @@ under a running process and tests can build their own without touching `os.envir
 from __future__ import annotations
 
 import ipaddress
+import re
 import secrets
 from enum import StrEnum
 from pathlib import Path
@@ -75,6 +76,23 @@ class Settings(BaseSettings):
     record_requests: bool = True
     #: How often the hours with new records get their usage rollups recomputed.
     rollup_interval_s: float = Field(default=30.0, gt=0)
+    #: A secret key that opens values sealed before the last rotation, never seals a new one
+    #: (store/crypto.py; `llmrelay rotate-secret` re-seals them under LLMRELAY_SECRET_KEY).
+    previous_secret_key: str | None = None
+    #: Browser origins allowed to call /api/admin/* (comma-separated `scheme://host[:port]`,
+    #: or `*`); none: no CORS headers at all. Never applied to /v1 (see admin/cors.py).
+    cors_origins: Annotated[tuple[str, ...], NoDecode] = ()
+    #: Whether those origins may send cookies; unset: true when origins are listed.
+    cors_allow_credentials: bool | None = None
+    #: Console sessions end after this long without a request, and this long after sign-in
+    #: whatever happens (admin/identity/sessions.py).
+    session_idle_s: float = Field(default=12 * 3600.0, gt=0)
+    session_absolute_s: float = Field(default=7 * 86400.0, gt=0)
+    #: Sign-in throttling: this many failures per account, or per client IP, within the window
+    #: refuse further attempts (429) until the oldest failure leaves it.
+    login_max_failures_per_account: int = Field(default=5, ge=1)
+    login_max_failures_per_ip: int = Field(default=20, ge=1)
+    login_throttle_window_s: float = Field(default=900.0, gt=0)
 
     @field_validator("trusted_proxies", mode="before")
     @classmethod
@@ -88,6 +106,33 @@ class Settings(BaseSettings):
             return tuple(ipaddress.ip_network(str(i).strip(), strict=False) for i in items if i)
         except ValueError as exc:
             raise ValueError(f"LLMRELAY_TRUSTED_PROXIES: {exc}") from exc
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _parse_origins(cls, value: object) -> tuple[str, ...]:
+        """An origin is what a browser sends in `Origin`: scheme, host and port, no path;
+        a trailing `/` is dropped, since no browser would ever send it."""
+        if value is None or value == "":
+            return ()
+        items = value.split(",") if isinstance(value, str) else list(value)  # type: ignore[call-overload]
+        origins = []
+        for item in (str(i).strip().rstrip("/") for i in items):
+            if not item:
+                continue
+            if item != "*" and not _ORIGIN.fullmatch(item):
+                raise ValueError(
+                    f"LLMRELAY_CORS_ORIGINS: {item!r} is not an origin "
+                    "(scheme://host[:port], no path) or *"
+                )
+            origins.append(item)
+        return tuple(origins)
+
+    @property
+    def cors_credentials(self) -> bool:
+        """LLMRELAY_CORS_ALLOW_CREDENTIALS, defaulting to true when origins are listed."""
+        if self.cors_allow_credentials is None:
+            return bool(self.cors_origins)
+        return self.cors_allow_credentials
 
     @property
     def sqlite_path(self) -> Path | None:
@@ -113,30 +158,8 @@ class Settings(BaseSettings):
             return None
         return Path("llmrelay-spool")
 
-    def check_production(self) -> None:
-        """Refuse to run production with placeholder or short secrets; name the setting."""
-        if self.env is not Environment.PRODUCTION:
-            return
-        if not self.secret_key:
-            raise SettingsError("LLMRELAY_SECRET_KEY is required when LLMRELAY_ENV=production")
-        if _is_weak(self.secret_key):
-            raise SettingsError(
-                f"LLMRELAY_SECRET_KEY must be at least {SECRET_KEY_MIN_BYTES} bytes and not a "
-                "placeholder when LLMRELAY_ENV=production"
-            )
-        if self.admin_token is not None and _is_weak(self.admin_token):
-            raise SettingsError(
-                f"LLMRELAY_ADMIN_TOKEN must be at least {SECRET_KEY_MIN_BYTES} bytes and not a "
-                "placeholder when LLMRELAY_ENV=production"
-            )
 
-
-_PLACEHOLDERS = ("change", "secret", "example", "placeholder", "xxxx", "todo", "default")
-
-
-def _is_weak(value: str) -> bool:
-    lowered = value.lower()
-    return len(value.encode()) < SECRET_KEY_MIN_BYTES or any(p in lowered for p in _PLACEHOLDERS)
+_ORIGIN = re.compile(r"https?://[^/\s?#]+")
 
 
 def resolve_secret_key(settings: Settings) -> str:

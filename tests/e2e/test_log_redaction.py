@@ -32,6 +32,10 @@ BODY_KEY = "sk-planted-body-key-D9fH2jKl5ZxC"
 #: What the mock upstream puts in its error bodies (tests.support.mock_upstream._error).
 UPSTREAM_ERROR_SECRET = "sk-upstream-abcdef123456"
 PROMPT = "PROMPT-MARKER-5c1e9a7b"
+#: The first console account's password (given, so the server prints none) and a wrong one.
+CONSOLE_EMAIL = "ops@example.com"
+CONSOLE_PASSWORD = "planted-console-password-Q3mZ8vXc"
+WRONG_PASSWORD = "planted-wrong-password-H7tY2uLp"
 
 PLANTED = (
     CLIENT_KEY,
@@ -45,6 +49,8 @@ PLANTED = (
     BODY_KEY,
     UPSTREAM_ERROR_SECRET,
     PROMPT,
+    CONSOLE_PASSWORD,
+    WRONG_PASSWORD,
 )
 
 
@@ -94,6 +100,8 @@ def gateway(upstream: MockUpstream, tmp_path_factory: pytest.TempPathFactory) ->
             "LLMRELAY_LOG_LEVEL": "debug",
             "LLMRELAY_ADMIN_TOKEN": ADMIN_TOKEN,
             "LLMRELAY_METRICS_TOKEN": METRICS_TOKEN,
+            "LLMRELAY_BOOTSTRAP_ADMIN_EMAIL": CONSOLE_EMAIL,
+            "LLMRELAY_BOOTSTRAP_ADMIN_PASSWORD": CONSOLE_PASSWORD,
         },
     )
     # Applied by `llmrelay apply` beforehand: `serve --config` prints the apply summary on

@@ -79,7 +79,7 @@ async def test_a_failed_build_keeps_the_last_good_snapshot(engine: AsyncEngine) 
     assert not await holder.refresh_if_changed()
     assert holder.current is good
     assert holder.failed_builds == 1
-    assert holder.last_error is not None and "CredentialError" in holder.last_error
+    assert holder.last_error is not None and "LLMRELAY_SECRET_KEY" in holder.last_error
 
 
 # -- routing policies -------------------------------------------------------------------

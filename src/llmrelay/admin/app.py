@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from llmrelay import __version__
-from llmrelay.admin import errors, usage
+from llmrelay.admin import access_routes, errors, resources, usage
 from llmrelay.admin.state import AdminState
 
 
@@ -21,4 +21,6 @@ def create_admin(state: AdminState) -> FastAPI:
     app.state.admin = state
     errors.install(app)
     app.include_router(usage.router)
+    resources.include(app)
+    access_routes.include(app, state)
     return app

@@ -10,19 +10,27 @@ from typing import Any
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 
 class AdminError(Exception):
     def __init__(
-        self, status: int, message: str, kind: str = "invalid_request", field: str | None = None
+        self,
+        status: int,
+        message: str,
+        kind: str = "invalid_request",
+        field: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.kind = kind
         self.field = field
+        #: extra response headers (Retry-After on a 429)
+        self.headers = headers
 
 
 def error_response(
@@ -45,7 +53,7 @@ def error_response(
 
 async def _admin_error(_request: Request, exc: Exception) -> Response:
     assert isinstance(exc, AdminError)
-    return error_response(exc.status, exc.message, exc.kind, exc.field)
+    return error_response(exc.status, exc.message, exc.kind, exc.field, exc.headers)
 
 
 async def _validation_error(_request: Request, exc: Exception) -> Response:
@@ -68,7 +76,25 @@ async def _http_error(_request: Request, exc: Exception) -> Response:
     return error_response(exc.status_code, str(exc.detail), kind, headers=exc.headers)
 
 
+#: PostgreSQL's refusals of text it cannot store: a NUL character in text (22021) or in JSON
+#: (22P05). SQLite stores both, so only PostgreSQL ever raises them.
+_UNSTORABLE_TEXT = {"22021", "22P05"}
+
+
+async def _database_error(_request: Request, exc: Exception) -> Response:
+    """A NUL character in a name, email or id is the client's mistake (400), not a 500;
+    any other database error stays a server error."""
+    assert isinstance(exc, DBAPIError)
+    code = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
+    if code in _UNSTORABLE_TEXT:
+        return error_response(
+            400, "text must not contain NUL (\\u0000) characters", "invalid_request"
+        )
+    raise exc
+
+
 def install(app: FastAPI) -> None:
     app.add_exception_handler(AdminError, _admin_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(DBAPIError, _database_error)

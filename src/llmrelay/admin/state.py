@@ -1,21 +1,66 @@
-"""What the admin routers share, filled in by the app's start-up (the engine exists only
-once the lifespan has run)."""
+"""What the admin routers share, filled in by the app's start-up (the engine and the sealer
+exist only once the lifespan has run)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.admin.errors import AdminError
+from llmrelay.admin.identity.credentials import Passwords
+from llmrelay.settings import Environment, Settings
+from llmrelay.store.crypto import Sealer
+
+if TYPE_CHECKING:
+    from llmrelay.snapshot.signals import ConfigPublisher
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPolicy:
+    """Console sessions and sign-in throttling (Settings.session_* and login_*)."""
+
+    idle_s: float = 12 * 3600.0
+    absolute_s: float = 7 * 86400.0
+    #: Secure cookies (HTTPS only): on when LLMRELAY_ENV=production.
+    secure_cookies: bool = False
+    max_failures_per_account: int = 5
+    max_failures_per_ip: int = 20
+    throttle_window_s: float = 900.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SessionPolicy:
+        return cls(
+            idle_s=settings.session_idle_s,
+            absolute_s=settings.session_absolute_s,
+            secure_cookies=settings.env is Environment.PRODUCTION,
+            max_failures_per_account=settings.login_max_failures_per_account,
+            max_failures_per_ip=settings.login_max_failures_per_ip,
+            throttle_window_s=settings.login_throttle_window_s,
+        )
 
 
 @dataclass(slots=True)
 class AdminState:
     admin_token: str | None
     engine: AsyncEngine | None = None
+    #: Announces a committed config change to the replicas (snapshot/signals.py); None:
+    #: they pick it up by polling.
+    publisher: ConfigPublisher | None = None
+    sessions: SessionPolicy = field(default_factory=SessionPolicy)
+    #: Seals TOTP secrets (context = the user id) and provider credentials written through
+    #: the API (context = the provider id); set at start-up with the engine.
+    sealer: Sealer | None = None
+    #: argon2 hashing of console passwords (admin/identity/credentials.py).
+    passwords: Passwords = field(default_factory=Passwords)
 
     def database(self) -> AsyncEngine:
         if self.engine is None:
             raise AdminError(503, "the database is not open yet", "unavailable")
         return self.engine
+
+    def secrets(self) -> Sealer:
+        if self.sealer is None:
+            raise AdminError(503, "the secret key is not loaded yet", "unavailable")
+        return self.sealer

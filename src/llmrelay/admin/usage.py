@@ -11,13 +11,18 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from llmrelay.admin import usage_query
-from llmrelay.admin.auth import require_admin
+from llmrelay.admin.access import Actor, require
 from llmrelay.admin.errors import AdminError
 from llmrelay.admin.state import AdminState
 
-router = APIRouter(dependencies=[Depends(require_admin)], tags=["usage"])
+router = APIRouter(tags=["usage"])
+
+#: Usage is read with usage:read; each caller sees its tenants' projects only (a member
+#: limited to some projects, those), the admin token and platform admins every project.
+Reader = Annotated[Actor, Depends(require("usage:read"))]
 
 Name = Annotated[str | None, Query(min_length=1, max_length=200)]
 When = Annotated[datetime | None, Query(description="ISO 8601; without a zone, UTC")]
@@ -43,14 +48,19 @@ def _state(request: Request) -> AdminState:
     return state
 
 
+async def _visible(conn: AsyncConnection, actor: Actor) -> frozenset[str] | None:
+    tenants = actor.tenants_for("usage:read")
+    limited = {t: actor.project_scope(t) for t in tenants or ()}
+    return await usage_query.visible_projects(conn, tenants, limited)
+
+
 @router.get("/usage/summary")
-async def usage_summary(
-    request: Request,
-    filters: Filtered,
-) -> dict[str, Any]:
+async def usage_summary(request: Request, filters: Filtered, actor: Reader) -> dict[str, Any]:
     """Requests, tokens and cost over the filtered records."""
     async with _state(request).database().connect() as conn:
-        where = await usage_query.resolve(conn, **vars(filters))
+        where = await usage_query.resolve(
+            conn, **vars(filters), visible=await _visible(conn, actor)
+        )
         return await usage_query.summary(conn, where)
 
 
@@ -58,13 +68,16 @@ async def usage_summary(
 async def usage_timeseries(
     request: Request,
     filters: Filtered,
+    actor: Reader,
     bucket: Literal["hour", "day"] = "hour",
     group_by: Literal["model", "provider", "project", "key"] | None = None,
 ) -> dict[str, Any]:
     """Per bucket (and group): requests, error rate, tokens, cost, p50/p95 latency and time
     to first byte."""
     async with _state(request).database().connect() as conn:
-        where = await usage_query.resolve(conn, **vars(filters))
+        where = await usage_query.resolve(
+            conn, **vars(filters), visible=await _visible(conn, actor)
+        )
         series = await usage_query.timeseries(conn, where, bucket, group_by)
     return {"bucket": bucket, "group_by": group_by, "data": series}
 
@@ -77,15 +90,19 @@ def _after(cursor: str | None) -> int | None:
     if cursor is None:
         return None
     try:
-        return int(base64.urlsafe_b64decode(cursor.encode()).decode())
+        value = int(base64.urlsafe_b64decode(cursor.encode()).decode())
     except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise AdminError(400, "cursor: not a cursor this API gave", field="cursor") from None
+        value = 0
+    if not 0 < value < 2**63:  # record ids are positive BIGINTs
+        raise AdminError(400, "cursor: not a cursor this API gave", field="cursor")
+    return value
 
 
 @router.get("/requests")
 async def list_requests(
     request: Request,
     filters: Filtered,
+    actor: Reader,
     status: Annotated[int | None, Query(ge=100, le=599)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=64)] = None,
@@ -93,19 +110,21 @@ async def list_requests(
     """Request records, newest first; `next_cursor` fetches the next page."""
     after = _after(cursor)
     async with _state(request).database().connect() as conn:
-        where = await usage_query.resolve(conn, **vars(filters))
+        where = await usage_query.resolve(
+            conn, **vars(filters), visible=await _visible(conn, actor)
+        )
         rows, last = await usage_query.page(conn, where, status, limit, after)
     return {"data": rows, "next_cursor": _cursor(last)}
 
 
 @router.get("/requests/{request_id}")
-async def get_request(request: Request, request_id: str) -> dict[str, Any]:
+async def get_request(request: Request, request_id: str, actor: Reader) -> dict[str, Any]:
     """One request's record with its upstream attempts, and its captured bodies under
     `payload` when its key captures them (else `payload` is null)."""
     if not 1 <= len(request_id) <= 64:
         raise AdminError(400, "request_id: 1 to 64 characters", field="request_id")
     async with _state(request).database().connect() as conn:
-        record = await usage_query.one(conn, request_id)
+        record = await usage_query.one(conn, request_id, await _visible(conn, actor))
     if record is None:
         raise AdminError(404, f"no request {request_id!r}", "not_found")
     return record

@@ -11,6 +11,7 @@ Token sums follow the record's buckets: `input_tokens` in the answers is every p
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -76,17 +77,20 @@ async def resolve(
     provider: str | None,
     since: datetime | None,
     until: datetime | None,
+    visible: frozenset[str] | None = None,
 ) -> UsageFilter:
-    """Names (or ids) to ids; an unknown project or key is a 400 naming the parameter."""
+    """Names (or ids) to ids; an unknown project or key is a 400 naming the parameter.
+    `visible` is the project ids the caller may see (None: all): a project outside them is
+    as unknown as one that does not exist, and no filter means all of them."""
     since, until = utc(since), utc(until)
     if since is not None and until is not None and since >= until:
         raise AdminError(400, "until: must be later than since", field="until")
-    project_ids: tuple[str, ...] | None = None
+    project_ids: tuple[str, ...] | None = None if visible is None else tuple(sorted(visible))
     if project is not None:
-        rows = await conn.execute(
-            select(Project.id).where(or_(Project.name == project, Project.id == project))
-        )
-        project_ids = tuple(row[0] for row in rows)
+        query = select(Project.id).where(or_(Project.name == project, Project.id == project))
+        if visible is not None:
+            query = query.where(Project.id.in_(visible))
+        project_ids = tuple(row[0] for row in await conn.execute(query))
         if not project_ids:
             raise AdminError(400, f"project: no project named {project!r}", field="project")
     key_ids: tuple[str, ...] | None = None
@@ -208,11 +212,35 @@ async def page(
     return [_record(row) for row in rows], (rows[-1].id if more else None)
 
 
-async def one(conn: AsyncConnection, request_id: str) -> dict[str, Any] | None:
+async def visible_projects(
+    conn: AsyncConnection,
+    tenants: frozenset[str] | None,
+    limited: Mapping[str, frozenset[str] | None],
+) -> frozenset[str] | None:
+    """The projects of `tenants` (None: every project, no limit), each tenant's narrowed to
+    `limited[tenant]` when the caller is limited to some projects there."""
+    if tenants is None:
+        return None
+    if not tenants:
+        return frozenset()
+    rows = await conn.execute(
+        select(Project.id, Project.tenant_id).where(Project.tenant_id.in_(tenants))
+    )
+    return frozenset(
+        project_id
+        for project_id, tenant_id in rows
+        if limited.get(tenant_id) is None or project_id in (limited[tenant_id] or ())
+    )
+
+
+async def one(
+    conn: AsyncConnection, request_id: str, visible: frozenset[str] | None = None
+) -> dict[str, Any] | None:
+    """One record, or None (also when its project is not among `visible`)."""
     row = (
         await conn.execute(select(RequestRecord.__table__).where(R.request_id == request_id))
     ).first()
-    if row is None:
+    if row is None or (visible is not None and row.project_id not in visible):
         return None
     record = _record(row)
     attempts = RequestAttempt.__table__

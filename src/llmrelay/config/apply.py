@@ -5,49 +5,47 @@ not name are left alone (routing policies included), except a model's routes, wh
 lists completely. A binding the file leaves out of an entry it names (a project's or key's
 `routing_policy`, `routing.policy` of a `routing` section) is cleared. Applying the same file
 twice changes no row and does not move the config generation.
+
+Each resource is written by the admin API's own service (`admin/<domain>/service.py`), so a
+file and an API request obey the same rules (a revoked key, for one, stays revoked when the
+file says `disabled: false`). What stays here: reading the tenant's rows once, the whole-file
+reference check, and the report of what changed.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-import orjson
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from llmrelay import apikeys
+from llmrelay.admin.keys import service as keys_service
+from llmrelay.admin.kit.problems import ServiceError
+from llmrelay.admin.policies import service as policies_service
+from llmrelay.admin.projects import repository as projects_repository
+from llmrelay.admin.projects import service as projects_service
+from llmrelay.admin.providers import service as providers_service
+from llmrelay.admin.settings import service as settings_service
 from llmrelay.config.apply_models import upsert_model
 from llmrelay.config.apply_rows import (
     ApplyResult,
     GeneratedKey,
-    assign,
-    existing_or_new,
     note,
-    usd_to_micros,
 )
-from llmrelay.config.loader import ConfigError, check_references
+from llmrelay.config.loader import ConfigError, Problem, check_references
 from llmrelay.config.schema import (
     GatewayConfig,
-    KeyConfig,
     PolicyConfig,
     ProjectConfig,
     ProviderConfig,
-    RoutingConfig,
 )
 from llmrelay.store.bootstrap import bump_generation, current_generation, ensure_default_tenant
-from llmrelay.store.crypto import CredentialError, Sealer
+from llmrelay.store.crypto import Sealer
 from llmrelay.store.models import (
-    CAPTURE_OFF,
-    ApiKey,
-    GatewaySetting,
-    Project,
     Provider,
     RoutingPolicy,
     VirtualModel,
-    new_id,
 )
 
-__all__ = ["ApplyResult", "GeneratedKey", "apply_config", "open_credentials"]
+__all__ = ["ApplyResult", "GeneratedKey", "apply_config"]
 
 
 async def apply_config(
@@ -85,10 +83,16 @@ async def apply_config(
     if config.routing is not None:
         for policy_config in config.routing.policies:
             _upsert_policy(session, tenant.id, policy_config, policies, result)
-    for project_config in config.projects:
-        await _upsert_project(session, tenant.id, project_config, policies, result)
+    for index, project_config in enumerate(config.projects):
+        try:
+            await _upsert_project(session, tenant.id, project_config, policies, result)
+        except ServiceError as exc:  # a rule only the database can check (a key in use)
+            raise ConfigError(source, [Problem(f"projects[{index}]", exc.message)]) from None
     if config.routing is not None:
-        await _upsert_setting(session, "routing", _routing_value(config.routing, policies), result)
+        value = settings_service.routing_value(config.routing, policies)
+        done = await settings_service.set_routing(session, value)
+        if done is not None:
+            result.changes.append(f"{done} setting routing")
 
     await session.flush()
     if result.changed:
@@ -96,19 +100,6 @@ async def apply_config(
     else:
         result.generation = await current_generation(session)
     return result
-
-
-def _credentials(config: ProviderConfig) -> dict[str, Any] | None:
-    if config.api_key is None and not config.headers:
-        return None
-    return {"api_key": config.api_key, "headers": dict(config.headers)}
-
-
-def open_credentials(row: Provider, sealer: Sealer) -> dict[str, Any] | None:
-    if row.credentials_sealed is None:
-        return None
-    opened: dict[str, Any] = orjson.loads(sealer.open(row.credentials_sealed, context=row.id))
-    return opened
 
 
 async def _upsert_provider(
@@ -119,42 +110,11 @@ async def _upsert_provider(
     sealer: Sealer,
     result: ApplyResult,
 ) -> None:
-    row, created = existing_or_new(
-        session,
-        existing,
-        config.slug,
-        lambda: Provider(id=new_id(), tenant_id=tenant_id, slug=config.slug),
+    outcome = providers_service.upsert_provider(
+        session, tenant_id, config, existing.get(config.slug), sealer
     )
-    changed = assign(
-        row,
-        {
-            "type": config.type.value,
-            "base_url": config.effective_base_url,
-            "timeout_s": config.timeout_s,
-            "connect_timeout_s": config.connect_timeout_s,
-            "first_token_timeout_s": config.first_token_timeout_s,
-            "stream_idle_timeout_s": config.stream_idle_timeout_s,
-            "api_version": config.api_version,
-            "region": config.region,
-            "preset": config.preset,
-        },
-    )
-    wanted = _credentials(config)
-    try:
-        same = not created and open_credentials(row, sealer) == wanted
-    except CredentialError:
-        same = False  # sealed under another secret key: the file's value replaces it
-    if created or not same:
-        if wanted is None:
-            row.credentials_sealed = row.credentials_key_id = row.api_key_last_four = None
-        else:
-            row.credentials_sealed = sealer.seal(orjson.dumps(wanted), context=row.id)
-            row.credentials_key_id = sealer.key_id
-            key = wanted["api_key"]
-            row.api_key_last_four = key[-4:] if key else None
-        if not created:
-            changed.append("credentials")
-    note(result, "provider", config.slug, created, changed)
+    existing[config.slug] = outcome.row
+    note(result, "provider", config.slug, outcome.created, outcome.changed)
 
 
 def _upsert_policy(
@@ -164,48 +124,9 @@ def _upsert_policy(
     existing: dict[str, RoutingPolicy],
     result: ApplyResult,
 ) -> None:
-    row, created = existing_or_new(
-        session,
-        existing,
-        config.name,
-        lambda: RoutingPolicy(id=new_id(), tenant_id=tenant_id, name=config.name),
-    )
-    changed = assign(
-        row,
-        {
-            "providers": _optional_list(config.providers),
-            "tags": _optional_list(config.tags),
-            "regions": _optional_list(config.regions),
-            "strategy": None if config.strategy is None else config.strategy.value,
-        },
-    )
-    note(result, "routing policy", config.name, created, changed)
-
-
-def _optional_list(values: list[str] | None) -> list[str] | None:
-    return None if values is None else list(values)
-
-
-def _policy_id(name: str | None, policies: dict[str, RoutingPolicy]) -> str | None:
-    return None if name is None else policies[name].id
-
-
-def _routing_value(config: RoutingConfig, policies: dict[str, RoutingPolicy]) -> dict[str, Any]:
-    """The `routing` setting: the breaker, and the global policy binding when there is one
-    (left out otherwise, so a value stored before bindings existed stays the same)."""
-    value: dict[str, Any] = {"breaker": config.breaker.model_dump(mode="json")}
-    if config.policy is not None:
-        value["policy_id"] = policies[config.policy].id
-    return value
-
-
-def _limit_values(config: ProjectConfig | KeyConfig) -> dict[str, Any]:
-    return {
-        "rpm": config.limits.rpm,
-        "tpm": config.limits.tpm,
-        "concurrency": config.limits.concurrency,
-        "monthly_budget_micros": usd_to_micros(config.monthly_budget_usd),
-    }
+    outcome = policies_service.upsert_policy(session, tenant_id, config, existing.get(config.name))
+    existing[config.name] = outcome.row
+    note(result, "routing policy", config.name, outcome.created, outcome.changed)
 
 
 async def _upsert_project(
@@ -215,88 +136,20 @@ async def _upsert_project(
     policies: dict[str, RoutingPolicy],
     result: ApplyResult,
 ) -> None:
-    row = await session.scalar(
-        select(Project).where(Project.tenant_id == tenant_id, Project.name == config.name)
-    )
-    created = row is None
-    if row is None:
-        row = Project(id=new_id(), tenant_id=tenant_id, name=config.name)
-        session.add(row)
-    changed = assign(
-        row,
-        {
-            "allowed_models": None if config.models is None else list(config.models),
-            "routing_policy_id": _policy_id(config.routing_policy, policies),
-            **_limit_values(config),
-        },
-    )
-    note(result, "project", config.name, created, changed)
-    keys = {
-        k.name: k for k in await session.scalars(select(ApiKey).where(ApiKey.project_id == row.id))
-    }
+    """The project and the keys it lists, through the same services as the admin API."""
+    outcome = await projects_service.upsert_project(session, tenant_id, config, policies)
+    note(result, "project", config.name, outcome.created, outcome.changed)
+    keys = await projects_repository.keys_by_name(session, outcome.row.id)
     for key_config in config.keys:
-        _upsert_key(
+        key_outcome, generated = await keys_service.upsert_key(
             session,
-            row,
+            outcome.row,
             key_config,
             keys.get(key_config.name),
             policies,
-            result,
             project_capture=config.capture,
         )
-
-
-def _upsert_key(
-    session: AsyncSession,
-    project: Project,
-    config: KeyConfig,
-    row: ApiKey | None,
-    policies: dict[str, RoutingPolicy],
-    result: ApplyResult,
-    *,
-    project_capture: str | None = None,
-) -> None:
-    """Upsert one key. Its capture mode is its own `capture`, else its project's, else
-    "off": resolved here, so the stored key says what it does and applying twice agrees."""
-    created = row is None
-    label = f"{project.name}/{config.name}"
-    if row is None:
-        row = ApiKey(
-            id=new_id(), tenant_id=project.tenant_id, project_id=project.id, name=config.name
-        )
-        session.add(row)
-    values: dict[str, Any] = {
-        "status": "disabled" if config.disabled else "active",
-        "expires_at": config.expires_at,
-        "allowed_models": None if config.models is None else list(config.models),
-        "ip_allowlist": list(config.ip_allowlist),
-        "routing_policy_id": _policy_id(config.routing_policy, policies),
-        "capture": config.capture or project_capture or CAPTURE_OFF,
-        **_limit_values(config),
-    }
-    plain = config.key
-    if plain is None and created:
-        plain = apikeys.generate_key()
-        result.generated_keys.append(GeneratedKey(project.name, config.name, plain))
-        values["source"] = "generated"
-    elif plain is not None:
-        values["source"] = "config"
-    if plain is not None:
-        shown = apikeys.display(plain)
-        values.update(digest=apikeys.digest(plain), prefix=shown.prefix, last_four=shown.last_four)
-    changed = assign(row, values)
-    if "digest" in changed and not created:
-        changed = [c for c in changed if c not in ("prefix", "last_four", "source")]
-    note(result, "key", label, created, changed)
-
-
-async def _upsert_setting(
-    session: AsyncSession, key: str, value: dict[str, Any], result: ApplyResult
-) -> None:
-    row = await session.get(GatewaySetting, key)
-    if row is None:
-        session.add(GatewaySetting(key=key, value=value))
-        result.changes.append(f"created setting {key}")
-    elif row.value != value:
-        row.value = value
-        result.changes.append(f"updated setting {key}")
+        label = f"{config.name}/{key_config.name}"
+        if generated is not None:
+            result.generated_keys.append(GeneratedKey(config.name, key_config.name, generated))
+        note(result, "key", label, key_outcome.created, key_outcome.changed)

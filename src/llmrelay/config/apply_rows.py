@@ -3,12 +3,9 @@ fields only where they differ (so applying the same file twice writes nothing)."
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Any, TypeVar
-
-from sqlalchemy.ext.asyncio import AsyncSession
+from typing import Any
 
 MICROS = Decimal(1_000_000)
 
@@ -45,22 +42,6 @@ def assign(row: Any, values: dict[str, Any]) -> list[str]:
             setattr(row, name, value)
             changed.append(name)
     return changed
-
-
-R = TypeVar("R")
-
-
-def existing_or_new(
-    session: AsyncSession, existing: dict[str, R], key: str, make: Callable[[], R]
-) -> tuple[R, bool]:
-    """The stored row under `key`, or a new one (added to the session and to `existing`);
-    whether it is new."""
-    row = existing.get(key)
-    if row is not None:
-        return row, False
-    row = existing[key] = make()
-    session.add(row)
-    return row, True
 
 
 def note(result: ApplyResult, kind: str, name: str, created: bool, changed: list[str]) -> None:

@@ -13,6 +13,7 @@ from starlette.types import Receive, Scope, Send
 
 from llmrelay.observability.metrics import Metrics
 from llmrelay.snapshot.holder import SnapshotHolder
+from llmrelay.snapshot.reload import LiveReload
 
 _DB_CHECK_TIMEOUT_S = 2.0
 
@@ -32,6 +33,8 @@ class Health:
     def __init__(self, metrics: Metrics, metrics_token: str | None) -> None:
         self.engine: AsyncEngine | None = None
         self.snapshots: SnapshotHolder | None = None
+        #: Live reload (the config signal listener), for the details of `/readyz`.
+        self.live_reload: LiveReload | None = None
         self._metrics = metrics
         self._metrics_token = metrics_token
 
@@ -51,7 +54,12 @@ class Health:
             report["snapshot_generation"] = snapshots.current.generation
             report["snapshot_age_s"] = round(snapshots.age_s(), 3)
         if snapshots is not None and snapshots.last_error:
+            # The newest generation could not be built: the one above is still served.
             report["snapshot_last_error"] = snapshots.last_error
+            report["snapshot_failed_generation"] = snapshots.failed_generation
+            report["snapshot_build_failures"] = snapshots.failed_builds
+        if self.live_reload is not None:
+            report["config_signal"] = self.live_reload.describe()
         await _send(
             send, 200 if database and loaded else 503, orjson.dumps(report), b"application/json"
         )

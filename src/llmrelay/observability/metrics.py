@@ -36,9 +36,28 @@ class Metrics:
             "Seconds since the snapshot in use was built (it is rebuilt when the config changes).",
             registry=self.registry,
         )
-        self.snapshot_build_failures = Gauge(
+        self.snapshot_build_failures = Counter(
             "llmrelay_snapshot_build_failures",
-            "Snapshot builds that failed validation since start (the last good one stayed).",
+            "Config generations whose snapshot failed to build or validate (the last good one "
+            "stayed); a generation retried with the same error counts once.",
+            registry=self.registry,
+        )
+        self.config_signals_received = Counter(
+            "llmrelay_config_signals_received",
+            "Config change signals received (Redis pub/sub or PostgreSQL NOTIFY).",
+            ("transport",),
+            registry=self.registry,
+        )
+        self.config_signal_listening = Gauge(
+            "llmrelay_config_signal_listening",
+            "1 while the config change listener is connected; 0 while it reconnects or when "
+            "there is none (polling alone).",
+            registry=self.registry,
+        )
+        self.config_signal_publish_failures = Counter(
+            "llmrelay_config_signal_publish_failures",
+            "Config change signals this process could not publish (polling covers them).",
+            ("transport",),
             registry=self.registry,
         )
         self.record_queue_depth = Gauge(

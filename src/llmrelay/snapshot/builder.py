@@ -14,7 +14,6 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from llmrelay.config.apply import open_credentials
 from llmrelay.metering.cost import Price
 from llmrelay.snapshot.model import (
     BreakerSettings,
@@ -28,7 +27,9 @@ from llmrelay.snapshot.model import (
     RouteSnap,
     Snapshot,
 )
+from llmrelay.snapshot.validate import validate
 from llmrelay.store.bootstrap import current_generation
+from llmrelay.store.credentials import open_credentials
 from llmrelay.store.crypto import Sealer
 from llmrelay.store.models import (
     CAPTURE_FULL,
@@ -101,13 +102,15 @@ async def build_snapshot(session: AsyncSession, sealer: Sealer) -> Snapshot:
         else:
             policy = global_policy
         keys[key.digest] = _key(key, project, policy)
-    return Snapshot(
+    snapshot = Snapshot(
         generation=generation,
         built_at=time.time(),
         keys_by_digest=MappingProxyType(keys),
         models=MappingProxyType({t: MappingProxyType(m) for t, m in models.items()}),
         breaker=breaker,
     )
+    validate(snapshot)  # before anyone can install it: raises SnapshotInvalid
+    return snapshot
 
 
 def _provider(row: Provider, sealer: Sealer) -> ProviderSnap:

@@ -2,7 +2,9 @@
 
 Readers take `holder.current` once per request and keep that object: a swap is one
 attribute assignment, so requests in flight finish on the snapshot they started with.
-A build that fails keeps the last good snapshot, logs and counts the failure.
+A build that fails (the builder validates before anything is installed) keeps the last good
+snapshot, logs and counts the failure. Refreshes are serialised: two builds racing could
+otherwise install the older generation last.
 """
 
 from __future__ import annotations
@@ -28,10 +30,17 @@ class SnapshotHolder:
         self._sessions = sessions
         self._sealer = sealer
         self._current: Snapshot | None = None
+        #: Generations that failed to build (retrying one with the same error counts once).
         self.failed_builds = 0
+        #: Why the newest generation could not be built; None once a build succeeds.
         self.last_error: str | None = None
+        #: The generation `last_error` is about.
+        self.failed_generation: int | None = None
         #: Called with each newly installed snapshot (state keyed by route follows config).
         self.listeners: list[Callable[[Snapshot], None]] = []
+        #: Called with (generation, error) for each failure counted in `failed_builds`.
+        self.failure_listeners: list[Callable[[int, str], None]] = []
+        self._refreshing = asyncio.Lock()
 
     @property
     def loaded(self) -> bool:
@@ -52,26 +61,39 @@ class SnapshotHolder:
         async with self._sessions() as session:
             snapshot = await build_snapshot(session, self._sealer)
         self._current = snapshot
-        self.last_error = None
+        self.last_error = self.failed_generation = None
         log.info("snapshot_loaded", generation=snapshot.generation)
         for listener in self.listeners:
             listener(snapshot)
         return snapshot
 
     async def refresh_if_changed(self) -> bool:
-        """Rebuild when the stored generation differs from ours; False when unchanged."""
-        async with self._sessions() as session:
-            generation = await current_generation(session)
-        if self._current is not None and generation == self._current.generation:
-            return False
-        try:
-            await self.load()
-        except Exception as exc:  # noqa: BLE001 - any failed build keeps the last good snapshot
-            self.failed_builds += 1
-            self.last_error = f"{type(exc).__name__}: {exc}"
-            log.error("snapshot_build_failed", generation=generation, error=self.last_error)
-            return False
-        return True
+        """Rebuild when the stored generation differs from ours; False when unchanged or
+        when the build failed (the last good snapshot stays)."""
+        async with self._refreshing:
+            async with self._sessions() as session:
+                generation = await current_generation(session)
+            if self._current is not None and generation == self._current.generation:
+                return False
+            try:
+                await self.load()
+            except Exception as exc:  # noqa: BLE001 - a failed build keeps the last good one
+                self._failed(generation, f"{type(exc).__name__}: {exc}")
+                return False
+            return True
+
+    def _failed(self, generation: int, error: str) -> None:
+        # A broken generation is retried at every poll and signal (the failure may have been
+        # the database's); only a new generation or a new error is logged and counted again.
+        repeated = generation == self.failed_generation and error == self.last_error
+        self.failed_generation, self.last_error = generation, error
+        if repeated:
+            log.debug("snapshot_build_failed_again", generation=generation)
+            return
+        self.failed_builds += 1
+        log.error("snapshot_build_failed", generation=generation, error=error)
+        for listener in self.failure_listeners:
+            listener(generation, error)
 
     async def poll(self, interval_s: float) -> None:
         """Backstop for missed change signals: check the generation every `interval_s`."""

@@ -1,7 +1,11 @@
-"""Sealing provider credentials with AES-GCM under LLMRELAY_SECRET_KEY.
+"""Sealing secrets at rest (provider credentials, ...) with AES-GCM under LLMRELAY_SECRET_KEY.
 
 A sealed value is `v1.<key_id>.<base64url(nonce || ciphertext)>`. The key id (a short hash
-of the derived key) is stored with each row so a later rotation can tell which key sealed it.
+of the derived key) travels with each value, so a Sealer that knows several keys can tell
+which one sealed it: during a rotation (`llmrelay rotate-secret`, store/rotation.py) values
+sealed under the previous key still open, while every new value is sealed under the current
+one. The context (for example the provider id) is bound as associated data, so a sealed value
+copied onto another row does not open there.
 """
 
 from __future__ import annotations
@@ -9,52 +13,104 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+from collections.abc import Iterable
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from llmrelay.settings import Settings, resolve_secret_key
+
 _NONCE_BYTES = 12
 _VERSION = "v1"
 
 
 class CredentialError(ValueError):
-    """A sealed credential cannot be opened with the configured secret key."""
+    """A sealed value cannot be opened with the configured secret keys."""
+
+
+class UnknownKeyError(CredentialError):
+    """The value was sealed under a key this Sealer was not given."""
+
+    def __init__(self, key_id: str, known: Iterable[str]) -> None:
+        self.key_id = key_id
+        super().__init__(
+            f"credential was sealed with key {key_id}, not the configured key(s) "
+            f"{', '.join(known)}: LLMRELAY_SECRET_KEY changed (give the old one as "
+            "LLMRELAY_PREVIOUS_SECRET_KEY and run `llmrelay rotate-secret`)"
+        )
+
+
+def _derive(secret_key: str) -> tuple[str, AESGCM]:
+    key = HKDF(
+        algorithm=hashes.SHA256(),
+        length=32,
+        salt=b"llmrelay",
+        info=b"llmrelay credentials v1",
+    ).derive(secret_key.encode())
+    return hashlib.sha256(key).hexdigest()[:12], AESGCM(key)
+
+
+def key_id_of(sealed: str) -> str:
+    """The id of the key that sealed `sealed` (raises CredentialError when malformed)."""
+    return _split(sealed)[1]
+
+
+def _split(sealed: str) -> tuple[str, str, str]:
+    try:
+        version, key_id, blob = sealed.split(".", 2)
+    except ValueError as exc:
+        raise CredentialError("sealed credential is malformed") from exc
+    if version != _VERSION:
+        raise CredentialError(f"unknown sealed credential version {version!r}")
+    return version, key_id, blob
 
 
 class Sealer:
-    def __init__(self, secret_key: str) -> None:
-        key = HKDF(
-            algorithm=hashes.SHA256(),
-            length=32,
-            salt=b"llmrelay",
-            info=b"llmrelay credentials v1",
-        ).derive(secret_key.encode())
-        self._aead = AESGCM(key)
-        self.key_id = hashlib.sha256(key).hexdigest()[:12]
+    """Seals under the current key; opens under the current key or any previous one."""
+
+    def __init__(self, secret_key: str, previous_keys: Iterable[str] = ()) -> None:
+        self.key_id, self._aead = _derive(secret_key)
+        self._keys: dict[str, AESGCM] = {self.key_id: self._aead}
+        for previous in previous_keys:
+            key_id, aead = _derive(previous)
+            self._keys.setdefault(key_id, aead)
+
+    @property
+    def key_ids(self) -> tuple[str, ...]:
+        """Every key id this Sealer can open, the current one first."""
+        return tuple(self._keys)
 
     def seal(self, plaintext: bytes, *, context: str) -> str:
-        """Encrypt; `context` (for example the provider id) is bound as associated data."""
+        """Encrypt under the current key with a fresh nonce; `context` is associated data."""
         nonce = os.urandom(_NONCE_BYTES)
         sealed = self._aead.encrypt(nonce, plaintext, context.encode())
         blob = base64.urlsafe_b64encode(nonce + sealed).decode().rstrip("=")
         return f"{_VERSION}.{self.key_id}.{blob}"
 
     def open(self, sealed: str, *, context: str) -> bytes:
-        try:
-            version, key_id, blob = sealed.split(".", 2)
-        except ValueError as exc:
-            raise CredentialError("sealed credential is malformed") from exc
-        if version != _VERSION:
-            raise CredentialError(f"unknown sealed credential version {version!r}")
-        if key_id != self.key_id:
-            raise CredentialError(
-                f"credential was sealed with key {key_id}, not the configured key "
-                f"{self.key_id}: LLMRELAY_SECRET_KEY changed"
-            )
+        _, key_id, blob = _split(sealed)
+        aead = self._keys.get(key_id)
+        if aead is None:
+            raise UnknownKeyError(key_id, self._keys)
         raw = base64.urlsafe_b64decode(blob + "=" * (-len(blob) % 4))
         try:
-            return self._aead.decrypt(raw[:_NONCE_BYTES], raw[_NONCE_BYTES:], context.encode())
+            return aead.decrypt(raw[:_NONCE_BYTES], raw[_NONCE_BYTES:], context.encode())
         except InvalidTag as exc:
             raise CredentialError("sealed credential failed authentication") from exc
+
+    def reseal(self, sealed: str, *, context: str) -> str | None:
+        """`sealed` sealed again under the current key, or None when it already is."""
+        if key_id_of(sealed) == self.key_id:
+            return None
+        return self.seal(self.open(sealed, context=context), context=context)
+
+
+def sealer_for(settings: Settings, previous_keys: Iterable[str] = ()) -> Sealer:
+    """The Sealer every process builds: the current key (generated in development), plus
+    LLMRELAY_PREVIOUS_SECRET_KEY and any `previous_keys`, which open but never seal."""
+    previous = [*previous_keys]
+    if settings.previous_secret_key:
+        previous.append(settings.previous_secret_key)
+    return Sealer(resolve_secret_key(settings), previous)

@@ -18,8 +18,9 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
 
 from llmrelay.store.types import BigIntPK, JSONDoc, UTCDateTime, utcnow
 
@@ -52,15 +53,29 @@ class Timestamped:
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
 
-class Tenant(Timestamped, Base):
+class Versioned:
+    """An optimistic-concurrency counter (migration 0012): every ORM UPDATE or DELETE checks
+    the version it read and moves it, so two writers cannot silently overwrite each other.
+    The admin API shows it as the ETag and wants it back in If-Match."""
+
+    version: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+
+    @declared_attr.directive
+    def __mapper_args__(cls) -> dict[str, Any]:
+        return {"version_id_col": cls.version}
+
+
+class Tenant(Versioned, Timestamped, Base):
     __tablename__ = "tenants"
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
     slug: Mapped[str] = mapped_column(String(64), unique=True)
     name: Mapped[str] = mapped_column(String(200))
+    #: Members must have two-factor authentication on to act in the tenant (migration 0011).
+    require_2fa: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
-class RoutingPolicy(Timestamped, Base):
+class RoutingPolicy(Versioned, Timestamped, Base):
     """Constraints on the routes a key may reach, bound to a key, a project or the gateway
     (the `routing` setting's `policy_id`); the most specific binding applies alone."""
 
@@ -78,7 +93,7 @@ class RoutingPolicy(Timestamped, Base):
     strategy: Mapped[str | None] = mapped_column(String(32))
 
 
-class Project(Timestamped, Base):
+class Project(Versioned, Timestamped, Base):
     __tablename__ = "projects"
     __table_args__ = (UniqueConstraint("tenant_id", "name"),)
 
@@ -96,7 +111,7 @@ class Project(Timestamped, Base):
     routing_policy_id: Mapped[str | None] = mapped_column(ForeignKey("routing_policies.id"))
 
 
-class ApiKey(Timestamped, Base):
+class ApiKey(Versioned, Timestamped, Base):
     __tablename__ = "api_keys"
     __table_args__ = (UniqueConstraint("project_id", "name"),)
 
@@ -127,7 +142,7 @@ class ApiKey(Timestamped, Base):
     capture: Mapped[str] = mapped_column(String(8), default=CAPTURE_OFF, server_default="off")
 
 
-class Provider(Timestamped, Base):
+class Provider(Versioned, Timestamped, Base):
     __tablename__ = "providers"
     __table_args__ = (UniqueConstraint("tenant_id", "slug"),)
 
@@ -149,9 +164,12 @@ class Provider(Timestamped, Base):
     region: Mapped[str | None] = mapped_column(String(64))
     #: A known OpenAI-compatible server (providers/presets.py), or None.
     preset: Mapped[str | None] = mapped_column(String(32))
+    #: The upstream models this provider offers (admin API inventory; migration 0012):
+    #: [{"id": "gpt-4o-mini", ...}], or None when nobody listed them.
+    model_inventory: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONDoc, nullable=True)
 
 
-class VirtualModel(Timestamped, Base):
+class VirtualModel(Versioned, Timestamped, Base):
     __tablename__ = "virtual_models"
     __table_args__ = (UniqueConstraint("tenant_id", "name"),)
 
@@ -167,7 +185,7 @@ class VirtualModel(Timestamped, Base):
     embedding: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
-class Route(Timestamped, Base):
+class Route(Versioned, Timestamped, Base):
     __tablename__ = "routes"
     __table_args__ = (UniqueConstraint("model_id", "provider_id", "upstream_model"),)
 
@@ -395,3 +413,8 @@ class UsageRollupDirty(Base):
 
     hour: Mapped[datetime] = mapped_column(primary_key=True)
     version: Mapped[int] = mapped_column(BigInteger, default=1)
+
+
+# Console identity and the audit log live in their own module on the same Base (0011); imported
+# here so that Base.metadata, and so Alembic, always sees the whole schema.
+from llmrelay.store import models_access as models_access  # noqa: E402

@@ -1,0 +1,166 @@
+"""/api/admin/keys and /api/admin/projects/{id}/keys: HTTP only; the rules are in service.py.
+Create and rotate answer with the secret, once; nothing else ever shows it."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Body, Depends, Request, Response
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from llmrelay.admin import audit
+from llmrelay.admin.access import Actor, require
+from llmrelay.admin.keys import repository, service
+from llmrelay.admin.keys.schemas import IssuedKeyOut, KeyOut, KeyPage, Rotation, issued_out, key_out
+from llmrelay.admin.kit import lookups
+from llmrelay.admin.kit.http import (
+    Cursor,
+    Limit,
+    Session,
+    check_if_match,
+    commit_change,
+    etag,
+    fields,
+)
+from llmrelay.admin.kit.problems import NotFound
+from llmrelay.admin.kit.scope import visible
+from llmrelay.admin.projects.endpoints import load as load_project
+from llmrelay.store.models import ApiKey
+
+router = APIRouter(tags=["keys"])
+Reader = Annotated[Actor, Depends(require("keys:read"))]
+Writer = Annotated[Actor, Depends(require("keys:write"))]
+
+
+async def load(session: AsyncSession, actor: Actor, permission: str, key_id: str) -> ApiKey:
+    row = await repository.get(session, key_id)
+    if row is None:
+        raise NotFound(f"no key {key_id!r}")
+    actor.ensure_project(permission, row.tenant_id, row.project_id)
+    return row
+
+
+async def _out(session: AsyncSession, row: ApiKey) -> KeyOut:
+    return key_out(row, await lookups.policy_name(session, row.routing_policy_id))
+
+
+@router.get("/keys")
+async def list_keys(
+    session: Session,
+    actor: Reader,
+    limit: Limit = 50,
+    cursor: Cursor = None,
+    project_id: str | None = None,
+    status: Literal["active", "disabled", "revoked"] | None = None,
+) -> KeyPage:
+    """Keys the caller may read (never their secrets), in id order."""
+    rows, next_cursor = await repository.list_page(
+        session,
+        where=visible(actor, "keys:read", ApiKey.tenant_id, ApiKey.project_id),
+        project_id=project_id,
+        status=status,
+        limit=limit,
+        cursor=cursor,
+    )
+    names = await lookups.policy_names(session, (r.routing_policy_id for r in rows))
+    data = [key_out(r, names.get(r.routing_policy_id or "")) for r in rows]
+    return KeyPage(data=data, next_cursor=next_cursor)
+
+
+@router.post("/projects/{project_id}/keys", status_code=201)
+async def create_key(
+    request: Request,
+    response: Response,
+    session: Session,
+    actor: Writer,
+    project_id: str,
+    body: Annotated[dict[str, Any], Body(description="a key as in the YAML")],
+) -> IssuedKeyOut:
+    """A new key: the fields of a YAML `keys[]` entry. The answer carries its secret, this
+    once (`key`: generated unless the body gives one of at least 20 characters)."""
+    project = await load_project(session, actor, "keys:write", project_id)
+    config = service.parse(body)
+    issued = await service.create_key(session, project, config)
+    out = await _out(session, issued.row)
+    audit.note(request, "key.create", "key", issued.row.id, None, fields(out), project.tenant_id)
+    await commit_change(request, session)
+    etag(response, issued.row.version)
+    return IssuedKeyOut.model_validate({**out.model_dump(), "key": issued.secret})
+
+
+@router.get("/keys/{key_id}")
+async def get_key(response: Response, session: Session, actor: Reader, key_id: str) -> KeyOut:
+    row = await load(session, actor, "keys:read", key_id)
+    etag(response, row.version)
+    return await _out(session, row)
+
+
+@router.patch("/keys/{key_id}")
+async def update_key(
+    request: Request,
+    response: Response,
+    session: Session,
+    actor: Writer,
+    key_id: str,
+    changes: Annotated[dict[str, Any], Body()],
+) -> KeyOut:
+    """A partial change (fields of KeyConfig except `key`: rotate for a new secret)."""
+    row = await load(session, actor, "keys:write", key_id)
+    check_if_match(request, row.version)
+    project = await load_project(session, actor, "keys:write", row.project_id)
+    before = fields(await _out(session, row))
+    await service.update_key(session, row, project, changes)
+    out = await _out(session, row)
+    audit.note(request, "key.update", "key", row.id, before, fields(out), row.tenant_id)
+    await commit_change(request, session)
+    etag(response, row.version)
+    return out
+
+
+@router.post("/keys/{key_id}/rotate")
+async def rotate_key(
+    request: Request,
+    response: Response,
+    session: Session,
+    actor: Writer,
+    key_id: str,
+    rotation: Rotation | None = None,
+) -> IssuedKeyOut:
+    """A new secret for the key (shown once); the old one stops now, or after `grace_s`."""
+    row = await load(session, actor, "keys:write", key_id)
+    before = fields(await _out(session, row))
+    issued = await service.rotate_key(session, row, (rotation or Rotation()).grace_s)
+    out = await _out(session, row)
+    audit.note(request, "key.rotate", "key", row.id, before, fields(out), row.tenant_id)
+    await commit_change(request, session)
+    etag(response, row.version)
+    policy = await lookups.policy_name(session, row.routing_policy_id)
+    return issued_out(row, policy, issued.secret)
+
+
+@router.post("/keys/{key_id}/revoke")
+async def revoke_key(
+    request: Request, response: Response, session: Session, actor: Writer, key_id: str
+) -> KeyOut:
+    """Revoke for good (idempotent: revoking a revoked key changes nothing)."""
+    row = await load(session, actor, "keys:write", key_id)
+    before = fields(await _out(session, row))
+    if await service.revoke_key(session, row):
+        out = await _out(session, row)
+        audit.note(request, "key.revoke", "key", row.id, before, fields(out), row.tenant_id)
+        await commit_change(request, session)
+    else:
+        out = await _out(session, row)
+    etag(response, row.version)
+    return out
+
+
+@router.delete("/keys/{key_id}", status_code=204)
+async def delete_key(request: Request, session: Session, actor: Writer, key_id: str) -> Response:
+    row = await load(session, actor, "keys:write", key_id)
+    check_if_match(request, row.version)
+    before = fields(await _out(session, row))
+    await service.delete_key(session, row)
+    audit.note(request, "key.delete", "key", row.id, before, None, row.tenant_id)
+    await commit_change(request, session)
+    return Response(status_code=204)

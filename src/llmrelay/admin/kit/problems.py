@@ -1,0 +1,87 @@
+"""The errors a service raises, with the field that failed. Plain exceptions (no FastAPI), so
+`llmrelay apply` can call the same services without the web stack; admin/errors.py turns
+them into the admin API's error body."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pydantic import ValidationError
+
+from llmrelay.config.loader import Problem, format_path
+
+
+class ServiceError(Exception):
+    status = 400
+    kind = "invalid_request"
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class Invalid(ServiceError):
+    """The input breaks a rule (the same rules the YAML has)."""
+
+
+class NotFound(ServiceError):
+    status = 404
+    kind = "not_found"
+
+
+class Conflict(ServiceError):
+    """A duplicate name, or a row other rows still depend on."""
+
+    status = 409
+    kind = "conflict"
+
+
+class Stale(ServiceError):
+    """The row changed since the caller read it (its version moved)."""
+
+    status = 409
+    kind = "conflict"
+
+    def __init__(self, message: str = "the resource changed since you read it; read it again"):
+        super().__init__(message, "If-Match")
+
+
+class PreconditionRequired(ServiceError):
+    """A change without If-Match: the caller must say which version it read."""
+
+    status = 428
+    kind = "precondition_required"
+
+    def __init__(self) -> None:
+        super().__init__("If-Match is required: send the ETag of the version you read", "If-Match")
+
+
+def _strip(path: str, prefix: str) -> str:
+    if prefix and path.startswith(prefix):
+        return path[len(prefix) :].lstrip(".")
+    return path
+
+
+def from_validation(exc: ValidationError, prefix: str = "") -> Invalid:
+    """The first error of a Pydantic validation, as the config loader words it."""
+    errors = exc.errors()
+    if not errors:
+        return Invalid(str(exc))
+    first = errors[0]
+    field = _strip(format_path(first["loc"]), prefix) or None
+    message = str(first["msg"])
+    if first["type"] == "extra_forbidden":
+        message = "unknown field"
+    elif message.startswith("Value error, "):
+        message = message[len("Value error, ") :]
+    return Invalid(f"{field}: {message}" if field else message, field)
+
+
+def from_problems(problems: Iterable[Problem], prefix: str = "") -> Invalid | None:
+    """The first problem the config's reference checks found (paths relative to `prefix`,
+    for example `projects[0]`), or None when there is none."""
+    for problem in problems:
+        field = _strip(problem.path, prefix) or None
+        return Invalid(f"{field}: {problem.message}" if field else problem.message, field)
+    return None

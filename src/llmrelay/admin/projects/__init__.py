@@ -1,0 +1,2 @@
+"""Projects: /api/admin/projects (endpoints), their rules (service, shared with `llmrelay
+apply`), SQL (repository) and API shapes (schemas)."""

@@ -1,0 +1,132 @@
+"""/api/admin/projects: HTTP only; the rules are in service.py."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Request, Response
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from llmrelay.admin import audit
+from llmrelay.admin.access import Actor, require
+from llmrelay.admin.kit import lookups
+from llmrelay.admin.kit.http import (
+    Cursor,
+    Limit,
+    Session,
+    check_if_match,
+    commit_change,
+    etag,
+    fields,
+    tenant_for_create,
+)
+from llmrelay.admin.kit.problems import NotFound
+from llmrelay.admin.kit.scope import visible
+from llmrelay.admin.projects import repository, service
+from llmrelay.admin.projects.schemas import ProjectOut, ProjectPage, project_out
+from llmrelay.store.models import Project
+
+router = APIRouter(tags=["projects"])
+Reader = Annotated[Actor, Depends(require("projects:read"))]
+Writer = Annotated[Actor, Depends(require("projects:write"))]
+
+
+async def load(session: AsyncSession, actor: Actor, permission: str, project_id: str) -> Project:
+    """The project, or 404 (also for a project of a tenant or outside the projects the actor
+    may see: another tenant's ids are never confirmed)."""
+    row = await repository.get(session, project_id)
+    if row is None:
+        raise NotFound(f"no project {project_id!r}")
+    actor.ensure_project(permission, row.tenant_id, row.id)
+    return row
+
+
+async def _out(session: AsyncSession, row: Project) -> ProjectOut:
+    return project_out(row, await lookups.policy_name(session, row.routing_policy_id))
+
+
+@router.get("/projects")
+async def list_projects(
+    session: Session,
+    actor: Reader,
+    limit: Limit = 50,
+    cursor: Cursor = None,
+    name: str | None = None,
+    tenant_id: str | None = None,
+) -> ProjectPage:
+    """Projects the caller may read, in id order; `name` and `tenant_id` filter."""
+    rows, next_cursor = await repository.list_page(
+        session,
+        where=visible(actor, "projects:read", Project.tenant_id, Project.id),
+        tenant_id=tenant_id,
+        name=name,
+        limit=limit,
+        cursor=cursor,
+    )
+    names = await lookups.policy_names(session, (r.routing_policy_id for r in rows))
+    data = [project_out(r, names.get(r.routing_policy_id or "")) for r in rows]
+    return ProjectPage(data=data, next_cursor=next_cursor)
+
+
+@router.post("/projects", status_code=201)
+async def create_project(
+    request: Request,
+    response: Response,
+    session: Session,
+    actor: Writer,
+    body: Annotated[dict[str, Any], Body(description="a project as in the YAML, without keys")],
+    tenant_id: str | None = None,
+) -> ProjectOut:
+    """A new project: the fields of a YAML `projects[]` entry (docs/configuration.md)."""
+    config = service.parse(body)
+    tenant = await tenant_for_create(session, actor, "projects:write", tenant_id)
+    row = await service.create_project(session, tenant, config)
+    out = await _out(session, row)
+    audit.note(request, "project.create", "project", row.id, None, fields(out), tenant)
+    await commit_change(request, session)
+    etag(response, row.version)
+    return out
+
+
+@router.get("/projects/{project_id}")
+async def get_project(
+    response: Response, session: Session, actor: Reader, project_id: str
+) -> ProjectOut:
+    row = await load(session, actor, "projects:read", project_id)
+    etag(response, row.version)
+    return await _out(session, row)
+
+
+@router.patch("/projects/{project_id}")
+async def update_project(
+    request: Request,
+    response: Response,
+    session: Session,
+    actor: Writer,
+    project_id: str,
+    changes: Annotated[dict[str, Any], Body()],
+) -> ProjectOut:
+    """A partial change (fields of ProjectConfig), validated whole; needs If-Match."""
+    row = await load(session, actor, "projects:write", project_id)
+    check_if_match(request, row.version)
+    before = fields(await _out(session, row))
+    await service.update_project(session, row, changes)
+    out = await _out(session, row)
+    audit.note(request, "project.update", "project", row.id, before, fields(out), row.tenant_id)
+    await commit_change(request, session)
+    etag(response, row.version)
+    return out
+
+
+@router.delete("/projects/{project_id}", status_code=204)
+async def delete_project(
+    request: Request, session: Session, actor: Writer, project_id: str
+) -> Response:
+    """The project and its keys; needs If-Match."""
+    row = await load(session, actor, "projects:write", project_id)
+    check_if_match(request, row.version)
+    before = fields(await _out(session, row))
+    await service.delete_project(session, row)
+    audit.note(request, "project.delete", "project", row.id, before, None, row.tenant_id)
+    await commit_change(request, session)
+    return Response(status_code=204)

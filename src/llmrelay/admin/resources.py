@@ -1,0 +1,53 @@
+"""The resource routers of the admin API (projects, keys, providers, models and routes,
+routing policies, prices, limits and budgets), mounted by admin/app.py in one call."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from pydantic import BaseModel
+
+from llmrelay.admin.keys import endpoints as keys
+from llmrelay.admin.kit import http, openapi
+from llmrelay.admin.limits import endpoints as limits
+from llmrelay.admin.models import endpoints as models
+from llmrelay.admin.policies import endpoints as policies
+from llmrelay.admin.prices import endpoints as prices
+from llmrelay.admin.projects import endpoints as projects
+from llmrelay.admin.providers import endpoints as providers
+from llmrelay.admin.settings import endpoints as settings
+from llmrelay.config.schema import (
+    KeyConfig,
+    ModelConfig,
+    PolicyConfig,
+    ProjectConfig,
+    ProviderConfig,
+    RouteConfig,
+    RoutingConfig,
+)
+
+#: Create routes whose body is a YAML entry: the config model, less what the API refuses.
+_BODIES: dict[tuple[str, str], tuple[type[BaseModel], tuple[str, ...]]] = {
+    ("/projects", "post"): (ProjectConfig, ("keys", "capture")),
+    ("/projects/{project_id}/keys", "post"): (KeyConfig, ()),
+    ("/providers", "post"): (ProviderConfig, ()),
+    ("/models", "post"): (ModelConfig, ()),
+    ("/models/{model_id}/routes", "post"): (RouteConfig, ()),
+    ("/policies", "post"): (PolicyConfig, ()),
+    ("/settings/routing", "put"): (RoutingConfig, ("policies",)),
+}
+
+
+def include(app: FastAPI) -> None:
+    http.install(app)
+    for router in (
+        projects.router,
+        keys.router,
+        providers.router,
+        models.router,
+        prices.router,
+        policies.router,
+        limits.router,
+        settings.router,
+    ):
+        app.include_router(router)
+    openapi.with_bodies(app, _BODIES)

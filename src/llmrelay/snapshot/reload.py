@@ -1,0 +1,82 @@
+"""Live reload in a serving process: the listener, the coalescing refresher and the publisher,
+built once at start-up and stopped at shutdown (app.py's lifespan).
+
+    signal (Redis / PG NOTIFY) ─┐
+    (re)connection ─────────────┼─> CoalescingRefresher ─> SnapshotHolder.refresh_if_changed
+                                │         (one running, one pending at most)
+    poll every snapshot_poll_s ─┴─> SnapshotHolder.refresh_if_changed (the backstop)
+
+`publisher` is what this process's own control plane (the admin API's services) calls after
+committing a change; see signals.py for the exact call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from llmrelay.observability.metrics import Metrics
+from llmrelay.snapshot.holder import SnapshotHolder
+from llmrelay.snapshot.listener import ListenerState, SignalListener
+from llmrelay.snapshot.refresher import CoalescingRefresher
+from llmrelay.snapshot.signals import ConfigPublisher
+
+
+class LiveReload:
+    def __init__(
+        self,
+        snapshots: SnapshotHolder,
+        *,
+        engine: AsyncEngine,
+        database_url: str,
+        redis_url: str | None,
+        metrics: Metrics,
+    ) -> None:
+        self._snapshots = snapshots
+        self._metrics = metrics
+        self.refresher = CoalescingRefresher(snapshots.refresh_if_changed)
+        self.listener = SignalListener(
+            self._signalled,
+            database_url=database_url,
+            redis_url=redis_url,
+            on_state=self._state_changed,
+        )
+        self.publisher = ConfigPublisher(
+            engine=engine,
+            redis_url=redis_url,
+            on_failure=lambda transport: metrics.config_signal_publish_failures.labels(
+                transport
+            ).inc(),
+        )
+        self._task: asyncio.Task[None] | None = None
+        snapshots.failure_listeners.append(
+            lambda _generation, _error: metrics.snapshot_build_failures.inc()
+        )
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self.listener.run())
+
+    async def stop(self) -> None:
+        """Stop listening, let a rebuild in flight finish, close the publisher."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.refresher.close()
+        await self.publisher.close()
+
+    def describe(self) -> dict[str, object]:
+        return self.listener.describe()
+
+    def _signalled(self, generation: int | None) -> None:
+        if generation is not None:
+            self._metrics.config_signals_received.labels(self.listener.transport).inc()
+            snapshots = self._snapshots
+            if snapshots.loaded and snapshots.current.generation == generation:
+                return  # already serving it (our own publish, or a duplicate)
+        self.refresher.request()
+
+    def _state_changed(self, state: ListenerState) -> None:
+        self._metrics.config_signal_listening.set(1 if state is ListenerState.LISTENING else 0)

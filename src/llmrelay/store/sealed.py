@@ -1,0 +1,60 @@
+"""The registry of columns that hold values sealed with store/crypto.py.
+
+`llmrelay rotate-secret` (store/rotation.py) re-seals exactly the columns listed in
+`SEALED_COLUMNS`, so a new sealed column is one entry here; a column left out would stay
+under the old key and stop opening once the old key is dropped.
+
+Tables are named as strings and read with lightweight `table()` constructs, not the ORM
+models: the rotation touches only these columns and must not trip the models' version
+counters (a re-seal changes no value an administrator could see).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SealedColumn:
+    """One column of sealed values.
+
+    `context` turns the row's id (the `id_column` value, as a string) into the context the
+    value was sealed with (its associated data): it must be the exact function the writer
+    used, or the value cannot be opened. `key_id_column`, when the table has one, is kept
+    equal to the sealing key's id.
+    """
+
+    table: str
+    id_column: str
+    sealed_column: str
+    context: Callable[[str], str]
+    key_id_column: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.table}.{self.sealed_column}"
+
+
+def context_is_id(row_id: str) -> str:
+    """The context used by every sealed column so far: the row's own id."""
+    return row_id
+
+
+SEALED_COLUMNS: tuple[SealedColumn, ...] = (
+    # Provider credentials: JSON {"api_key", "headers"}, sealed by config/apply.py.
+    SealedColumn(
+        table="providers",
+        id_column="id",
+        sealed_column="credentials_sealed",
+        context=context_is_id,
+        key_id_column="credentials_key_id",
+    ),
+    # Console users' TOTP secrets, sealed by admin/identity/service.py (context: the user id).
+    SealedColumn(
+        table="users",
+        id_column="id",
+        sealed_column="totp_secret_sealed",
+        context=context_is_id,
+    ),
+)

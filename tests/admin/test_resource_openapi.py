@@ -1,0 +1,27 @@
+"""The OpenAPI document shows the create routes' bodies as the config schema they are
+validated with (not "any object"), less the fields the API refuses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+
+async def test_create_bodies_follow_the_config_schema(anonymous: httpx.AsyncClient) -> None:
+    spec = (await anonymous.get("/openapi.json")).json()
+    schemas = spec["components"]["schemas"]
+
+    def body(path: str, method: str = "post") -> dict[str, Any]:
+        ref = spec["paths"][path][method]["requestBody"]["content"]["application/json"]["schema"]
+        found: dict[str, Any] = schemas[ref["$ref"].rsplit("/", 1)[1]]
+        return found
+
+    project = body("/projects")
+    assert set(project["properties"]) >= {"name", "models", "limits", "monthly_budget_usd"}
+    assert "keys" not in project["properties"]
+    assert "key" in body("/projects/{project_id}/keys")["properties"]
+    assert "api_key" in body("/providers")["properties"]
+    assert "routes" in body("/models")["required"]
+    assert "upstream_model" in body("/models/{model_id}/routes")["required"]
+    assert "policies" not in body("/settings/routing", "put")["properties"]
