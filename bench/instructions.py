@@ -1,5 +1,6 @@
-"""CPU instructions per request under callgrind: the bare proxy against llmrelay, and
-llmrelay's limited keys against its unlimited one (`python -m bench.run --instructions`).
+"""CPU instructions per request under callgrind: the bare proxy against llmrelay, llmrelay's
+limited keys against its unlimited one, and chat served from an Anthropic provider (the
+translation) against chat from an OpenAI-compatible one (`python -m bench.run --instructions`).
 
 Wall-clock CPU time per request moves by several per cent from one run to the next on a
 shared machine (docs/performance.md shows rounds of the same code 8 % apart). Valgrind's
@@ -35,7 +36,13 @@ from bench.constants import BARE_PROXY, BENCH_KEY, SUT_CORE
 from bench.load import run_wrk, write_lua
 from bench.procs import free_port, http_get, http_post, venv_program
 from bench.report import machine
-from bench.systems import _ARM_KEYS, LIMIT_ARMS, limited_mode, llmrelay_config
+from bench.systems import (
+    _ARM_KEYS,
+    LIMIT_ARMS,
+    limited_mode,
+    llmrelay_config,
+    translated_mode,
+)
 from bench.upstream import request_body, upstream
 
 MODES = ("plain", "sse")
@@ -157,7 +164,7 @@ def count_instructions(folder: Path, seconds: float) -> dict[str, Any]:
         finally:
             bare.stop()
         config = folder / "llmrelay.yaml"
-        config.write_text(llmrelay_config(nginx.port, MODES, (), (), MODES))
+        config.write_text(llmrelay_config(nginx.port, MODES, (), MODES, MODES))
         env = {**os.environ, "LLMRELAY_DATABASE_URL": f"sqlite:///{folder / 'bench.db'}"}
         relay = Counted(
             "llmrelay", folder, [venv_program("llmrelay"), "serve", "--config", str(config)], env
@@ -172,12 +179,18 @@ def count_instructions(folder: Path, seconds: float) -> dict[str, Any]:
                     total, n = relay.count("/v1/chat/completions", body, key, seconds)
                     counts[mode][f"llmrelay-{arm}"] = each = _per_request(total, n)
                     print(f"  llmrelay  {label:<10} {each / 1000:8.1f}k per request")
+                label = translated_mode(mode, "anthropic")  # chat from an anthropic provider
+                body = request_body(label)
+                total, n = relay.count("/v1/chat/completions", body, BENCH_KEY, seconds)
+                counts[mode]["llmrelay-anthropic"] = each = _per_request(total, n)
+                print(f"  llmrelay  {label:<10} {each / 1000:8.1f}k per request")
         finally:
             relay.stop()
     ratios = {
         mode: {
             "llmrelay/bare": by["llmrelay-off"] / by["bare"],
             **{f"{arm}/off": by[f"llmrelay-{arm}"] / by["llmrelay-off"] for arm in ("all", "key")},
+            "anthropic/openai": by["llmrelay-anthropic"] / by["llmrelay-off"],
         }
         for mode, by in counts.items()
     }
@@ -196,14 +209,20 @@ def count_instructions(folder: Path, seconds: float) -> dict[str, Any]:
 
 def markdown(data: dict[str, Any]) -> str:
     lines = [
-        "| mode | bare | llmrelay | llmrelay/bare | limits all | all/off | limits key | key/off |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| mode | bare | llmrelay | llmrelay/bare | limits all | all/off | limits key | key/off"
+        " | anthropic upstream | anthropic/openai |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for mode, by in data["instructions_per_request"].items():
         r = data["ratios"][mode]
         lines.append(
             f"| {mode} | {by['bare'] / 1000:.1f}k | {by['llmrelay-off'] / 1000:.1f}k | "
             f"{r['llmrelay/bare']:.3f} | {by['llmrelay-all'] / 1000:.1f}k | {r['all/off']:.3f} | "
-            f"{by['llmrelay-key'] / 1000:.1f}k | {r['key/off']:.3f} |"
+            f"{by['llmrelay-key'] / 1000:.1f}k | {r['key/off']:.3f} | "
+            + (
+                f"{by['llmrelay-anthropic'] / 1000:.1f}k | {r['anthropic/openai']:.3f} |"
+                if "llmrelay-anthropic" in by
+                else "| |"
+            )
         )
     return "\n".join(lines)
