@@ -1,7 +1,9 @@
 """Helpers the resource tests share: the config generation, a snapshot rebuilt from the
-database (what a replica would serve), and If-Match headers."""
+database (what a replica would serve), walking a list route's pages, and If-Match headers."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import httpx
 from sqlalchemy import text
@@ -22,6 +24,21 @@ async def generation(engine: AsyncEngine) -> int:
 async def snapshot(engine: AsyncEngine) -> Snapshot:
     async with session_factory(engine)() as session:
         return await build_snapshot(session, SEALER)
+
+
+async def walk_pages(client: httpx.AsyncClient, url: str, limit: int) -> list[list[dict[str, Any]]]:
+    """Every page of a list route, `limit` rows a page, following `next_cursor` to the end."""
+    walked: list[list[dict[str, Any]]] = []
+    cursor = None
+    while True:
+        params: dict[str, str | int] = {"limit": limit}
+        if cursor:
+            params["cursor"] = cursor
+        page = (await client.get(url, params=params)).json()
+        walked.append(page["data"])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return walked
 
 
 def match(response: httpx.Response) -> dict[str, str]:

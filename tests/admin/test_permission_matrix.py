@@ -1,284 +1,214 @@
-"""The permission matrix, generated from the role table (access.ROLE_PERMISSIONS): every role
-x every identity, tenant, audit and usage route x its own tenant and another tenant, over the
-real admin app and database. What a role may do in its tenant succeeds; what it may not is
-403; another tenant's rows are 404 (or 403 for a role without the permission anywhere) or
-absent from lists, never data."""
+"""The permission matrix, generated from the role table (access.ROLE_PERMISSIONS) and the
+admin app's own routes (tests/admin/route_table.py declares each once): every caller (each
+role as a console session, the admin token, no credentials) x every route x its own tenant,
+another tenant, and (for project-owned rows) a project outside a limited developer's list.
+
+What a role may do in its tenant succeeds; what it may not is 403; another tenant's rows are
+404 (an error body, never the row) and absent from lists; a developer limited to some projects
+gets 404 outside them. State-changing routes refuse a console session without its CSRF token.
+The world is built once per module and backend; rows a request destroys are made for it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Literal
+from contextlib import AsyncExitStack
+from typing import Any
 
+import httpx
 import pytest
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.admin.access import ROLE_PERMISSIONS, Role
+from llmrelay.admin.app import create_admin
 from llmrelay.admin.state import AdminState
-from llmrelay.store import rollups
-from llmrelay.store.db import session_factory
-from llmrelay.store.models import RequestRecord, UsageRollupDirty
-from llmrelay.store.models_access import AuditEntry
-from llmrelay.store.types import utcnow
-from tests.admin.access_support import (
-    PASSWORD,
-    add_project,
-    add_tenant,
-    add_user,
-    console,
-    fast_passwords,  # noqa: F401  (autouse: cheap argon2 parameters)
+from tests.admin.matrix_world import (
+    POSTGRESQL,
+    SQLITE,
+    add_account,
+    caller_client,
+    callers,
+    world,
+)
+from tests.admin.route_table import (
+    ANONYMOUS,
+    CALLERS,
+    ROUTES,
+    TOKEN,
+    Route,
+    Side,
+    World,
+    app_routes,
 )
 
+__all__ = ["callers", "world"]  # module-scoped fixtures
 
-@dataclass
-class Side:
-    """One tenant's rows the routes are aimed at."""
+MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")
 
-    tenant: str
-    project: str
-    member: str  # a viewer of this tenant only
-    spare: str  # a viewer to remove
-    request_id: str
-    email: str
+OK = 0  # any 2xx
 
 
-@dataclass
-class World:
-    own: Side
-    other: Side
-    floater: str  # an account in no tenant
+def expected(route: Route, caller: str, where: str) -> int:
+    """OK, or the status the caller must get."""
+    if route.kind == "public":
+        return OK
+    if caller == ANONYMOUS:
+        return 401
+    if route.kind == "self":
+        return route.token_status or OK if caller == TOKEN else OK
+    if caller in (TOKEN, Role.PLATFORM_ADMIN.value):
+        return OK
+    role = Role(caller)
+    assert route.permission is not None
+    if route.platform_only or route.permission not in ROLE_PERMISSIONS[role]:
+        return 403
+    if where == "other":
+        return 404
+    if where == "outside" and role is Role.DEVELOPER:
+        return 404
+    return OK
 
 
-Body = Callable[[World, Side, int], dict[str, Any]]
+def _markers(side: Side) -> set[str]:
+    return {str(value) for value in vars(side).values()}
 
 
-@dataclass(frozen=True)
-class Route:
-    method: str
-    path: str  # {tenant}, {member}, {spare}, {request} come from the side aimed at
-    permission: str
-    kind: Literal["item", "list"]
-    body: Body | None = None
-    #: only a platform admin, whatever its role table says (creating tenants)
-    platform_only: bool = False
-    #: for lists: what in the answer shows a side's rows
-    shows: Callable[[Any, Side], bool] | None = None
+def _outside_markers(side: Side) -> set[str]:
+    return {side.outside, side.outside_key, side.outside_request_id}
 
 
-def _ids(answer: Any, key: str = "id") -> set[Any]:
-    return {row[key] for row in answer["data"]}
+def _check_list(route: Route, caller: str, world: World, answer: Any) -> list[str]:
+    """What is wrong with a list's rows: the own tenant's missing, another's shown."""
+    assert route.shows is not None
+    shown = route.shows(answer)
+    platform = caller in (TOKEN, Role.PLATFORM_ADMIN.value)
+    limited = caller == Role.DEVELOPER.value and route.project_scoped
+    if any(marker.startswith("requests:") for marker in shown):  # usage sums
+        wanted = 4 if platform else 1 if limited else 2  # one request per project
+        return [] if shown == {f"requests:{wanted}"} else [f"counted {shown}, not {wanted}"]
+    wrong = []
+    if not shown & _markers(world.own):
+        wrong.append("the own tenant's rows are missing")
+    if bool(shown & _markers(world.other)) != platform:
+        wrong.append("another tenant's rows are " + ("missing" if platform else "shown"))
+    if limited and shown & _outside_markers(world.own):
+        wrong.append("rows of projects outside the developer's list are shown")
+    return wrong
 
 
-def _sum_requests(answer: Any) -> int:
-    return sum(point["requests"] for point in answer["data"])
+async def _filtered_to_the_other_tenant(
+    world: World, route: Route, caller: str, api: httpx.AsyncClient
+) -> list[str]:
+    """A list asked for another tenant's rows by filter (tenant_id, project_id, project)
+    shows none of them: an error, or no row of that tenant."""
+    if caller in (TOKEN, Role.PLATFORM_ADMIN.value):
+        return []
+    call = await route.build(world, world.own, api)
+    other = world.other
+    params = {"tenant_id": other.tenant, "project_id": other.project, "project": other.project}
+    answer = await api.request(call.method, call.path, params={**call.params, **params})
+    label = f"{caller} {call.method} {call.path} filtered to the other tenant: {answer.text[:300]}"
+    if answer.status_code != 200:
+        return [] if set(answer.json()) == {"error"} else [label]
+    assert route.shows is not None
+    shown = route.shows(answer.json())
+    counted = any(m.startswith("requests:") and m != "requests:0" for m in shown)
+    if shown & _markers(other) or counted:
+        return [label]
+    return []
 
 
-ROUTES = [
-    Route(
-        "GET",
-        "/tenants",
-        "tenants:read",
-        "list",
-        shows=lambda answer, side: side.tenant in _ids(answer),
-    ),
-    Route(
-        "POST",
-        "/tenants",
-        "tenants:write",
-        "item",
-        body=lambda w, s, n: {"slug": f"new-{n}", "name": "New"},
-        platform_only=True,
-    ),
-    Route("GET", "/tenants/{tenant}", "tenants:read", "item"),
-    Route(
-        "PATCH", "/tenants/{tenant}", "tenants:write", "item", body=lambda w, s, n: {"name": "R"}
-    ),
-    Route(
-        "GET",
-        "/users",
-        "users:read",
-        "list",
-        shows=lambda answer, side: side.email in _ids(answer, "email"),
-    ),
-    Route(
-        "POST",
-        "/users",
-        "users:write",
-        "item",
-        body=lambda w, s, n: {
-            "email": f"made{n}@example.com",
-            "password": PASSWORD,
-            "tenant_id": s.tenant,
-            "role": "viewer",
-        },
-    ),
-    Route("GET", "/users/{member}", "users:read", "item"),
-    Route("PATCH", "/users/{member}", "users:write", "item", body=lambda w, s, n: {"name": "N"}),
-    Route("GET", "/tenants/{tenant}/members", "users:read", "item"),
-    Route(
-        "POST",
-        "/tenants/{tenant}/members",
-        "users:write",
-        "item",
-        body=lambda w, s, n: {"user_id": w.floater, "role": "viewer"},
-    ),
-    Route(
-        "PATCH",
-        "/tenants/{tenant}/members/{member}",
-        "users:write",
-        "item",
-        body=lambda w, s, n: {"role": "auditor"},
-    ),
-    Route("DELETE", "/tenants/{tenant}/members/{spare}", "users:write", "item"),
-    Route(
-        "GET",
-        "/audit",
-        "audit:read",
-        "list",
-        shows=lambda answer, side: side.tenant in _ids(answer, "tenant_id"),
-    ),
-    Route(
-        "GET",
-        "/requests",
-        "usage:read",
-        "list",
-        shows=lambda answer, side: side.request_id in _ids(answer, "request_id"),
-    ),
-    Route("GET", "/requests/{request}", "usage:read", "item"),
-    # each side has one request: a sum of 2 shows both, 1 only one (the own one: see below)
-    Route("GET", "/usage/summary", "usage:read", "list", shows=None),
-    Route("GET", "/usage/timeseries", "usage:read", "list", shows=None),
+async def _call(
+    world: World, route: Route, side: Side, api: httpx.AsyncClient
+) -> tuple[httpx.Response, str]:
+    call = await route.build(world, side, api)
+    headers = {"If-Match": "*"} if call.method in ("PATCH", "PUT", "DELETE") else {}
+    answer = await api.request(
+        call.method, call.path, json=call.json, params=call.params, headers=headers
+    )
+    return answer, f"{call.method} {call.path}"
+
+
+#: Every caller on SQLite; on PostgreSQL (a reduced run) the roles whose answers depend on
+#: the tenant and project filters of the queries.
+CASES = [(SQLITE, caller) for caller in CALLERS] + [
+    pytest.param(POSTGRESQL.values[0], caller, marks=POSTGRESQL.marks)
+    for caller in (Role.TENANT_ADMIN.value, Role.DEVELOPER.value)
 ]
 
 
-def _holds(role: Role, permission: str, route: Route) -> bool:
-    if role is Role.PLATFORM_ADMIN:
-        return True
-    return permission in ROLE_PERMISSIONS[role] and not route.platform_only
-
-
-async def _side(engine: AsyncEngine, slug: str) -> Side:
-    tenant = await add_tenant(engine, slug)
-    project = await add_project(engine, tenant, f"{slug}-web")
-    email = f"member@{slug}.example.com"
-    member = await add_user(engine, email, {tenant: "viewer"})
-    spare = await add_user(engine, f"spare@{slug}.example.com", {tenant: "viewer"})
-    request_id = f"req-{slug}"
-    async with session_factory(engine)() as session:
-        session.add(
-            RequestRecord(
-                request_id=request_id,
-                created_at=utcnow(),
-                tenant_id=tenant,
-                project_id=project,
-                endpoint="chat.completions",
-                status_code=200,
-                latency_ms=5.0,
-            )
-        )
-        session.add(
-            AuditEntry(
-                at=utcnow(),
-                actor_kind="token",
-                tenant_id=tenant,
-                action="seed",
-                status_code=200,
-                diff={},
-            )
-        )
-        await session.commit()
-    return Side(tenant, project, member, spare, request_id, email)
-
-
-@pytest.mark.parametrize("role", list(Role), ids=[r.value for r in Role])
-async def test_every_route_for_the_role(
-    role: Role, admin_state: AdminState, engine: AsyncEngine
+@pytest.mark.parametrize("route", ROUTES, ids=[f"{r.method} {r.path}" for r in ROUTES])
+@pytest.mark.parametrize(("world", "caller"), CASES, indirect=["world"], scope="module")
+@MODULE_LOOP
+async def test_matrix(
+    world: World, callers: dict[str, httpx.AsyncClient], caller: str, route: Route
 ) -> None:
-    world = World(await _side(engine, "own"), await _side(engine, "other"), "")
-    world.floater = await add_user(engine, "floater@example.com")
-    async with session_factory(engine)() as session:  # as the recorder does for new records
-        session.add(UsageRollupDirty(hour=rollups.hour_of(utcnow()), version=1))
-        await session.commit()
-    if role is Role.PLATFORM_ADMIN:
-        await add_user(engine, "actor@example.com", platform_admin=True)
+    if route.kind == "tenant":
+        sides = [("own", world.own), ("other", world.other)]
+        if route.project_scoped:
+            sides.append(("outside", world.own.outside_view()))
     else:
-        await add_user(engine, "actor@example.com", {world.own.tenant: role.value})
-
+        sides = [("own", world.own)]
     wrong: list[str] = []
-    async with console(admin_state, "actor@example.com") as api:
-        for n, route in enumerate(ROUTES):
-            holds = _holds(role, route.permission, route)
-            sides = [("own", world.own), ("other", world.other)]
-            if route.kind == "list":
-                sides = sides[:1]  # a list is one call: both sides are checked in its answer
-            for label, side in sides:
-                path = route.path.format(
-                    tenant=side.tenant,
-                    member=side.member,
-                    spare=side.spare,
-                    request=side.request_id,
+    for where, side in sides:
+        async with AsyncExitStack() as stack:
+            api = callers[caller]
+            if route.kind in ("self", "public"):  # its own account and session: it changes them
+                email = f"self{world.n()}@example.com"
+                if caller not in (TOKEN, ANONYMOUS):
+                    await add_account(world, caller, email)
+                if route.kind == "public":
+                    api = await stack.enter_async_context(world.client())
+                else:
+                    api = await stack.enter_async_context(caller_client(world, caller, email))
+            answer, sent = await _call(world, route, side, api)
+        status, want = answer.status_code, expected(route, caller, where)
+        label = f"{caller} {sent} ({where}): {status} {answer.text[:300]}"
+        if want == OK:
+            if not 200 <= status < 300:
+                wrong.append(f"{label}: expected success")
+            elif route.shows is not None:
+                wrong.extend(
+                    f"{label}: {w}" for w in _check_list(route, caller, world, answer.json())
                 )
-                body = route.body(world, side, n * 2 + len(label)) if route.body else None
-                headers = {"If-Match": "*"} if route.method in ("PATCH", "DELETE") else {}
-                answer = await api.request(route.method, path, json=body, headers=headers)
-                where = f"{role.value} {route.method} {route.path} ({label}): {answer.status_code}"
-                status = answer.status_code
-                if route.kind == "list":
-                    if not holds:
-                        if status != 403:
-                            wrong.append(f"{where}, expected 403")
-                        continue
-                    if status != 200:
-                        wrong.append(f"{where}, expected 200: {answer.text[:200]}")
-                        continue
-                    data = answer.json()
-                    if route.shows is None:  # usage sums: one request per side
-                        total = data["requests"] if "requests" in data else _sum_requests(data)
-                        expected = 2 if role is Role.PLATFORM_ADMIN else 1
-                        if total != expected:
-                            wrong.append(f"{where}, counted {total} requests, not {expected}")
-                        continue
-                    if not route.shows(data, world.own):
-                        wrong.append(f"{where}, its own tenant's rows are missing")
-                    if route.shows(data, world.other) != (role is Role.PLATFORM_ADMIN):
-                        state = "missing" if role is Role.PLATFORM_ADMIN else "shown"
-                        wrong.append(f"{where}, another tenant's rows are {state}")
-                    continue
-                if role is Role.PLATFORM_ADMIN or (label == "own" and holds):
-                    if not 200 <= status < 300:
-                        wrong.append(f"{where}, expected success: {answer.text[:200]}")
-                elif label == "own":
-                    if status != 403:
-                        wrong.append(f"{where}, expected 403")
-                elif status not in (403, 404) or (
-                    status == 403
-                    and route.permission in ROLE_PERMISSIONS[role]
-                    and not route.platform_only
-                ):
-                    wrong.append(f"{where}, expected 404 (never another tenant's data)")
+                wrong.extend(await _filtered_to_the_other_tenant(world, route, caller, api))
+            continue
+        if status != want:
+            wrong.append(f"{label}: expected {want}")
+        elif set(answer.json()) != {"error"}:
+            wrong.append(f"{label}: a refusal must carry only the error")
     assert not wrong, "\n".join(wrong)
 
 
-def test_the_matrix_covers_every_identity_and_audit_route() -> None:
-    """A route added to these routers without a matrix row fails here."""
-    from llmrelay.admin.app import create_admin
+def test_every_route_of_the_app_is_in_the_matrix() -> None:
+    """A route added to the admin app without an entry in route_table.ROUTES fails here."""
+    declared = [r.key for r in ROUTES]
+    assert len(declared) == len(set(declared)), "a route is declared twice"
+    served = app_routes(create_admin(AdminState("token"))) - {("GET", "/openapi.json")}
+    assert served - set(declared) == set(), "routes missing from route_table.ROUTES"
+    assert set(declared) - served == set(), "routes in route_table.ROUTES the app lacks"
 
-    app = create_admin(AdminState("token"))
-    paths = app.openapi()["paths"]
-    owned = {
-        (method.upper(), path)
-        for path, operations in paths.items()
-        for method in operations
-        if path.startswith(("/tenants", "/users", "/audit", "/usage", "/requests"))
-    }
-    covered = {
-        (
-            r.method,
-            r.path.replace("{tenant}", "{tenant_id}")
-            .replace("{member}", "{user_id}")
-            .replace("{spare}", "{user_id}")
-            .replace("{request}", "{request_id}"),
-        )
-        for r in ROUTES
-    }
-    assert owned == covered
+
+MUTATIONS = [r for r in ROUTES if r.mutation and r.kind != "public"]
+
+
+@pytest.mark.parametrize("route", MUTATIONS, ids=[f"{r.method} {r.path}" for r in MUTATIONS])
+@MODULE_LOOP
+async def test_a_console_session_needs_its_csrf_token(
+    world: World, callers: dict[str, httpx.AsyncClient], route: Route
+) -> None:
+    """A state-changing request with the session cookie but a missing or wrong X-CSRF-Token
+    is refused before anything happens (a platform admin's session: every route is open)."""
+    session = callers[Role.PLATFORM_ADMIN.value]
+    for token in (None, "not-the-token"):
+        async with world.client() as api:
+            api.cookies = session.cookies
+            if token is not None:
+                api.headers["X-CSRF-Token"] = token
+            call = await route.build(world, world.own, session)
+            answer = await api.request(
+                call.method,
+                call.path,
+                json=call.json,
+                params=call.params,
+                headers={"If-Match": "*"},
+            )
+        assert answer.status_code == 403, answer.text
+        assert answer.json()["error"]["type"] == "csrf_failed"

@@ -7,7 +7,7 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.admin.support import assert_error, generation, match, snapshot
+from tests.admin.support import assert_error, generation, match, snapshot, walk_pages
 
 
 async def test_create_list_get_update_delete(admin: httpx.AsyncClient, engine: AsyncEngine) -> None:
@@ -89,18 +89,9 @@ async def test_pagination_walks_every_row_once(admin: httpx.AsyncClient) -> None
     names = {f"p{i}" for i in range(7)}
     for name in names:
         assert (await admin.post("/projects", json={"name": name})).status_code == 201
-    seen: list[str] = []
-    cursor = None
-    while True:
-        params: dict[str, str | int] = {"limit": 3}
-        if cursor:
-            params["cursor"] = cursor
-        page = (await admin.get("/projects", params=params)).json()
-        seen += [p["name"] for p in page["data"]]
-        assert len(page["data"]) <= 3
-        cursor = page["next_cursor"]
-        if cursor is None:
-            break
+    walked = await walk_pages(admin, "/projects", limit=3)
+    assert all(len(page) <= 3 for page in walked)
+    seen = [p["name"] for page in walked for p in page]
     assert sorted(seen) == sorted(names)
     assert_error(await admin.get("/projects", params={"cursor": "%%%"}), 400, "cursor")
     assert_error(await admin.get("/projects", params={"limit": 0}), 400, "limit")

@@ -8,14 +8,8 @@ within 2 s can only have come by the signal.
 from __future__ import annotations
 
 import asyncio
-import os
-import re
-import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 import httpx
@@ -23,9 +17,9 @@ import pytest
 
 from llmrelay.database_setup import migrate_database
 from llmrelay.snapshot.listener import PG_APPLICATION_NAME
-from tests.support.gateway_process import GatewayProcess
 from tests.support.mock_upstream import MockUpstream
 from tests.support.redis_server import RedisServer
+from tests.support.replicas import Cluster, chat, ready, within
 
 pytestmark = pytest.mark.postgres
 
@@ -58,92 +52,19 @@ def redis_server() -> Iterator[RedisServer]:
     server.stop()
 
 
-class Cluster:
-    """Replicas on one database, and `llmrelay` commands run as a third process."""
-
-    def __init__(self, folder: Path, database_url: str, redis_url: str | None) -> None:
-        self.folder = folder
-        self.database_url = database_url
-        self.env = {"LLMRELAY_SNAPSHOT_POLL_S": "60", "LLMRELAY_SECRET_KEY": SECRET}
-        if redis_url is not None:
-            self.env["LLMRELAY_REDIS_URL"] = redis_url
-        self.replicas: list[GatewayProcess] = []
-
-    def command(self, *args: str, secret: str = SECRET) -> str:
-        done = subprocess.run(
-            [sys.executable, "-m", "llmrelay", *args],
-            env={**self.replica_env(), "LLMRELAY_SECRET_KEY": secret},
-            capture_output=True,
-            text=True,
-            check=False,
-            cwd=self.folder,
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
-        return done.stdout
-
-    def apply(self, text: str, *, secret: str = SECRET) -> int:
-        """Apply `text` from a process of its own; the config generation it committed."""
-        path = self.folder / f"apply-{time.monotonic_ns()}.yaml"
-        path.write_text(text)
-        out = self.command("apply", str(path), secret=secret)
-        return int(re.findall(r"config generation (\d+)", out)[-1])
-
-    def replica_env(self) -> dict[str, str]:
-        return {**os.environ, **self.env, "LLMRELAY_DATABASE_URL": self.database_url}
-
-    def start(self, name: str, config: str | None = None) -> GatewayProcess:
-        folder = self.folder / name
-        folder.mkdir()
-        replica = GatewayProcess(
-            folder, config=config, env=self.env, database_url=self.database_url
-        )
-        self.replicas.append(replica.start())
-        return replica
-
-    def stop(self) -> None:
-        for replica in self.replicas:
-            assert replica.stop() == 0, replica.logs()
-
-
 @pytest.fixture
 def cluster_factory(tmp_path: Path, pg_url: str) -> Iterator[Callable[[str | None], Cluster]]:
     made: list[Cluster] = []
 
     def make(redis_url: str | None) -> Cluster:
         asyncio.run(migrate_database(pg_url))  # in this process: a second less per test
-        cluster = Cluster(tmp_path, pg_url, redis_url)
+        cluster = Cluster(tmp_path, pg_url, redis_url, secret=SECRET)
         made.append(cluster)
         return cluster
 
     yield make
     for cluster in made:
         cluster.stop()
-
-
-def chat(replica: GatewayProcess, key: str, model: str = "chat") -> int:
-    return httpx.post(
-        f"{replica.base_url}/chat/completions",
-        headers={"Authorization": f"Bearer {key}"},
-        json={"model": model, "messages": [{"role": "user", "content": "hi"}]},
-        timeout=10,
-    ).status_code
-
-
-def ready(replica: GatewayProcess) -> dict[str, Any]:
-    answer = httpx.get(f"{replica.url}/readyz", timeout=5)
-    assert answer.status_code == 200, answer.text
-    body: dict[str, Any] = answer.json()
-    return body
-
-
-def within(seconds: float, check: Callable[[], bool]) -> float:
-    """Wait until `check()` holds; fail past `seconds`; return the time it took."""
-    start = time.monotonic()
-    while not check():
-        elapsed = time.monotonic() - start
-        assert elapsed < seconds, f"not within {seconds} s"
-        time.sleep(0.05)
-    return time.monotonic() - start
 
 
 def signal_url(request: pytest.FixtureRequest, transport: str) -> str | None:

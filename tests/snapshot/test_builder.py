@@ -1,18 +1,23 @@
 """The snapshot is built from the database, frozen, and replaced only by a good build."""
 
+import asyncio
 import dataclasses
+import time
+from datetime import timedelta
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay import apikeys
+from llmrelay.metering.cost import Price
 from llmrelay.snapshot.holder import SnapshotHolder
-from llmrelay.snapshot.model import Capabilities
+from llmrelay.snapshot.model import Capabilities, Snapshot
 from llmrelay.store.bootstrap import bump_generation
 from llmrelay.store.crypto import Sealer
 from llmrelay.store.db import session_factory
-from llmrelay.store.models import GatewaySetting, Provider
+from llmrelay.store.models import GatewaySetting, PriceVersion, Provider, VirtualModel
+from llmrelay.store.types import utcnow
 from tests.config.test_apply import CAPABLE, CAPTURE_YAML, SEALER, _apply
 from tests.config.test_loader import ENV, GOOD
 
@@ -67,6 +72,37 @@ async def test_refresh_follows_the_generation(engine: AsyncEngine) -> None:
     key = holder.current.keys_by_digest[apikeys.digest(ENV["ACME_CI_KEY"])]
     assert key.project.limits.rpm == 700
     assert first.keys_by_digest[apikeys.digest(ENV["ACME_CI_KEY"])].project.limits.rpm == 600
+
+
+def _price(snapshot: Snapshot) -> Price:
+    model = snapshot.model(next(iter(snapshot.models)), "chat-fast")
+    assert model is not None and model.price is not None
+    return model.price
+
+
+async def test_a_scheduled_price_is_taken_by_the_rebuild_due_at_its_start(
+    engine: AsyncEngine,
+) -> None:
+    await _apply(engine, GOOD)
+    starts = utcnow() + timedelta(seconds=0.5)
+    async with session_factory(engine).begin() as session:
+        model = await session.scalar(select(VirtualModel).where(VirtualModel.name == "chat-fast"))
+        assert model is not None
+        session.add(
+            PriceVersion(model_id=model.id, effective_from=starts, input_micros_per_mtok=999)
+        )
+    holder = await _holder(engine)
+    first = holder.current
+    assert first.rebuild_at == pytest.approx(starts.timestamp())
+    assert _price(first).input == 150_000
+    assert not await holder.refresh_if_changed()  # not due yet, and the generation is the same
+
+    await asyncio.sleep(max(0.0, starts.timestamp() - time.time()) + 0.01)
+    assert await holder.refresh_if_changed()  # due: rebuilt with no change to the config
+    second = holder.current
+    assert second.generation == first.generation and second.rebuild_at is None
+    assert _price(second).input == 999
+    assert not await holder.refresh_if_changed()
 
 
 async def test_a_failed_build_keeps_the_last_good_snapshot(engine: AsyncEngine) -> None:

@@ -17,10 +17,11 @@ def create_admin(state: AdminState) -> FastAPI:
         openapi_url="/openapi.json",
         docs_url=None,
         redoc_url=None,
+        responses=errors.ERRORS,
     )
     app.state.admin = state
-    errors.install(app)
     app.include_router(usage.router)
     resources.include(app)
     access_routes.include(app, state)
+    errors.install(app)
     return app

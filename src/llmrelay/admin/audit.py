@@ -193,8 +193,13 @@ class AuditMiddleware:
         params = scope.get("path_params") or {}
         ingress = scope.get("llmrelay")
         # A request refused before its handler said anything is filed under the tenant its
-        # path names, if any (so that tenant's auditors see attempts on it).
+        # path or query names, if any (so that tenant's auditors see attempts on it), else
+        # the actor's only tenant (a 400 or 409 from a resource service names no tenant).
         tenant_id = context.tenant_id or params.get("tenant_id")
+        if tenant_id is None and context.action is None:
+            tenant_id = request.query_params.get("tenant_id") or _only_tenant(actor)
+        if tenant_id is not None and len(tenant_id) > 32:  # not an id: the column holds 32
+            tenant_id = None
         entry = {
             "at": utcnow(),
             "actor_kind": actor.kind if actor is not None else "anonymous",
@@ -220,6 +225,13 @@ class AuditMiddleware:
                 await conn.execute(insert(AuditEntry).values(**_storable(entry)))
         except Exception:  # the change itself is done: say loudly that its entry is missing
             log.exception("audit_write_failed", action=entry["action"], status=status)
+
+
+def _only_tenant(actor: Actor | None) -> str | None:
+    """The tenant a member of exactly one acts in (a platform admin acts in all of them)."""
+    if actor is None or actor.platform_admin or len(actor.roles) != 1:
+        return None
+    return next(iter(actor.roles))
 
 
 def _storable(value: Any) -> Any:

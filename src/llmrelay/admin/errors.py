@@ -1,6 +1,8 @@
 """One error shape for every admin route: `{"error": {"message", "type", "field"}}`, with
 the field that failed (a query parameter, a body field) whenever there is one. Validation
-errors are 400, not FastAPI's 422: the contract's clients check for 400."""
+errors are 400, not FastAPI's 422: the contract's clients check for 400. The OpenAPI document
+says the same (ERRORS on every route, no 422): tests/admin/test_openapi_fuzz.py holds the app
+to it."""
 
 from __future__ import annotations
 
@@ -10,9 +12,43 @@ from typing import Any
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel
 from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    #: the query parameter, body field or header that failed, when one did
+    field: str | None = None
+
+
+class ErrorBody(BaseModel):
+    """What every admin route answers on an error."""
+
+    error: ErrorDetail
+
+
+def documented(described: Mapping[int, str]) -> dict[int | str, dict[str, Any]]:
+    """`responses=` for a route or the app: each status, when it is answered, the error body."""
+    return {status: {"model": ErrorBody, "description": text} for status, text in described.items()}
+
+
+#: The errors any admin route may answer, declared once on the app (admin/app.py). A route that
+#: may answer another one declares it with `responses=documented({...})`.
+ERRORS = documented(
+    {
+        400: "Invalid input: a query parameter, body field or header breaks a rule (`field`)",
+        401: "No credentials, or credentials that are not (or no longer) valid",
+        403: "The role does not allow this, the CSRF token is missing, or 2FA is required",
+        404: "A row named in the path or query does not exist or belongs to another tenant",
+        409: "A name already taken, a row others still use, or a version other than the stored one",
+        428: "A change without If-Match (the routes that keep a version need it)",
+        503: "The database or the secret key is not open yet",
+    }
+)
 
 
 class AdminError(Exception):
@@ -93,7 +129,28 @@ async def _database_error(_request: Request, exc: Exception) -> Response:
     raise exc
 
 
+def _without_422(app: FastAPI) -> None:
+    """FastAPI documents a 422 with its own body on every route with parameters; this app
+    answers those errors as 400 in its own shape (ERRORS), so the document says so."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        spec = generate()
+        for operations in spec.get("paths", {}).values():
+            for operation in operations.values():
+                operation.get("responses", {}).pop("422", None)
+        schemas = spec.get("components", {}).get("schemas", {})
+        for unused in ("HTTPValidationError", "ValidationError"):
+            schemas.pop(unused, None)
+        return spec
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 def install(app: FastAPI) -> None:
+    """The error handlers, and the error answers in the OpenAPI document (call after the
+    routers are included)."""
+    _without_422(app)
     app.add_exception_handler(AdminError, _admin_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)

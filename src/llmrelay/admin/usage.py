@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import binascii
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -16,7 +15,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from llmrelay.admin import usage_query
 from llmrelay.admin.access import Actor, require
 from llmrelay.admin.errors import AdminError
+from llmrelay.admin.kit.params import When
 from llmrelay.admin.state import AdminState
+from llmrelay.admin.usage_schemas import RequestDetail, RequestPage, UsageFigures, UsageSeries
 
 router = APIRouter(tags=["usage"])
 
@@ -25,7 +26,6 @@ router = APIRouter(tags=["usage"])
 Reader = Annotated[Actor, Depends(require("usage:read"))]
 
 Name = Annotated[str | None, Query(min_length=1, max_length=200)]
-When = Annotated[datetime | None, Query(description="ISO 8601; without a zone, UTC")]
 
 
 @dataclass
@@ -54,7 +54,11 @@ async def _visible(conn: AsyncConnection, actor: Actor) -> frozenset[str] | None
     return await usage_query.visible_projects(conn, tenants, limited)
 
 
-@router.get("/usage/summary")
+# The queries build plain dicts (cheap for long series); each route declares its model as
+# `response_model`, which pydantic-core validates and serializes (admin/usage_schemas.py).
+
+
+@router.get("/usage/summary", response_model=UsageFigures)
 async def usage_summary(request: Request, filters: Filtered, actor: Reader) -> dict[str, Any]:
     """Requests, tokens and cost over the filtered records."""
     async with _state(request).database().connect() as conn:
@@ -64,7 +68,7 @@ async def usage_summary(request: Request, filters: Filtered, actor: Reader) -> d
         return await usage_query.summary(conn, where)
 
 
-@router.get("/usage/timeseries")
+@router.get("/usage/timeseries", response_model=UsageSeries)
 async def usage_timeseries(
     request: Request,
     filters: Filtered,
@@ -98,7 +102,7 @@ def _after(cursor: str | None) -> int | None:
     return value
 
 
-@router.get("/requests")
+@router.get("/requests", response_model=RequestPage)
 async def list_requests(
     request: Request,
     filters: Filtered,
@@ -117,7 +121,7 @@ async def list_requests(
     return {"data": rows, "next_cursor": _cursor(last)}
 
 
-@router.get("/requests/{request_id}")
+@router.get("/requests/{request_id}", response_model=RequestDetail)
 async def get_request(request: Request, request_id: str, actor: Reader) -> dict[str, Any]:
     """One request's record with its upstream attempts, and its captured bodies under
     `payload` when its key captures them (else `payload` is null)."""

@@ -42,6 +42,14 @@ Name = Annotated[str, Field(pattern=_NAME)]
 PositiveSeconds = Annotated[float, Field(gt=0, le=86_400)]
 #: A route tag or a provider region: a free-form label.
 Label = Annotated[str, Field(min_length=1, max_length=64)]
+#: What the database's INTEGER columns hold (a larger number would fail on write).
+INT32_MAX = 2**31 - 1
+#: Per-minute and concurrency limits.
+Limit = Annotated[int, Field(ge=1, le=INT32_MAX)]
+#: USD per million tokens; stored as integer micro-USD.
+PricePerMtok = Annotated[Decimal, Field(ge=0, le=1_000_000)]
+#: A monthly budget in USD; stored as integer micro-USD.
+BudgetUsd = Annotated[Decimal, Field(ge=0, le=1_000_000_000)]
 
 
 class ProviderType(StrEnum):
@@ -144,16 +152,16 @@ class RoutePricingConfig(_Strict):
     """What one route costs, USD per million tokens, by bucket (strategy cost_first orders
     by it; the records of calls it answers are priced by it before the model's price)."""
 
-    input_per_mtok: Annotated[Decimal, Field(ge=0)] | None = None
-    output_per_mtok: Annotated[Decimal, Field(ge=0)] | None = None
-    cached_input_per_mtok: Annotated[Decimal, Field(ge=0)] | None = None
-    cache_write_per_mtok: Annotated[Decimal, Field(ge=0)] | None = None
+    input_per_mtok: PricePerMtok | None = None
+    output_per_mtok: PricePerMtok | None = None
+    cached_input_per_mtok: PricePerMtok | None = None
+    cache_write_per_mtok: PricePerMtok | None = None
 
 
 class RouteConfig(_Strict):
     provider: Slug
     upstream_model: Annotated[str, Field(min_length=1, max_length=200)]
-    priority: int = 0
+    priority: Annotated[int, Field(ge=-INT32_MAX, le=INT32_MAX)] = 0
     weight: Annotated[float, Field(ge=0)] = 1.0
     tag: Label | None = None
     disabled: bool = False
@@ -169,10 +177,10 @@ class RetryConfig(_Strict):
 class PricingConfig(_Strict):
     """USD per million tokens, by bucket."""
 
-    input_per_mtok: Annotated[Decimal, Field(ge=0)] | None = None
-    output_per_mtok: Annotated[Decimal, Field(ge=0)] | None = None
-    cached_input_per_mtok: Annotated[Decimal, Field(ge=0)] | None = None
-    cache_write_per_mtok: Annotated[Decimal, Field(ge=0)] | None = None
+    input_per_mtok: PricePerMtok | None = None
+    output_per_mtok: PricePerMtok | None = None
+    cached_input_per_mtok: PricePerMtok | None = None
+    cache_write_per_mtok: PricePerMtok | None = None
 
 
 class ModelConfig(_Strict):
@@ -194,9 +202,9 @@ class ModelConfig(_Strict):
 
 
 class LimitsConfig(_Strict):
-    rpm: Annotated[int, Field(ge=1)] | None = None
-    tpm: Annotated[int, Field(ge=1)] | None = None
-    concurrency: Annotated[int, Field(ge=1)] | None = None
+    rpm: Limit | None = None
+    tpm: Limit | None = None
+    concurrency: Limit | None = None
 
 
 def _check_cidr(value: str) -> str:
@@ -225,7 +233,7 @@ class KeyConfig(_Strict):
     key: Annotated[str, Field(min_length=MIN_KEY_LENGTH, max_length=200)] | None = None
     models: list[ModelName] | None = None
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
-    monthly_budget_usd: Annotated[Decimal, Field(ge=0)] | None = None
+    monthly_budget_usd: BudgetUsd | None = None
     ip_allowlist: list[str] = Field(default_factory=list)
     expires_at: datetime | None = None
     disabled: bool = False
@@ -257,7 +265,7 @@ class ProjectConfig(_Strict):
     name: Name
     models: list[ModelName] | None = None
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
-    monthly_budget_usd: Annotated[Decimal, Field(ge=0)] | None = None
+    monthly_budget_usd: BudgetUsd | None = None
     keys: list[KeyConfig] = Field(default_factory=list)
     routing_policy: Name | None = None
     #: The `capture` of the keys listed here that set none of their own.

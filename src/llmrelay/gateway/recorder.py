@@ -44,6 +44,7 @@ from llmrelay.gateway.row_queue import RowQueue
 from llmrelay.gateway.spool import Row, Spool
 from llmrelay.observability.metrics import Metrics
 from llmrelay.store import rollups
+from llmrelay.store.key_use import KeyUse
 from llmrelay.store.models import RequestAttempt, RequestPayload, RequestRecord
 
 log = structlog.get_logger(__name__)
@@ -91,6 +92,13 @@ class Recorder:
         )
         self._writer: BatchWriter = writer_for(engine)
         self._mark_sql = rollups.mark_sql(engine)
+        #: API keys' last_used_at, from each batch written (store/key_use.py).
+        self._key_use = KeyUse(
+            engine,
+            key_at=RECORD_COLUMNS.index("key_id"),
+            time_at=_CREATED_AT,
+            convert_time=self._records.convert_time,
+        )
         self._write_timeout_s = None if isinstance(self._writer, SqliteWriter) else _WRITE_TIMEOUT_S
         #: Attempt rows of queued records, written with the next batch (rare: only requests
         #: that needed more than one attempt or failed upstream have any).
@@ -238,6 +246,21 @@ class Recorder:
             statements.append((self._mark_sql, (convert(hour * 3600.0), 1, 1)))
         async with asyncio.timeout(self._write_timeout_s):
             await self._writer.write(statements, len(batch) + len(attempts) + len(payloads))
+        await self._touch_keys(batch)
+
+    async def _touch_keys(self, batch: list[Row]) -> None:
+        """After the batch's commit, its keys' last_used_at; best effort (a failure keeps
+        the times for the next batch and never sends the records to the spool)."""
+        statements = self._key_use.statements(batch)
+        if not statements:
+            return
+        try:
+            async with asyncio.timeout(self._write_timeout_s):
+                await self._writer.write(statements, 0)
+        except Exception as exc:  # noqa: BLE001 - the records are in; the times wait
+            log.warning("key_use_write_failed", keys=len(self._key_use.pending), error=str(exc))
+            return
+        self._key_use.written()
 
     def _payload_statements(self, payloads: Sequence[Row]) -> list[Statement]:
         """SQLite: one statement per payload row, so the writer can let requests through

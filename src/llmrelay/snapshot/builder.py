@@ -61,7 +61,10 @@ async def build_snapshot(session: AsyncSession, sealer: Sealer) -> Snapshot:
     routes_by_model: dict[str, list[RouteSnap]] = defaultdict(list)
     for route in await session.scalars(select(Route)):
         routes_by_model[route.model_id].append(_route(route, providers))
-    prices = _prices_in_force(await session.scalars(select(PriceVersion)), utcnow())
+    price_rows = list(await session.scalars(select(PriceVersion)))
+    now = utcnow()
+    prices = _prices_in_force(price_rows, now)
+    scheduled = [row.effective_from for row in price_rows if row.effective_from > now]
 
     models: dict[str, dict[str, ModelSnap]] = defaultdict(dict)
     for model in await session.scalars(select(VirtualModel)):
@@ -108,6 +111,7 @@ async def build_snapshot(session: AsyncSession, sealer: Sealer) -> Snapshot:
         keys_by_digest=MappingProxyType(keys),
         models=MappingProxyType({t: MappingProxyType(m) for t, m in models.items()}),
         breaker=breaker,
+        rebuild_at=min(scheduled).timestamp() if scheduled else None,
     )
     validate(snapshot)  # before anyone can install it: raises SnapshotInvalid
     return snapshot

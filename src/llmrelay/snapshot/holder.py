@@ -68,12 +68,18 @@ class SnapshotHolder:
         return snapshot
 
     async def refresh_if_changed(self) -> bool:
-        """Rebuild when the stored generation differs from ours; False when unchanged or
+        """Rebuild when the stored generation differs from ours, or when ours is due for a
+        rebuild (a scheduled price started: `Snapshot.rebuild_at`); False when unchanged or
         when the build failed (the last good snapshot stays)."""
         async with self._refreshing:
             async with self._sessions() as session:
                 generation = await current_generation(session)
-            if self._current is not None and generation == self._current.generation:
+            current = self._current
+            if (
+                current is not None
+                and generation == current.generation
+                and not due(current, time.time())
+            ):
                 return False
             try:
                 await self.load()
@@ -111,3 +117,8 @@ class SnapshotHolder:
                 raise
             except Exception as exc:  # noqa: BLE001 - the database may be briefly unreachable
                 log.warning("snapshot_poll_failed", error=f"{type(exc).__name__}: {exc}")
+
+
+def due(snapshot: Snapshot, now: float) -> bool:
+    """Whether `snapshot` must be rebuilt although the generation has not moved."""
+    return snapshot.rebuild_at is not None and now >= snapshot.rebuild_at

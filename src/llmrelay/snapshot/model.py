@@ -165,6 +165,10 @@ class Snapshot:
         default_factory=lambda: MappingProxyType({})
     )
     breaker: BreakerSettings = field(default_factory=BreakerSettings)
+    #: When this snapshot stops being right without any change to the config: the Unix time
+    #: the next scheduled price version starts (None when none is scheduled). Nothing moves
+    #: the generation then, so the holder rebuilds at that moment (snapshot/reload.py).
+    rebuild_at: float | None = None
 
     def model(self, tenant_id: str, name: str) -> ModelSnap | None:
         return self.models.get(tenant_id, MappingProxyType({})).get(name)

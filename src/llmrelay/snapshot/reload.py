@@ -1,10 +1,14 @@
 """Live reload in a serving process: the listener, the coalescing refresher and the publisher,
 built once at start-up and stopped at shutdown (app.py's lifespan).
 
-    signal (Redis / PG NOTIFY) ─┐
-    (re)connection ─────────────┼─> CoalescingRefresher ─> SnapshotHolder.refresh_if_changed
-                                │         (one running, one pending at most)
-    poll every snapshot_poll_s ─┴─> SnapshotHolder.refresh_if_changed (the backstop)
+    signal (Redis / PG NOTIFY) ──┐
+    (re)connection ──────────────┤
+    this process's own publish ──┼─> CoalescingRefresher ─> SnapshotHolder.refresh_if_changed
+    Snapshot.rebuild_at (timer) ─┘         (one running, one pending at most)
+    poll every snapshot_poll_s ────> SnapshotHolder.refresh_if_changed (the backstop)
+
+The timer is for what changes with no change to the config: a scheduled price version
+starting (the generation does not move then).
 
 `publisher` is what this process's own control plane (the admin API's services) calls after
 committing a change; see signals.py for the exact call.
@@ -14,14 +18,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.observability.metrics import Metrics
 from llmrelay.snapshot.holder import SnapshotHolder
 from llmrelay.snapshot.listener import ListenerState, SignalListener
+from llmrelay.snapshot.model import Snapshot
 from llmrelay.snapshot.refresher import CoalescingRefresher
 from llmrelay.snapshot.signals import ConfigPublisher
+
+#: A timer may fire a hair early (the loop's clock resolution); the rebuild it asks for must
+#: find the moment passed, or it would do nothing and arm no new timer.
+_REBUILD_MARGIN_S = 0.01
 
 
 class LiveReload:
@@ -49,17 +59,24 @@ class LiveReload:
             on_failure=lambda transport: metrics.config_signal_publish_failures.labels(
                 transport
             ).inc(),
+            on_publish=lambda _generation: self.refresher.request(),  # this process's own
         )
         self._task: asyncio.Task[None] | None = None
+        self._rebuild_timer: asyncio.TimerHandle | None = None
+        snapshots.listeners.append(self._schedule_rebuild)
         snapshots.failure_listeners.append(
             lambda _generation, _error: metrics.snapshot_build_failures.inc()
         )
 
     def start(self) -> None:
         self._task = asyncio.create_task(self.listener.run())
+        if self._snapshots.loaded:
+            self._schedule_rebuild(self._snapshots.current)
 
     async def stop(self) -> None:
         """Stop listening, let a rebuild in flight finish, close the publisher."""
+        if self._rebuild_timer is not None:
+            self._rebuild_timer.cancel()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -77,6 +94,19 @@ class LiveReload:
             if snapshots.loaded and snapshots.current.generation == generation:
                 return  # already serving it (our own publish, or a duplicate)
         self.refresher.request()
+
+    def _schedule_rebuild(self, snapshot: Snapshot) -> None:
+        """Ask for a rebuild when `snapshot` falls due (the next scheduled price starts):
+        nothing moves the generation at that moment, and the poll may be a minute away. Each
+        newly installed snapshot replaces the timer of the one before."""
+        if self._rebuild_timer is not None:
+            self._rebuild_timer.cancel()
+            self._rebuild_timer = None
+        if snapshot.rebuild_at is None:
+            return
+        delay = max(0.0, snapshot.rebuild_at - time.time()) + _REBUILD_MARGIN_S
+        loop = asyncio.get_running_loop()
+        self._rebuild_timer = loop.call_later(delay, self.refresher.request)
 
     def _state_changed(self, state: ListenerState) -> None:
         self._metrics.config_signal_listening.set(1 if state is ListenerState.LISTENING else 0)

@@ -67,6 +67,9 @@ class ConfigPublisher:
 
     `on_failure(transport)` is called for each failed publish (the serving process counts it
     in a metric); `publish_failures` counts them too, for processes without metrics.
+    `on_publish(generation)` is called first, for the publishing process itself: a serving
+    process rebuilds its own snapshot at once, whatever the transports (on SQLite there is
+    none, and its own signal would come back only by the round trip).
     """
 
     def __init__(
@@ -75,12 +78,14 @@ class ConfigPublisher:
         engine: AsyncEngine,
         redis_url: str | None,
         on_failure: Callable[[str], None] | None = None,
+        on_publish: Callable[[int], None] | None = None,
     ) -> None:
         self._engine = engine
         self._postgres = engine.dialect.name == "postgresql"
         self._redis_url = redis_url
         self._redis: Redis | None = None
         self._on_failure = on_failure
+        self._on_publish = on_publish
         self.publish_failures = 0
 
     @property
@@ -91,6 +96,8 @@ class ConfigPublisher:
 
     async def publish(self, generation: int) -> None:
         """Announce `generation` on every transport; never raises (see the module doc)."""
+        if self._on_publish is not None:
+            self._on_publish(generation)
         if self._redis_url:
             await self._guarded("redis", generation, self._publish_redis(generation))
         if self._postgres:

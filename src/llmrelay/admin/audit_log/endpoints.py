@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
@@ -11,13 +10,13 @@ from llmrelay.admin.access import Actor, require
 from llmrelay.admin.audit_log import repository
 from llmrelay.admin.audit_log.schemas import AuditPage, audit_out
 from llmrelay.admin.kit.http import Cursor, Limit, Session
+from llmrelay.admin.kit.params import When
 from llmrelay.admin.kit.problems import Invalid
 from llmrelay.admin.usage_query import utc
 
 router = APIRouter(tags=["audit"])
 Reader = Annotated[Actor, Depends(require("audit:read"))]
 Text = Annotated[str | None, Query(min_length=1, max_length=320)]
-When = Annotated[datetime | None, Query(description="ISO 8601; without a zone, UTC")]
 
 
 @router.get("/audit")

@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from llmrelay.admin import audit
 from llmrelay.admin.access import Actor, authenticate
-from llmrelay.admin.errors import AdminError
+from llmrelay.admin.errors import AdminError, documented
 from llmrelay.admin.identity import repository, schemas, service, sessions
 from llmrelay.admin.identity.service import SignIn, SignInFailed
 from llmrelay.admin.kit.http import Session, state
@@ -79,7 +79,10 @@ async def _user(session: AsyncSession, actor: Actor) -> User:
     return user
 
 
-@router.post("/login")
+@router.post(
+    "/login",
+    responses=documented({429: "Too many failed sign-ins for the account or the address"}),
+)
 async def login(request: Request, body: schemas.LoginIn, response: Response) -> schemas.SessionOut:
     """Sign in. Every sign-in starts a new session with a new random id (a cookie the client
     already had is ended, never adopted) and answers its CSRF token."""

@@ -12,16 +12,8 @@ from llmrelay.admin import audit
 from llmrelay.admin.access import Actor, require
 from llmrelay.admin.keys import repository, service
 from llmrelay.admin.keys.schemas import IssuedKeyOut, KeyOut, KeyPage, Rotation, issued_out, key_out
-from llmrelay.admin.kit import lookups
-from llmrelay.admin.kit.http import (
-    Cursor,
-    Limit,
-    Session,
-    check_if_match,
-    commit_change,
-    etag,
-    fields,
-)
+from llmrelay.admin.kit import handlers, lookups
+from llmrelay.admin.kit.http import Changes, Cursor, Limit, Session, commit_change, etag, fields
 from llmrelay.admin.kit.problems import NotFound
 from llmrelay.admin.kit.scope import visible
 from llmrelay.admin.projects.endpoints import load as load_project
@@ -81,10 +73,9 @@ async def create_key(
     project = await load_project(session, actor, "keys:write", project_id)
     config = service.parse(body)
     issued = await service.create_key(session, project, config)
-    out = await _out(session, issued.row)
-    audit.note(request, "key.create", "key", issued.row.id, None, fields(out), project.tenant_id)
-    await commit_change(request, session)
-    etag(response, issued.row.version)
+    row = issued.row
+    out = await _out(session, row)
+    await handlers.created(request, response, session, row, "key.create", project.tenant_id, out)
     return IssuedKeyOut.model_validate({**out.model_dump(), "key": issued.secret})
 
 
@@ -102,19 +93,21 @@ async def update_key(
     session: Session,
     actor: Writer,
     key_id: str,
-    changes: Annotated[dict[str, Any], Body()],
+    changes: Changes,
 ) -> KeyOut:
     """A partial change (fields of KeyConfig except `key`: rotate for a new secret)."""
     row = await load(session, actor, "keys:write", key_id)
-    check_if_match(request, row.version)
     project = await load_project(session, actor, "keys:write", row.project_id)
-    before = fields(await _out(session, row))
-    await service.update_key(session, row, project, changes)
-    out = await _out(session, row)
-    audit.note(request, "key.update", "key", row.id, before, fields(out), row.tenant_id)
-    await commit_change(request, session)
-    etag(response, row.version)
-    return out
+    return await handlers.updated(
+        request,
+        response,
+        session,
+        row,
+        "key.update",
+        row.tenant_id,
+        show=lambda: _out(session, row),
+        apply=lambda: service.update_key(session, row, project, changes),
+    )
 
 
 @router.post("/keys/{key_id}/rotate")
@@ -158,9 +151,12 @@ async def revoke_key(
 @router.delete("/keys/{key_id}", status_code=204)
 async def delete_key(request: Request, session: Session, actor: Writer, key_id: str) -> Response:
     row = await load(session, actor, "keys:write", key_id)
-    check_if_match(request, row.version)
-    before = fields(await _out(session, row))
-    await service.delete_key(session, row)
-    audit.note(request, "key.delete", "key", row.id, before, None, row.tenant_id)
-    await commit_change(request, session)
-    return Response(status_code=204)
+    return await handlers.deleted(
+        request,
+        session,
+        row,
+        "key.delete",
+        row.tenant_id,
+        show=lambda: _out(session, row),
+        apply=lambda: service.delete_key(session, row),
+    )

@@ -9,7 +9,7 @@ import re
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Query, Request, Response
+from fastapi import Body, Depends, FastAPI, Query, Request, Response
 from pydantic import BaseModel
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -33,6 +33,16 @@ _TAG = re.compile(r'^\s*(?:W/)?"?(\d+)"?\s*$')
 
 Limit = Annotated[int, Query(ge=1, le=500, description="rows per page")]
 Cursor = Annotated[str | None, Query(max_length=128, description="a page's next_cursor")]
+#: A PATCH body: the fields to change, validated whole by the service.
+Changes = Annotated[
+    dict[str, Any],
+    Body(
+        description="The fields to change: any of the resource's create body (its config "
+        "entry), all optional. They are merged into the stored entry, which is validated whole "
+        "as a create is; a field a resource fixes (a key's secret, a model's name, a "
+        "provider's slug) answers 400."
+    ),
+]
 
 
 def state(request: Request) -> AdminState:

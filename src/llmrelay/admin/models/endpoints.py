@@ -8,18 +8,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from llmrelay.admin import audit
 from llmrelay.admin.access import Actor, require
-from llmrelay.admin.kit.http import (
-    Cursor,
-    Limit,
-    Session,
-    check_if_match,
-    commit_change,
-    etag,
-    fields,
-    tenant_for_create,
-)
+from llmrelay.admin.kit import handlers
+from llmrelay.admin.kit.http import Changes, Cursor, Limit, Session, etag, tenant_for_create
 from llmrelay.admin.kit.problems import NotFound
 from llmrelay.admin.kit.scope import visible
 from llmrelay.admin.models import repository, routes, service
@@ -99,10 +90,7 @@ async def create_model(
     tenant = await tenant_for_create(session, actor, "models:write", tenant_id)
     row = await service.create_model(session, tenant, config)
     out = await _out(session, row)
-    audit.note(request, "model.create", "model", row.id, None, fields(out), tenant)
-    await commit_change(request, session)
-    etag(response, row.version)
-    return out
+    return await handlers.created(request, response, session, row, "model.create", tenant, out)
 
 
 @router.get("/models/{model_id}")
@@ -119,18 +107,20 @@ async def update_model(
     session: Session,
     actor: Writer,
     model_id: str,
-    changes: Annotated[dict[str, Any], Body()],
+    changes: Changes,
 ) -> ModelOut:
     """A partial change; `routes`, when given, replaces the whole list (as the file does)."""
     row = await load(session, actor, "models:write", model_id)
-    check_if_match(request, row.version)
-    before = fields(await _out(session, row))
-    await service.update_model(session, row, changes)
-    out = await _out(session, row)
-    audit.note(request, "model.update", "model", row.id, before, fields(out), row.tenant_id)
-    await commit_change(request, session)
-    etag(response, row.version)
-    return out
+    return await handlers.updated(
+        request,
+        response,
+        session,
+        row,
+        "model.update",
+        row.tenant_id,
+        show=lambda: _out(session, row),
+        apply=lambda: service.update_model(session, row, changes),
+    )
 
 
 @router.delete("/models/{model_id}", status_code=204)
@@ -139,12 +129,15 @@ async def delete_model(
 ) -> Response:
     """The model, its routes and prices; refused (409) while something names it."""
     row = await load(session, actor, "models:write", model_id)
-    check_if_match(request, row.version)
-    before = fields(await _out(session, row))
-    await service.delete_model(session, row)
-    audit.note(request, "model.delete", "model", row.id, before, None, row.tenant_id)
-    await commit_change(request, session)
-    return Response(status_code=204)
+    return await handlers.deleted(
+        request,
+        session,
+        row,
+        "model.delete",
+        row.tenant_id,
+        show=lambda: _out(session, row),
+        apply=lambda: service.delete_model(session, row),
+    )
 
 
 @router.post("/models/{model_id}/routes", status_code=201)
@@ -159,10 +152,9 @@ async def add_route(
     model = await load(session, actor, "models:write", model_id)
     row = await routes.add_route(session, model, routes.parse(body))
     out = await _route_out(session, model, row)
-    audit.note(request, "route.create", "route", row.id, None, fields(out), model.tenant_id)
-    await commit_change(request, session)
-    etag(response, row.version)
-    return out
+    return await handlers.created(
+        request, response, session, row, "route.create", model.tenant_id, out
+    )
 
 
 @router.get("/models/{model_id}/routes/{route_id}")
@@ -183,19 +175,21 @@ async def update_route(
     actor: Writer,
     model_id: str,
     route_id: str,
-    changes: Annotated[dict[str, Any], Body()],
+    changes: Changes,
 ) -> RouteOut:
     """A partial change of one route (for example `disabled: true`); needs its If-Match."""
     model = await load(session, actor, "models:write", model_id)
     row = await _route(session, model, route_id)
-    check_if_match(request, row.version)
-    before = fields(await _route_out(session, model, row))
-    await routes.update_route(session, model, row, changes)
-    out = await _route_out(session, model, row)
-    audit.note(request, "route.update", "route", row.id, before, fields(out), model.tenant_id)
-    await commit_change(request, session)
-    etag(response, row.version)
-    return out
+    return await handlers.updated(
+        request,
+        response,
+        session,
+        row,
+        "route.update",
+        model.tenant_id,
+        show=lambda: _route_out(session, model, row),
+        apply=lambda: routes.update_route(session, model, row, changes),
+    )
 
 
 @router.delete("/models/{model_id}/routes/{route_id}", status_code=204)
@@ -205,9 +199,12 @@ async def delete_route(
     """Refused (409) for a model's last route."""
     model = await load(session, actor, "models:write", model_id)
     row = await _route(session, model, route_id)
-    check_if_match(request, row.version)
-    before = fields(await _route_out(session, model, row))
-    await routes.delete_route(session, model, row)
-    audit.note(request, "route.delete", "route", row.id, before, None, model.tenant_id)
-    await commit_change(request, session)
-    return Response(status_code=204)
+    return await handlers.deleted(
+        request,
+        session,
+        row,
+        "route.delete",
+        model.tenant_id,
+        show=lambda: _route_out(session, model, row),
+        apply=lambda: routes.delete_route(session, model, row),
+    )

@@ -8,18 +8,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from llmrelay.admin import audit
 from llmrelay.admin.access import Actor, require
-from llmrelay.admin.kit.http import (
-    Cursor,
-    Limit,
-    Session,
-    check_if_match,
-    commit_change,
-    etag,
-    fields,
-    tenant_for_create,
-)
+from llmrelay.admin.kit import handlers
+from llmrelay.admin.kit.http import Changes, Cursor, Limit, Session, etag, tenant_for_create
 from llmrelay.admin.kit.problems import NotFound
 from llmrelay.admin.kit.scope import visible
 from llmrelay.admin.policies import repository, service
@@ -72,10 +63,7 @@ async def create_policy(
     tenant = await tenant_for_create(session, actor, "policies:write", tenant_id)
     row = await service.create_policy(session, tenant, config)
     out = policy_out(row)
-    audit.note(request, "policy.create", "policy", row.id, None, fields(out), tenant)
-    await commit_change(request, session)
-    etag(response, row.version)
-    return out
+    return await handlers.created(request, response, session, row, "policy.create", tenant, out)
 
 
 @router.get("/policies/{policy_id}")
@@ -94,17 +82,19 @@ async def update_policy(
     session: Session,
     actor: Writer,
     policy_id: str,
-    changes: Annotated[dict[str, Any], Body()],
+    changes: Changes,
 ) -> PolicyOut:
     row = await load(session, actor, "policies:write", policy_id)
-    check_if_match(request, row.version)
-    before = fields(policy_out(row))
-    await service.update_policy(session, row, changes)
-    out = policy_out(row)
-    audit.note(request, "policy.update", "policy", row.id, before, fields(out), row.tenant_id)
-    await commit_change(request, session)
-    etag(response, row.version)
-    return out
+    return await handlers.updated(
+        request,
+        response,
+        session,
+        row,
+        "policy.update",
+        row.tenant_id,
+        show=lambda: policy_out(row),
+        apply=lambda: service.update_policy(session, row, changes),
+    )
 
 
 @router.delete("/policies/{policy_id}", status_code=204)
@@ -113,9 +103,12 @@ async def delete_policy(
 ) -> Response:
     """Refused (409) while a project, key or the gateway-wide setting binds it."""
     row = await load(session, actor, "policies:write", policy_id)
-    check_if_match(request, row.version)
-    before = fields(policy_out(row))
-    await service.delete_policy(session, row)
-    audit.note(request, "policy.delete", "policy", row.id, before, None, row.tenant_id)
-    await commit_change(request, session)
-    return Response(status_code=204)
+    return await handlers.deleted(
+        request,
+        session,
+        row,
+        "policy.delete",
+        row.tenant_id,
+        show=lambda: policy_out(row),
+        apply=lambda: service.delete_policy(session, row),
+    )

@@ -7,19 +7,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from llmrelay.admin import audit
 from llmrelay.admin.access import Actor, require
-from llmrelay.admin.kit import lookups
-from llmrelay.admin.kit.http import (
-    Cursor,
-    Limit,
-    Session,
-    check_if_match,
-    commit_change,
-    etag,
-    fields,
-    tenant_for_create,
-)
+from llmrelay.admin.kit import handlers, lookups
+from llmrelay.admin.kit.http import Changes, Cursor, Limit, Session, etag, tenant_for_create
 from llmrelay.admin.kit.problems import NotFound
 from llmrelay.admin.kit.scope import visible
 from llmrelay.admin.projects import repository, service
@@ -82,10 +72,7 @@ async def create_project(
     tenant = await tenant_for_create(session, actor, "projects:write", tenant_id)
     row = await service.create_project(session, tenant, config)
     out = await _out(session, row)
-    audit.note(request, "project.create", "project", row.id, None, fields(out), tenant)
-    await commit_change(request, session)
-    etag(response, row.version)
-    return out
+    return await handlers.created(request, response, session, row, "project.create", tenant, out)
 
 
 @router.get("/projects/{project_id}")
@@ -104,18 +91,20 @@ async def update_project(
     session: Session,
     actor: Writer,
     project_id: str,
-    changes: Annotated[dict[str, Any], Body()],
+    changes: Changes,
 ) -> ProjectOut:
     """A partial change (fields of ProjectConfig), validated whole; needs If-Match."""
     row = await load(session, actor, "projects:write", project_id)
-    check_if_match(request, row.version)
-    before = fields(await _out(session, row))
-    await service.update_project(session, row, changes)
-    out = await _out(session, row)
-    audit.note(request, "project.update", "project", row.id, before, fields(out), row.tenant_id)
-    await commit_change(request, session)
-    etag(response, row.version)
-    return out
+    return await handlers.updated(
+        request,
+        response,
+        session,
+        row,
+        "project.update",
+        row.tenant_id,
+        show=lambda: _out(session, row),
+        apply=lambda: service.update_project(session, row, changes),
+    )
 
 
 @router.delete("/projects/{project_id}", status_code=204)
@@ -124,9 +113,12 @@ async def delete_project(
 ) -> Response:
     """The project and its keys; needs If-Match."""
     row = await load(session, actor, "projects:write", project_id)
-    check_if_match(request, row.version)
-    before = fields(await _out(session, row))
-    await service.delete_project(session, row)
-    audit.note(request, "project.delete", "project", row.id, before, None, row.tenant_id)
-    await commit_change(request, session)
-    return Response(status_code=204)
+    return await handlers.deleted(
+        request,
+        session,
+        row,
+        "project.delete",
+        row.tenant_id,
+        show=lambda: _out(session, row),
+        apply=lambda: service.delete_project(session, row),
+    )

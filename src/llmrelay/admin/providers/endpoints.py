@@ -9,14 +9,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from llmrelay.admin import audit
 from llmrelay.admin.access import Actor, require
+from llmrelay.admin.kit import handlers
 from llmrelay.admin.kit.http import (
+    Changes,
     Cursor,
     Limit,
     Session,
     check_if_match,
     commit_change,
     etag,
-    fields,
     state,
     tenant_for_create,
 )
@@ -79,10 +80,7 @@ async def create_provider(
     tenant = await tenant_for_create(session, actor, "providers:write", tenant_id)
     row = await service.create_provider(session, tenant, config, state(request).secrets())
     out = _out(request, row)
-    audit.note(request, "provider.create", "provider", row.id, None, fields(out), tenant)
-    await commit_change(request, session)
-    etag(response, row.version)
-    return out
+    return await handlers.created(request, response, session, row, "provider.create", tenant, out)
 
 
 @router.get("/providers/{provider_id}")
@@ -101,18 +99,20 @@ async def update_provider(
     session: Session,
     actor: Writer,
     provider_id: str,
-    changes: Annotated[dict[str, Any], Body()],
+    changes: Changes,
 ) -> ProviderOut:
     """A partial change; `api_key` / `headers` replace the stored ones when given."""
     row = await load(session, actor, "providers:write", provider_id)
-    check_if_match(request, row.version)
-    before = fields(_out(request, row))
-    await service.update_provider(session, row, changes, state(request).secrets())
-    out = _out(request, row)
-    audit.note(request, "provider.update", "provider", row.id, before, fields(out), row.tenant_id)
-    await commit_change(request, session)
-    etag(response, row.version)
-    return out
+    return await handlers.updated(
+        request,
+        response,
+        session,
+        row,
+        "provider.update",
+        row.tenant_id,
+        show=lambda: _out(request, row),
+        apply=lambda: service.update_provider(session, row, changes, state(request).secrets()),
+    )
 
 
 @router.delete("/providers/{provider_id}", status_code=204)
@@ -121,12 +121,15 @@ async def delete_provider(
 ) -> Response:
     """Refused (409) while routes or routing policies still name the provider."""
     row = await load(session, actor, "providers:write", provider_id)
-    check_if_match(request, row.version)
-    before = fields(_out(request, row))
-    await service.delete_provider(session, row)
-    audit.note(request, "provider.delete", "provider", row.id, before, None, row.tenant_id)
-    await commit_change(request, session)
-    return Response(status_code=204)
+    return await handlers.deleted(
+        request,
+        session,
+        row,
+        "provider.delete",
+        row.tenant_id,
+        show=lambda: _out(request, row),
+        apply=lambda: service.delete_provider(session, row),
+    )
 
 
 @router.get("/providers/{provider_id}/models")

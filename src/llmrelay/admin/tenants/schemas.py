@@ -6,6 +6,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from llmrelay.admin.kit.params import PRINTABLE
 from llmrelay.store.models import Tenant
 
 SLUG = r"^[a-z0-9][a-z0-9-]{0,62}$"
@@ -15,7 +16,7 @@ class TenantIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     slug: str = Field(pattern=SLUG, description="lower-case letters, digits and dashes")
-    name: str = Field(min_length=1, max_length=200)
+    name: str = Field(min_length=1, max_length=200, pattern=PRINTABLE)
     require_2fa: bool = False
 
 
@@ -24,7 +25,7 @@ class TenantPatch(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str | None = Field(default=None, min_length=1, max_length=200)
+    name: str | None = Field(default=None, min_length=1, max_length=200, pattern=PRINTABLE)
     require_2fa: bool | None = None
     version: int | None = Field(default=None, ge=1)
 

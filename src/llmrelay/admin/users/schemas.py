@@ -7,6 +7,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from llmrelay.admin.access import Role
+from llmrelay.admin.kit.params import EMAIL, PRINTABLE
 from llmrelay.store.models_access import Membership, User
 
 #: The roles a membership can hold (platform admin is a user flag, not a tenant role).
@@ -19,9 +20,9 @@ class UserIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    email: str = Field(min_length=3, max_length=320, pattern=r"^[^@\s]+@[^@\s]+$")
+    email: str = Field(min_length=3, max_length=320, pattern=EMAIL)
     password: str = Field(min_length=1, max_length=1024)
-    name: str | None = Field(default=None, max_length=200)
+    name: str | None = Field(default=None, max_length=200, pattern=PRINTABLE)
     platform_admin: bool = False
     tenant_id: str | None = None
     role: Role | None = None
@@ -31,7 +32,7 @@ class UserIn(BaseModel):
 class UserPatch(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str | None = Field(default=None, max_length=200)
+    name: str | None = Field(default=None, max_length=200, pattern=PRINTABLE)
     disabled: bool | None = None
     platform_admin: bool | None = None
     version: int | None = Field(default=None, ge=1)

@@ -1,0 +1,193 @@
+"""The world the permission matrix and the audit tests run in, built once per test module and
+backend through the real API (the admin token): two tenants ("own", the callers' tenant, and
+"other") with the same rows each (two projects with a key and a request record each, a
+provider, a model with a route, a policy, a viewer), an account per role in the own tenant (a
+developer limited to the own tenant's first project), and a signed-in client per caller."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+import pytest_asyncio
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from llmrelay.admin.access import Role
+from llmrelay.admin.app import create_admin
+from llmrelay.admin.state import AdminState
+from llmrelay.store import migrate, rollups
+from llmrelay.store.db import create_engine, session_factory
+from llmrelay.store.models import RequestRecord, UsageRollupDirty
+from llmrelay.store.models_access import AuditEntry, Membership, User
+from llmrelay.store.types import utcnow
+from tests.admin.access_support import FAST_PASSWORDS, PASSWORD, login
+from tests.admin.conftest import ADMIN_TOKEN, SEALER
+from tests.admin.route_table import ANONYMOUS, CALLERS, TOKEN, Side, World
+from tests.conftest import need_postgres
+from tests.support.databases import postgres_database, sqlite_url
+
+
+async def _side(admin: httpx.AsyncClient, engine: AsyncEngine, slug: str) -> Side:
+    async def post(path: str, body: dict[str, Any], **params: str) -> dict[str, Any]:
+        answer = await admin.post(path, json=body, params=params)
+        assert answer.status_code == 201, f"{path}: {answer.text}"
+        made: dict[str, Any] = answer.json()
+        return made
+
+    tenant = (await post("/tenants", {"slug": slug, "name": slug.title()}))["id"]
+    project = (await post("/projects", {"name": "web"}, tenant_id=tenant))["id"]
+    outside = (await post("/projects", {"name": "batch"}, tenant_id=tenant))["id"]
+    key = (await post(f"/projects/{project}/keys", {"name": "web-key"}))["id"]
+    outside_key = (await post(f"/projects/{outside}/keys", {"name": "batch-key"}))["id"]
+    provider = (await post("/providers", {"slug": "up", "type": "mock"}, tenant_id=tenant))["id"]
+    model = await post(
+        "/models",
+        {"name": "chat", "routes": [{"provider": "up", "upstream_model": "x"}]},
+        tenant_id=tenant,
+    )
+    policy = (await post("/policies", {"name": "eu-only"}, tenant_id=tenant))["id"]
+    member_email = f"member@{slug}.example.com"
+    member = await post(
+        "/users",
+        {"email": member_email, "password": PASSWORD, "tenant_id": tenant, "role": "viewer"},
+    )
+    request_ids = (f"req-{slug}-web", f"req-{slug}-batch")
+    async with session_factory(engine)() as session:
+        for request_id, project_id in zip(request_ids, (project, outside), strict=True):
+            session.add(
+                RequestRecord(
+                    request_id=request_id,
+                    created_at=utcnow(),
+                    tenant_id=tenant,
+                    project_id=project_id,
+                    endpoint="chat.completions",
+                    status_code=200,
+                    latency_ms=5.0,
+                )
+            )
+        session.add(
+            AuditEntry(
+                at=utcnow(),
+                actor_kind="token",
+                tenant_id=tenant,
+                action="seed",
+                status_code=200,
+                diff={},
+            )
+        )
+        await session.commit()
+    return Side(
+        tenant=tenant,
+        project=project,
+        outside=outside,
+        key=key,
+        outside_key=outside_key,
+        provider=provider,
+        provider_slug="up",
+        model=model["id"],
+        route=model["routes"][0]["id"],
+        policy=policy,
+        member=member["id"],
+        member_email=member_email,
+        request_id=request_ids[0],
+        outside_request_id=request_ids[1],
+    )
+
+
+async def add_account(world: World, caller: str, email: str) -> str:
+    """An account of the caller's kind: the flag for a platform admin, else a membership of
+    the own tenant with the caller's role (a developer limited to the own project)."""
+    async with session_factory(world.engine)() as session:
+        user = User(
+            email=email,
+            password_hash=FAST_PASSWORDS.hash(PASSWORD),
+            platform_admin=caller == Role.PLATFORM_ADMIN.value,
+        )
+        session.add(user)
+        await session.flush()
+        if caller != Role.PLATFORM_ADMIN.value:
+            projects = [world.own.project] if caller == Role.DEVELOPER.value else None
+            session.add(
+                Membership(
+                    user_id=user.id, tenant_id=world.own.tenant, role=caller, project_ids=projects
+                )
+            )
+        await session.commit()
+        return user.id
+
+
+@asynccontextmanager
+async def caller_client(world: World, caller: str, email: str) -> AsyncIterator[httpx.AsyncClient]:
+    """A client as `caller`: the admin token, no credentials, or a console session (CSRF token
+    sent) of the account `email`."""
+    if caller == TOKEN:
+        async with world.client(Authorization=f"Bearer {ADMIN_TOKEN}") as api:
+            yield api
+        return
+    async with world.client() as api:
+        if caller != ANONYMOUS:
+            answer = await login(api, email)
+            assert answer.status_code == 200, answer.text
+            api.headers["X-CSRF-Token"] = answer.json()["csrf_token"]
+        yield api
+
+
+@asynccontextmanager
+async def build_world(engine: AsyncEngine) -> AsyncIterator[World]:
+    state = AdminState(ADMIN_TOKEN, engine=engine, sealer=SEALER, passwords=FAST_PASSWORDS)
+    app = create_admin(state)
+    transport = httpx.ASGITransport(app=app)
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://admin", headers=headers
+    ) as admin:
+        own, other = await _side(admin, engine, "own"), await _side(admin, engine, "other")
+        world = World(state, engine, admin, own, other, app)
+        async with session_factory(engine)() as session:  # as the recorder does for records
+            session.add(UsageRollupDirty(hour=rollups.hour_of(utcnow()), version=1))
+            await session.commit()
+        for role in Role:
+            await add_account(world, role.value, f"{role.value}@example.com")
+        yield world
+
+
+# --- fixtures (import them into a test module) ---------------------------------------
+
+
+#: Parametrize a test module's tests with `world` (indirect, module scope) over these; or
+#: pair the PostgreSQL world with fewer cases than the SQLite one (it builds slower).
+SQLITE = "sqlite"
+POSTGRESQL = pytest.param("postgresql", marks=pytest.mark.postgres)
+BACKENDS = [SQLITE, POSTGRESQL]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def world(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[World]:
+    """The world on the backend the test is parametrized with (SQLite unless it is)."""
+    async with AsyncExitStack() as stack:
+        if getattr(request, "param", SQLITE) == SQLITE:
+            url = sqlite_url(tmp_path_factory.mktemp("matrix"))
+        else:
+            need_postgres()
+            url = await stack.enter_async_context(postgres_database())
+        engine = create_engine(url)
+        stack.push_async_callback(engine.dispose)
+        await migrate.upgrade(engine)
+        yield await stack.enter_async_context(build_world(engine))
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def callers(world: World) -> AsyncIterator[dict[str, httpx.AsyncClient]]:
+    """One signed-in client per caller, for the whole module."""
+    async with AsyncExitStack() as stack:
+        yield {
+            caller: await stack.enter_async_context(
+                caller_client(world, caller, f"{caller}@example.com")
+            )
+            for caller in CALLERS
+        }

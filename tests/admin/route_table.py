@@ -1,0 +1,399 @@
+"""Every route of the admin app, declared once for the permission matrix and the audit tests:
+the permission it needs, how to aim a request at a row of a given tenant (a row made for the
+request when the request destroys or uses it up), and the audit action it must record.
+
+A path parameter is aimed at the side's row of the same name (`{project_id}` -> the side's
+project...): see `PARAMS`. The world the requests run in is tests/admin/matrix_world.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import httpx
+from fastapi import FastAPI
+from fastapi.routing import iter_route_contexts
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from llmrelay.admin.access import Role
+from llmrelay.admin.state import AdminState
+from tests.admin.access_support import PASSWORD, totp_code
+
+#: Recognisable secrets planted in requests that carry one: no audit row may ever hold them.
+PLANTED_API_KEY = "sk-planted-provider-secret-7f3a9c"
+PLANTED_KEY = "llr-planted-key-secret-0123456789"
+PLANTED_PASSWORD = "planted password 9d2e41"
+PLANTED = (PLANTED_API_KEY, PLANTED_KEY, PLANTED_PASSWORD)
+
+#: The callers of the matrix: every role of the role table (a console session; the platform
+#: admin is an account with the flag), the admin token, and no credentials at all.
+TOKEN, ANONYMOUS = "token", "anonymous"
+CALLERS = [TOKEN, ANONYMOUS, *(role.value for role in Role)]
+
+
+@dataclass
+class Side:
+    """One tenant's rows the requests are aimed at."""
+
+    tenant: str
+    project: str  # the developer's project (in the own tenant)
+    outside: str  # a project outside the developer's list
+    key: str
+    outside_key: str
+    provider: str
+    provider_slug: str
+    model: str
+    route: str
+    policy: str
+    member: str  # a viewer of this tenant only
+    member_email: str
+    request_id: str
+    outside_request_id: str
+
+    def outside_view(self) -> Side:
+        """The same tenant, aimed at the project outside the developer's list."""
+        return replace(
+            self, project=self.outside, key=self.outside_key, request_id=self.outside_request_id
+        )
+
+
+@dataclass
+class World:
+    state: AdminState
+    engine: AsyncEngine
+    admin: httpx.AsyncClient  # the admin token
+    own: Side
+    other: Side
+    #: the admin app every client of the world calls (one app: FastAPI prepares each route
+    #: on its first call, which costs more than the call)
+    app: FastAPI
+    counter: itertools.count[int] = field(default_factory=itertools.count)
+
+    def n(self) -> int:
+        return next(self.counter)
+
+    def client(self, **headers: str) -> httpx.AsyncClient:
+        transport = httpx.ASGITransport(app=self.app)
+        return httpx.AsyncClient(transport=transport, base_url="http://admin", headers=headers)
+
+    async def make(self, path: str, body: dict[str, Any], **params: str) -> str:
+        """A row made by the platform admin; its id."""
+        answer = await self.admin.post(path, json=body, params=params)
+        assert answer.status_code == 201, f"{path}: {answer.text}"
+        return str(answer.json()["id"])
+
+
+@dataclass
+class Call:
+    method: str
+    path: str
+    json: Any = None
+    params: dict[str, str] = field(default_factory=dict)
+    #: the id the audit entry must name (None: the response's `id`)
+    target: str | None = None
+
+
+Body = Callable[[World, Side], Any]
+Make = Callable[[World, Side], Awaitable[str]]
+Build = Callable[[World, Side, httpx.AsyncClient], Awaitable[Call]]
+#: Path parameter -> the Side field it is aimed at.
+PARAMS = {
+    "tenant_id": "tenant",
+    "project_id": "project",
+    "key_id": "key",
+    "provider_id": "provider",
+    "model_id": "model",
+    "route_id": "route",
+    "policy_id": "policy",
+    "user_id": "member",
+    "request_id": "request_id",
+}
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str  # as the app declares it
+    #: None: any signed-in caller (the /auth routes act on the caller's own account)
+    permission: str | None
+    #: tenant: aimed at one tenant's row (own, other); global: no tenant (lists, settings);
+    #: self: the caller's account; public: no credentials needed
+    kind: Literal["tenant", "global", "self", "public"] = "tenant"
+    body: Body | None = None
+    params: tuple[tuple[str, str], ...] = ()
+    #: a create in the side's tenant: `?tenant_id=`
+    create: bool = False
+    #: the answer is a new row: the audit entry names its id
+    new: bool = False
+    #: makes the row the last path parameter names (what the request deletes or uses up)
+    make: Make | None = None
+    #: builds the whole request (self routes that need a setup first)
+    custom: Build | None = None
+    #: a project-limited member sees only its projects' rows (also aimed "outside")
+    project_scoped: bool = False
+    #: only a platform admin, whatever the role table says
+    platform_only: bool = False
+    #: for lists: the markers of rows in the answer
+    shows: Callable[[Any], set[str]] | None = None
+    #: what the admin token gets on a self route (it has no account: 400)
+    token_status: int | None = None
+    #: the audit entry's action (None: a read, no entry) and the target it names, when it
+    #: is neither the last path parameter nor the answer's id
+    action: str | None = None
+    target: str | None = None
+    #: the entry's diff may be empty (nothing of the resource's fields changed)
+    empty_diff: bool = False
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.method, self.path)
+
+    @property
+    def mutation(self) -> bool:
+        return self.method not in ("GET", "HEAD", "OPTIONS")
+
+    async def build(self, world: World, side: Side, api: httpx.AsyncClient) -> Call:
+        """The request aimed at `side`'s rows."""
+        if self.custom is not None:
+            return await self.custom(world, side, api)
+        names = [name.strip("{}") for name in self.path.split("/") if name.startswith("{")]
+        values = {name: str(getattr(side, PARAMS.get(name, ""), "")) for name in names}
+        if self.make is not None:
+            values[names[-1]] = await self.make(world, side)
+        params = dict(self.params) | ({"tenant_id": side.tenant} if self.create else {})
+        target = self.target
+        if target is None and names and not (self.create or self.new):
+            target = values[names[-1]]
+        body = self.body(world, side) if self.body else None
+        return Call(self.method, self.path.format(**values), body, params, target)
+
+
+def app_routes(app: FastAPI) -> set[tuple[str, str]]:
+    """(method, path) of every operation the admin app serves (HEAD goes with GET)."""
+    found = set()
+    for route in iter_route_contexts(app.routes):
+        for method in route.methods or ():
+            if method != "HEAD" and route.path is not None:
+                found.add((method, route.path))
+    return found
+
+
+# --- rows made for one request ---------------------------------------------------------
+
+
+async def _project(world: World, side: Side) -> str:
+    return await world.make("/projects", {"name": f"p{world.n()}"}, tenant_id=side.tenant)
+
+
+async def _key(world: World, side: Side) -> str:
+    return await world.make(f"/projects/{side.project}/keys", {"name": f"k{world.n()}"})
+
+
+async def _provider(world: World, side: Side) -> str:
+    body = {"slug": f"up{world.n()}", "type": "mock"}
+    return await world.make("/providers", body, tenant_id=side.tenant)
+
+
+async def _model(world: World, side: Side) -> str:
+    body = {"name": f"m{world.n()}", "routes": [_route_body(world, side)]}
+    return await world.make("/models", body, tenant_id=side.tenant)
+
+
+async def _route(world: World, side: Side) -> str:
+    return await world.make(f"/models/{side.model}/routes", _route_body(world, side))
+
+
+async def _price(world: World, side: Side) -> str:
+    return await world.make(f"/models/{side.model}/prices", _price_body(world, side))
+
+
+async def _policy(world: World, side: Side) -> str:
+    return await world.make("/policies", {"name": f"pol{world.n()}"}, tenant_id=side.tenant)
+
+
+async def _floater(world: World, side: Side) -> str:
+    """An account in no tenant (to be added as a member)."""
+    return await world.make(
+        "/users", {"email": f"floater{world.n()}@example.com", "password": PASSWORD}
+    )
+
+
+async def _spare(world: World, side: Side) -> str:
+    """A viewer of the side's tenant (to be changed or removed)."""
+    body = {"email": f"spare{world.n()}@example.com", "password": PASSWORD, "role": "viewer"}
+    return await world.make("/users", body | {"tenant_id": side.tenant})
+
+
+def _route_body(world: World, side: Side) -> dict[str, Any]:
+    return {"provider": side.provider_slug, "upstream_model": f"up-model-{world.n()}"}
+
+
+def _price_body(world: World, side: Side) -> dict[str, Any]:
+    return {"input_per_mtok": 1, "effective_from": f"2{world.n() + 100:03d}-01-01T00:00:00Z"}
+
+
+# --- requests that need a setup by the same caller -------------------------------------
+
+
+async def _totp_enable(world: World, side: Side, api: httpx.AsyncClient) -> Call:
+    setup = await api.post("/auth/totp/setup")  # fails for callers without an account
+    code = totp_code(setup.json()["secret"]) if setup.status_code == 200 else "000000"
+    return Call("POST", "/auth/totp/enable", {"code": code})
+
+
+async def _totp_disable(world: World, side: Side, api: httpx.AsyncClient) -> Call:
+    setup = await api.post("/auth/totp/setup")
+    code = "000000"
+    if setup.status_code == 200:
+        secret = setup.json()["secret"]
+        enabled = await api.post("/auth/totp/enable", json={"code": totp_code(secret)})
+        assert enabled.status_code == 200, enabled.text
+        code = totp_code(secret, 1)  # the next step: not used yet
+    return Call("POST", "/auth/totp/disable", {"password": PASSWORD, "code": code})
+
+
+async def _add_member(world: World, side: Side, api: httpx.AsyncClient) -> Call:
+    floater = await _floater(world, side)
+    body = {"user_id": floater, "role": "viewer"}
+    return Call("POST", f"/tenants/{side.tenant}/members", body, target=floater)
+
+
+async def _login(world: World, side: Side, api: httpx.AsyncClient) -> Call:
+    body = {"email": side.member_email, "password": PASSWORD}
+    return Call("POST", "/auth/login", body, target=side.member)
+
+
+# --- what a list shows -----------------------------------------------------------------
+
+
+def _ids(key: str = "id") -> Callable[[Any], set[str]]:
+    return lambda answer: {str(row[key]) for row in answer["data"]}
+
+
+def _requests(answer: Any) -> set[str]:
+    """A usage sum as a marker: one request per project of each side (see matrix_world)."""
+    points = [answer] if "requests" in answer else answer["data"]
+    return {f"requests:{sum(p['requests'] for p in points)}"}
+
+
+def _n(key: str, prefix: str = "") -> Body:
+    """A body {key: a fresh value}."""
+    return lambda w, s: {key: f"{prefix}{w.n()}" if prefix else 1 + w.n()}
+
+
+def _list(path: str, permission: str, shows: Callable[[Any], set[str]], **kw: Any) -> Route:
+    return Route("GET", path, permission, "global", params=(("limit", "500"),), shows=shows, **kw)
+
+
+def _crud(
+    name: str, path: str, item: str, create: Body, change: Body, make: Make, **kw: Any
+) -> list[Route]:
+    """The list, create, read, update and delete routes of a resource."""
+    read, write = f"{path.strip('/')}:read", f"{path.strip('/')}:write"
+    return [
+        _list(path, read, _ids(), **kw),
+        Route("POST", path, write, body=create, create=True, new=True, action=f"{name}.create"),
+        Route("GET", f"{path}/{item}", read, **kw),
+        Route("PATCH", f"{path}/{item}", write, body=change, action=f"{name}.update", **kw),
+        Route("DELETE", f"{path}/{item}", write, make=make, action=f"{name}.delete"),
+    ]
+
+
+SCOPED = {"project_scoped": True}  # for _list and _crud
+
+ROUTES: list[Route] = [
+    Route("POST", "/auth/login", None, "public", custom=_login, action="auth.login",
+          empty_diff=True),
+    Route("POST", "/auth/logout", None, "self", action="auth.logout", empty_diff=True),
+    Route("GET", "/auth/me", None, "self"),
+    Route("POST", "/auth/password", None, "self", token_status=400, action="user.password_change",
+          body=lambda w, s: {"current_password": PASSWORD, "new_password": PLANTED_PASSWORD}),
+    Route("POST", "/auth/totp/setup", None, "self", token_status=400, action="user.totp_setup",
+          empty_diff=True),
+    Route("POST", "/auth/totp/enable", None, "self", token_status=400, custom=_totp_enable,
+          action="user.totp_enable"),
+    Route("POST", "/auth/totp/disable", None, "self", token_status=400, custom=_totp_disable,
+          action="user.totp_disable"),
+    # tenants, users, members
+    _list("/tenants", "tenants:read", _ids()),
+    Route("POST", "/tenants", "tenants:write", "global", platform_only=True, new=True,
+          action="tenant.create",
+          body=lambda w, s: {"slug": f"t{w.n()}", "name": "New"}),
+    Route("GET", "/tenants/{tenant_id}", "tenants:read"),
+    Route("PATCH", "/tenants/{tenant_id}", "tenants:write", body=_n("name", "T"),
+          action="tenant.update"),
+    _list("/users", "users:read", _ids("email")),
+    Route("POST", "/users", "users:write", new=True, action="user.create",
+          body=lambda w, s: {"email": f"made{w.n()}@example.com", "password": PLANTED_PASSWORD,
+                             "tenant_id": s.tenant, "role": "viewer"}),
+    Route("GET", "/users/{user_id}", "users:read"),
+    Route("PATCH", "/users/{user_id}", "users:write", body=_n("name", "N"), action="user.update"),
+    Route("GET", "/tenants/{tenant_id}/members", "users:read"),
+    Route("POST", "/tenants/{tenant_id}/members", "users:write", custom=_add_member,
+          action="member.add"),
+    Route("PATCH", "/tenants/{tenant_id}/members/{user_id}", "users:write", make=_spare,
+          body=lambda w, s: {"role": "auditor"}, action="member.update"),
+    Route("DELETE", "/tenants/{tenant_id}/members/{user_id}", "users:write", make=_spare,
+          action="member.remove"),
+    _list("/audit", "audit:read", _ids("tenant_id")),
+    # usage
+    _list("/usage/summary", "usage:read", _requests, **SCOPED),
+    _list("/usage/timeseries", "usage:read", _requests, **SCOPED),
+    _list("/requests", "usage:read", _ids("request_id"), **SCOPED),
+    Route("GET", "/requests/{request_id}", "usage:read", project_scoped=True),
+    # projects, keys, limits
+    *_crud("project", "/projects", "{project_id}", _n("name", "p"),
+           lambda w, s: {"limits": {"rpm": 1000 + w.n()}}, _project, **SCOPED),
+    Route("GET", "/projects/{project_id}/limits", "limits:read", project_scoped=True),
+    Route("PUT", "/projects/{project_id}/limits", "limits:write", project_scoped=True,
+          body=lambda w, s: {"limits": {"tpm": 1 + w.n()}}, action="project.limits"),
+    _list("/keys", "keys:read", _ids(), **SCOPED),
+    Route("POST", "/projects/{project_id}/keys", "keys:write", project_scoped=True, new=True,
+          action="key.create",
+          body=lambda w, s: {"name": f"k{w.n()}", "key": f"{PLANTED_KEY}-{w.n()}"}),
+    Route("GET", "/keys/{key_id}", "keys:read", project_scoped=True),
+    Route("PATCH", "/keys/{key_id}", "keys:write", project_scoped=True, action="key.update",
+          body=lambda w, s: {"limits": {"rpm": 1 + w.n()}}),
+    Route("POST", "/keys/{key_id}/rotate", "keys:write", project_scoped=True, action="key.rotate"),
+    Route("POST", "/keys/{key_id}/revoke", "keys:write", project_scoped=True, make=_key,
+          action="key.revoke"),
+    Route("DELETE", "/keys/{key_id}", "keys:write", project_scoped=True, make=_key,
+          action="key.delete"),
+    Route("GET", "/keys/{key_id}/limits", "limits:read", project_scoped=True),
+    Route("PUT", "/keys/{key_id}/limits", "limits:write", project_scoped=True, action="key.limits",
+          body=lambda w, s: {"limits": {"tpm": 1 + w.n()}}),
+    # providers (a planted credential in what is written)
+    *_crud("provider", "/providers", "{provider_id}",
+           lambda w, s: {"slug": f"up{w.n()}", "type": "mock", "api_key": PLANTED_API_KEY,
+                         "headers": {"x-upstream-token": PLANTED_API_KEY}},
+           lambda w, s: {"region": f"r{w.n()}", "api_key": PLANTED_API_KEY}, _provider),
+    Route("GET", "/providers/{provider_id}/models", "providers:read"),
+    Route("PUT", "/providers/{provider_id}/models", "providers:write",
+          body=lambda w, s: {"models": [f"listed-{w.n()}"]}, action="provider.inventory"),
+    # models, routes, prices
+    *_crud("model", "/models", "{model_id}",
+           lambda w, s: {"name": f"m{w.n()}", "routes": [_route_body(w, s)]},
+           lambda w, s: {"deadline_s": 100 + w.n()}, _model),
+    Route("POST", "/models/{model_id}/routes", "models:write", body=_route_body, new=True,
+          action="route.create"),
+    Route("GET", "/models/{model_id}/routes/{route_id}", "models:read"),
+    Route("PATCH", "/models/{model_id}/routes/{route_id}", "models:write", body=_n("weight"),
+          action="route.update"),
+    Route("DELETE", "/models/{model_id}/routes/{route_id}", "models:write", make=_route,
+          action="route.delete"),
+    Route("GET", "/models/{model_id}/prices", "prices:read"),
+    Route("POST", "/models/{model_id}/prices", "prices:write", body=_price_body, new=True,
+          action="price.create"),
+    Route("DELETE", "/models/{model_id}/prices/{price_id}", "prices:write", make=_price,
+          action="price.delete"),
+    # routing policies and the gateway-wide setting
+    *_crud("policy", "/policies", "{policy_id}", _n("name", "pol"),
+           lambda w, s: {"regions": [f"r{w.n()}"]}, _policy),
+    Route("GET", "/settings/routing", "policies:read", "global"),
+    Route("PUT", "/settings/routing", "policies:write", "global", platform_only=True,
+          body=lambda w, s: {"breaker": {"failures": 1 + w.n() % 999}},
+          action="settings.routing", target="routing"),
+]  # fmt: skip
