@@ -139,7 +139,15 @@ def _per_request(instructions: int, requests: int) -> float:
     return instructions / requests if requests else 0.0
 
 
-def count_instructions(folder: Path, seconds: float) -> dict[str, Any]:
+def count_instructions(
+    folder: Path, seconds: float, cells: frozenset[str] | None = None
+) -> dict[str, Any]:
+    """`cells`: only these `MODE:ARM` counts (arms: bare, off, all, key, anthropic), for a
+    quick A/B of one part; None counts every cell."""
+
+    def wanted(mode: str, arm: str) -> bool:
+        return cells is None or f"{mode}:{arm}" in cells
+
     if shutil.which("valgrind") is None:
         sys.exit("missing: valgrind (apt-get install -y valgrind)")
     python = sys.executable
@@ -157,9 +165,12 @@ def count_instructions(folder: Path, seconds: float) -> dict[str, Any]:
         try:
             bare.wait_ready("POST", "/plain/v1/chat/completions")
             for mode in MODES:
+                counts.setdefault(mode, {})
+                if not wanted(mode, "bare"):
+                    continue
                 path = f"/{mode}/v1/chat/completions"
                 total, n = bare.count(path, request_body(mode), BENCH_KEY, seconds)
-                counts.setdefault(mode, {})["bare"] = each = _per_request(total, n)
+                counts[mode]["bare"] = each = _per_request(total, n)
                 print(f"  bare      {mode:<10} {each / 1000:8.1f}k per request")
         finally:
             bare.stop()
@@ -173,12 +184,16 @@ def count_instructions(folder: Path, seconds: float) -> dict[str, Any]:
             relay.wait_ready("/readyz", "")
             for mode in MODES:
                 for arm in LIMIT_ARMS:
+                    if not wanted(mode, arm):
+                        continue
                     label = mode if arm == "off" else limited_mode(mode, arm)
                     body = request_body(mode if arm == "off" else limited_mode(mode, arm))
                     key = _ARM_KEYS.get(arm, BENCH_KEY)
                     total, n = relay.count("/v1/chat/completions", body, key, seconds)
                     counts[mode][f"llmrelay-{arm}"] = each = _per_request(total, n)
                     print(f"  llmrelay  {label:<10} {each / 1000:8.1f}k per request")
+                if not wanted(mode, "anthropic"):
+                    continue
                 label = translated_mode(mode, "anthropic")  # chat from an anthropic provider
                 body = request_body(label)
                 total, n = relay.count("/v1/chat/completions", body, BENCH_KEY, seconds)
@@ -186,14 +201,7 @@ def count_instructions(folder: Path, seconds: float) -> dict[str, Any]:
                 print(f"  llmrelay  {label:<10} {each / 1000:8.1f}k per request")
         finally:
             relay.stop()
-    ratios = {
-        mode: {
-            "llmrelay/bare": by["llmrelay-off"] / by["bare"],
-            **{f"{arm}/off": by[f"llmrelay-{arm}"] / by["llmrelay-off"] for arm in ("all", "key")},
-            "anthropic/openai": by["llmrelay-anthropic"] / by["llmrelay-off"],
-        }
-        for mode, by in counts.items()
-    }
+    ratios = {mode: _ratios(by) for mode, by in counts.items()}
     for mode, figures in ratios.items():
         shown = ", ".join(f"{name} {value:.3f}" for name, value in figures.items())
         print(f"{mode}: {shown}")
@@ -207,22 +215,44 @@ def count_instructions(folder: Path, seconds: float) -> dict[str, Any]:
     }
 
 
+def _ratios(by: dict[str, float]) -> dict[str, float]:
+    """Each arm over its baseline, where both were counted."""
+    pairs = {
+        "llmrelay/bare": ("llmrelay-off", "bare"),
+        "all/off": ("llmrelay-all", "llmrelay-off"),
+        "key/off": ("llmrelay-key", "llmrelay-off"),
+        "anthropic/openai": ("llmrelay-anthropic", "llmrelay-off"),
+    }
+    return {
+        name: by[top] / by[base] for name, (top, base) in pairs.items() if top in by and base in by
+    }
+
+
 def markdown(data: dict[str, Any]) -> str:
     lines = [
         "| mode | bare | llmrelay | llmrelay/bare | limits all | all/off | limits key | key/off"
         " | anthropic upstream | anthropic/openai |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+
+    def count(by: dict[str, float], name: str) -> str:
+        return f"{by[name] / 1000:.1f}k" if name in by else ""
+
+    def ratio(figures: dict[str, float], name: str) -> str:
+        return f"{figures[name]:.3f}" if name in figures else ""
+
     for mode, by in data["instructions_per_request"].items():
         r = data["ratios"][mode]
-        lines.append(
-            f"| {mode} | {by['bare'] / 1000:.1f}k | {by['llmrelay-off'] / 1000:.1f}k | "
-            f"{r['llmrelay/bare']:.3f} | {by['llmrelay-all'] / 1000:.1f}k | {r['all/off']:.3f} | "
-            f"{by['llmrelay-key'] / 1000:.1f}k | {r['key/off']:.3f} | "
-            + (
-                f"{by['llmrelay-anthropic'] / 1000:.1f}k | {r['anthropic/openai']:.3f} |"
-                if "llmrelay-anthropic" in by
-                else "| |"
-            )
+        cells = (
+            count(by, "bare"),
+            count(by, "llmrelay-off"),
+            ratio(r, "llmrelay/bare"),
+            count(by, "llmrelay-all"),
+            ratio(r, "all/off"),
+            count(by, "llmrelay-key"),
+            ratio(r, "key/off"),
+            count(by, "llmrelay-anthropic"),
+            ratio(r, "anthropic/openai"),
         )
+        lines.append(f"| {mode} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

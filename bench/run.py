@@ -313,6 +313,11 @@ def main() -> None:
         action="store_true",
         help="CPU instructions per request under callgrind: bare, llmrelay, limited keys",
     )
+    parser.add_argument(
+        "--cells",
+        help="--instructions: only these comma-separated MODE:ARM counts (MODE plain or sse;"
+        " ARM bare, off, all, key or anthropic), e.g. sse:off,sse:anthropic",
+    )
     parser.add_argument("--rows", type=int, default=2_000_000, help="--usage-api: records")
     parser.add_argument(
         "--modes", help=f"comma-separated subset of {','.join(ALL_MODES)} (not --translation)"
@@ -354,7 +359,8 @@ def main() -> None:
             data = compare_limits(folder, args.quick)
             kind = "limits-quick" if args.quick else "limits"
         elif args.instructions:
-            data = count_instructions(folder, 6.0 if args.quick else 12.0)
+            cells = frozenset(args.cells.split(",")) if args.cells else None
+            data = count_instructions(folder, 6.0 if args.quick else 12.0, cells)
             kind = "instructions"
         elif args.recording:
             data = compare_recording(folder, args.quick)
