@@ -42,7 +42,7 @@ LIMIT_ARMS = ("off", "all", "key")
 _ARM_KEYS = {"all": LIMITED_KEY, "key": KEY_LIMITED_KEY}
 #: LIMITED_KEY's limits: every kind on the key and on its project, far above what a run
 #: can reach, so every request is admitted and settled but none refused.
-_LIMITS = "{rpm: 100000000, tpm: 100000000000, concurrency: 100000}"
+_LIMITS = "{rpm: 100000000, tpm: 2000000000, concurrency: 100000}"
 _API_PROVIDERS = {
     "openai": ("openai_compatible", "gpt-4o-mini"),
     "anthropic": ("anthropic", "claude-haiku-4-5"),
@@ -207,7 +207,7 @@ def llmrelay_config(
         "    keys:\n"
         "      - name: wrk\n"
         f"        key: {KEY_LIMITED_KEY}\n"
-        "        limits: {rpm: 100000000, tpm: 100000000000}\n"
+        "        limits: {rpm: 100000000, tpm: 2000000000}\n"
     )
     return (
         "providers:\n" + "".join(providers) + "models:\n" + "".join(models) + "projects:\n"
