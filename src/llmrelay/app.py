@@ -7,6 +7,7 @@ import contextlib
 import gc
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -16,9 +17,8 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from llmrelay.admin.app import create_admin
 from llmrelay.admin.cors import with_cors
 from llmrelay.admin.identity.bootstrap import ensure_bootstrap_admin
 from llmrelay.admin.state import AdminState, SessionPolicy
@@ -69,6 +69,30 @@ class _Endpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._handler(scope, receive, send)
+
+
+class _BuiltOnFirstUse:
+    """An ASGI app made on its first request. The admin API's routers and schemas take about
+    half a second to import and build (Pydantic makes each model's schema as its class is
+    created); the data plane's start, and its readiness, should not wait for them."""
+
+    __slots__ = ("_app", "_build")
+
+    def __init__(self, build: Callable[[], ASGIApp]) -> None:
+        self._build = build
+        self._app: ASGIApp | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        app = self._app
+        if app is None:
+            app = self._app = self._build()
+        await app(scope, receive, send)
+
+
+def _admin_app(admin: AdminState, settings: Settings) -> ASGIApp:
+    from llmrelay.admin.app import create_admin  # imported here: see _BuiltOnFirstUse
+
+    return with_cors(create_admin(admin), settings)
 
 
 class _Refused:
@@ -136,7 +160,7 @@ def create_app(settings: Settings) -> GatewayApp:
         Route("/readyz", _Endpoint(health.readyz), methods=["GET"]),
         Route("/healthz", _Endpoint(health.readyz), methods=["GET"]),
         Route("/metrics", _Endpoint(health.metrics), methods=["GET"]),
-        Mount("/api/admin", app=with_cors(create_admin(admin), settings)),
+        Mount("/api/admin", app=_BuiltOnFirstUse(partial(_admin_app, admin, settings))),
     ]
 
     @contextlib.asynccontextmanager

@@ -17,6 +17,8 @@ from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
+from llmrelay.admin.admin_error import AdminError as AdminError  # its home; raised everywhere
+
 
 class ErrorDetail(BaseModel):
     message: str
@@ -49,24 +51,6 @@ ERRORS = documented(
         503: "The database or the secret key is not open yet",
     }
 )
-
-
-class AdminError(Exception):
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        kind: str = "invalid_request",
-        field: str | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.kind = kind
-        self.field = field
-        #: extra response headers (Retry-After on a 429)
-        self.headers = headers
 
 
 def error_response(

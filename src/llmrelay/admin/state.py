@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from llmrelay.admin.errors import AdminError
+from llmrelay.admin.admin_error import AdminError
 from llmrelay.admin.identity.credentials import Passwords
 from llmrelay.settings import Environment, Settings
 from llmrelay.store.crypto import Sealer

@@ -17,8 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.admin.identity import repository
-from llmrelay.admin.identity.credentials import Passwords
-from llmrelay.admin.identity.service import normalize_email
+from llmrelay.admin.identity.credentials import Passwords, normalize_email
 from llmrelay.settings import Environment, Settings
 from llmrelay.store.db import session_factory
 from llmrelay.store.models_access import User

@@ -99,3 +99,8 @@ def totp_step(
         if secrets.compare_digest(totp.at(step * totp.interval), code):
             return step
     return None
+
+
+def normalize_email(email: str) -> str:
+    """Accounts are found by email whatever its case or surrounding spaces."""
+    return email.strip().lower()

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from llmrelay.admin.errors import AdminError
 from llmrelay.admin.identity import credentials, repository, sessions
 from llmrelay.admin.identity.credentials import Passwords
+from llmrelay.admin.identity.credentials import normalize_email as normalize_email
 from llmrelay.admin.state import SessionPolicy
 from llmrelay.store.crypto import Sealer
 from llmrelay.store.models_access import User
@@ -51,10 +52,6 @@ class SignIn:
     user_agent: str | None
     #: The session cookie the client already had, if any: ended, never reused.
     previous_token: str | None
-
-
-def normalize_email(email: str) -> str:
-    return email.strip().lower()
 
 
 async def check_throttle(
