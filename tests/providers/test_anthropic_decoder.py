@@ -1,17 +1,28 @@
 """The anthropic adapter's stream decoder: its shortcuts for text deltas and two-line blocks
-must give exactly what parsing every event and translating it gives."""
+must give exactly what parsing every event and translating it gives, and so must its direct
+path (the client's events written by the decoder, passed on unread by the chat relay)."""
 
 from __future__ import annotations
 
+import asyncio
+from types import MappingProxyType
 from typing import Any
 
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmrelay.protocols.chat_anthropic_stream import AnthropicStreamToChat
-from llmrelay.protocols.sse import parse_events
-from llmrelay.providers.anthropic import _Decoder
+from llmrelay.deadlines import Deadlines
+from llmrelay.gateway.call import CallRecord
+from llmrelay.gateway.relay import ChatStreamRelay
+from llmrelay.protocols.chat_anthropic_stream import AnthropicStreamToChat, StreamError
+from llmrelay.protocols.openai import ModelRename
+from llmrelay.protocols.sse import SSEParser, parse_events
+from llmrelay.providers.anthropic_stream import AnthropicChatDecoder
+from llmrelay.providers.base import UpstreamResponse
+from llmrelay.providers.errors import UpstreamError
+from llmrelay.providers.translated import TranslatedResponse
+from llmrelay.snapshot.model import ProviderSnap, RouteSnap
 
 
 def _event(name: str, data: dict[str, Any], extra: bytes = b"") -> bytes:
@@ -65,7 +76,7 @@ def _reference(body: bytes, include_usage: bool) -> list[bytes]:
 
 
 def _decoded(body: bytes, include_usage: bool, cut: int) -> list[bytes]:
-    decoder = _Decoder("m", include_usage, True)
+    decoder = AnthropicChatDecoder("m", include_usage, True)
     out = decoder.chunks(body[:cut]) + decoder.chunks(body[cut:]) + decoder.end()
     return [
         c if isinstance(c, bytes) else b"data: " + orjson.dumps(c) + b"\n\n"
@@ -94,3 +105,170 @@ def test_the_shortcuts_translate_exactly_as_the_full_parse(
     assert [orjson.loads(c[6:]) | {"created": 0} for c in decoded] == [
         orjson.loads(c[6:]) | {"created": 0} for c in reference
     ]
+
+
+# -- the direct path: the decoder writes the client's events, the chat relay trusts them --
+
+VIRTUAL = "chat-virtual"
+PROVIDER = ProviderSnap(
+    "p", "up", "anthropic", "http://x", None, MappingProxyType({}), 5, 5, 5, 5, None
+)
+ROUTE = RouteSnap("r", PROVIDER, "m", 0, 1.0, None, False, 0)
+
+
+class _Body:
+    """An upstream body given as fixed chunks."""
+
+    status = 200
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self._chunks = list(chunks)
+
+    def header(self, name: str) -> str | None:
+        return None
+
+    async def read(self) -> bytes:
+        return b"".join(self._chunks)
+
+    async def next_chunk(self) -> bytes:
+        return self._chunks.pop(0) if self._chunks else b""
+
+    def release(self) -> None:
+        pass
+
+
+Outcome = tuple[list[dict[str, Any]] | str, tuple[int | None, int | None], int, int | None]
+
+
+async def _client(response: UpstreamResponse, client_asked: bool) -> Outcome:
+    """What the client gets through the chat relay: its events (or the error that failed
+    the route before any), the recorded usage, the malformed count and the status."""
+    record = CallRecord("req", "chat.completions", 0.0)
+    malformed: list[int] = []
+    relay = ChatStreamRelay(
+        ROUTE,
+        response,
+        request_id="req",
+        choices=1,
+        usage_requested=client_asked,
+        usage_coming=True,
+        record=record,
+        rename=ModelRename(VIRTUAL),
+        on_malformed=lambda: malformed.append(1),
+        on_end=lambda r: None,
+    )
+    try:
+        await relay.prime(Deadlines(asyncio.get_running_loop()))
+    except UpstreamError as exc:
+        return type(exc).__name__, (None, None), len(malformed), None
+    out = b"".join([part async for part in relay.events()])
+    events: list[dict[str, Any]] = []
+    for data in SSEParser().feed_data(out):
+        event = orjson.loads(data) if data != b"[DONE]" else {"done": True}
+        event.pop("created", None)
+        events.append(event)
+    usage = (record.prompt_tokens, record.completion_tokens)
+    return events, usage, len(malformed), record.status_code
+
+
+class _FullParse:
+    """A decoder that parses and translates every event, nothing skipped: in a
+    TranslatedResponse (it has no direct path) the chat relay examines what it writes."""
+
+    def __init__(self) -> None:
+        self._parser = SSEParser()
+        self._translator = AnthropicStreamToChat(model="m", include_usage=True)
+
+    def completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def error(self, status: int, raw: bytes) -> tuple[str, str | None]:
+        raise NotImplementedError
+
+    def retry_after(self, raw: bytes) -> str | None:
+        return None
+
+    def chunks(self, chunk: bytes) -> list[dict[str, Any] | bytes | None]:
+        out: list[dict[str, Any] | bytes | None] = []
+        for name, data in self._parser.feed(chunk):
+            try:
+                event = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                out.append(None)
+                continue
+            if not isinstance(event, dict):
+                continue
+            try:
+                out += self._translator.feed(name, event)
+            except StreamError as exc:
+                out.append({"error": {"message": exc.message, "type": exc.error_type}})
+        return out
+
+    def end(self) -> list[dict[str, Any] | bytes | None]:
+        return []
+
+
+def _tool_block(index: int) -> bytes:
+    start = {
+        "type": "content_block_start",
+        "index": index,
+        "content_block": {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}},
+    }
+    delta = {
+        "type": "content_block_delta",
+        "index": index,
+        "delta": {"type": "input_json_delta", "partial_json": '{"a": 1}'},
+    }
+    stop = {"type": "content_block_stop", "index": index}
+    return b"".join(
+        [
+            _event("content_block_start", start),
+            _event("content_block_delta", delta),
+            _event("content_block_stop", stop),
+        ]
+    )
+
+
+_EXTRAS = {
+    "none": b"",
+    "malformed": b"event: content_block_delta\ndata: {not json\n\n",
+    "error": _event(
+        "error", {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}
+    ),
+    "tool": b"",
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.text(max_size=8), max_size=6),
+    st.sampled_from([0, 1]),
+    st.booleans(),
+    st.sampled_from(sorted(_EXTRAS)),
+    st.integers(min_value=0, max_value=7),
+    st.booleans(),
+    st.lists(st.integers(min_value=0, max_value=3000), max_size=5),
+)
+def test_the_direct_path_gives_the_client_what_the_full_parse_gives(
+    texts: list[str],
+    index: int,
+    odd_block: bool,
+    extra: str,
+    at: int,
+    client_asked: bool,
+    cuts: list[int],
+) -> None:
+    body = _stream(texts, index, odd_block)
+    blocks = body[:-2].split(b"\n\n")
+    insert = _EXTRAS[extra] or (_tool_block(index + 1) if extra == "tool" else b"")
+    if insert:
+        position = min(3 + at, len(blocks) - 3)  # among the deltas, before the message's end
+        blocks.insert(position, insert[:-2])
+        body = b"\n\n".join(blocks) + b"\n\n"
+    points = sorted({min(c, len(body)) for c in cuts})
+    chunks = [
+        b for a, z in zip([0, *points], [*points, len(body)], strict=True) if (b := body[a:z])
+    ]
+    direct = TranslatedResponse(_Body(chunks), AnthropicChatDecoder("m", True, True))
+    full = TranslatedResponse(_Body(chunks), _FullParse())
+    assert asyncio.run(_client(direct, client_asked)) == asyncio.run(_client(full, client_asked))

@@ -10,6 +10,12 @@ only `model` renamed to the virtual model: the name the provider reports (often 
 snapshot of the model asked for) is learnt from its first event and then renamed by one
 byte replacement per chunk (see protocols.openai.ModelRename); an event the replacement
 missed is re-serialised.
+
+A translated stream whose decoder writes the client's events itself (providers.translated,
+`TranslatedResponse.direct`) is not examined again: the decoder is given the terms above
+(the virtual model's name, whether the usage goes on, when the stream is complete) and its
+`StreamFacts` say what it wrote; its errors and malformed events reach the relay as they
+would have from the events.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from llmrelay.protocols.openai import DONE, ModelRename, error_event
 from llmrelay.protocols.sse import SSEParser, event_data
 from llmrelay.providers.base import UpstreamResponse
 from llmrelay.providers.errors import UpstreamErrorEvent
+from llmrelay.providers.translated import StreamFacts, StreamTerms, TranslatedResponse
 from llmrelay.snapshot.model import RouteSnap
 
 log = structlog.get_logger(__name__)
@@ -78,15 +85,31 @@ class ChatStreamRelay(StreamRelay):
         self._finished: set[int] = set()
         self._usage_seen = False
         self._done = False
+        #: What a decoder writing the client's events found (None: the events are read).
+        self._facts: StreamFacts | None = None
+        if type(response) is TranslatedResponse:
+            self._facts = response.direct(
+                StreamTerms(
+                    model=self._virtual_model,
+                    forward_usage=usage_requested,
+                    end_at_finish=not self._usage_requested,
+                    on_usage=record.take_usage,
+                    on_malformed=self._malformed,
+                )
+            )
 
     @property
     def _complete(self) -> bool:
+        if self._facts is not None:
+            return self._facts.complete
         return self._done or (
             len(self._finished) >= self._choices and (self._usage_seen or not self._usage_requested)
         )
 
     def _ended_early_is_complete(self) -> bool:
         """Every choice finished; only the usage chunk never came."""
+        if self._facts is not None:
+            return self._facts.finished
         return bool(self._finished) and len(self._finished) >= self._choices
 
     def _closing(self) -> bytes:
@@ -107,6 +130,11 @@ class ChatStreamRelay(StreamRelay):
         passes unchanged (the usual case) the output is the chunk's own text, not a rebuilt
         copy. Measured: parsing every event cost more than all the rest llmrelay does for a
         stream, and general byte searches cost more per byte than parsing."""
+        facts = self._facts
+        if facts is not None:  # written for the client by the decoder: passed on as it is
+            self._taken = facts.events
+            out.append(chunk)
+            return facts.content
         text = self._parser.complete_text(chunk)
         if not text:
             return False
@@ -170,8 +198,7 @@ class ChatStreamRelay(StreamRelay):
             event = None
         if type(event) is not dict:
             if data:  # an event with no data (a named ping) is not malformed
-                self._on_malformed()
-                log.warning("upstream_malformed_event", request_id=self._request_id)
+                self._malformed()
             return None, False
         if "error" in event:
             raise UpstreamErrorEvent(_error_text(event))
@@ -202,6 +229,10 @@ class ChatStreamRelay(StreamRelay):
             self._model_known = True
         event["model"] = virtual
         return orjson.dumps(event), content
+
+    def _malformed(self) -> None:
+        self._on_malformed()
+        log.warning("upstream_malformed_event", request_id=self._request_id)
 
     def _learn(self, model: str, datas: list[bytes], start: int) -> bytes:
         """Remember the provider's name for the model for the byte replacement, and apply it

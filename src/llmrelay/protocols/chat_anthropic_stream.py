@@ -58,7 +58,7 @@ class AnthropicStreamToChat:
         #: Anthropic block index -> Chat tool call index (tool blocks counted alone)
         self._tool_calls: dict[int, int] = {}
         self._finish_sent = False
-        self._text_template: tuple[str, bytes, bytes] | None = None
+        self._text_template: tuple[str, str, bytes, bytes] | None = None
 
     def feed(self, event: str | None, data: dict[str, Any]) -> list[dict[str, Any]]:
         kind = data.get("type") or event
@@ -101,16 +101,32 @@ class AnthropicStreamToChat:
     def text_template(self) -> tuple[bytes, bytes]:
         """The bytes before and after a text delta's JSON string in its `data: ` event, for
         the message as it stands (its id comes with message_start)."""
+        head, tail = self._template()
+        return head + b'{"content":', b'},"logprobs":null,"finish_reason":null' + tail
+
+    def event(self, delta: bytes, finish_reason: str | None = None) -> bytes:
+        """The `data: ` event of a chunk with this delta (compact JSON), byte for byte what
+        serialising `_chunk` gives, from the message's template (no dict, no serialiser)."""
+        head, tail = self._template()
+        reason = b"null" if finish_reason is None else orjson.dumps(finish_reason)
+        return head + delta + b',"logprobs":null,"finish_reason":' + reason + tail
+
+    def _template(self) -> tuple[bytes, bytes]:
+        """A chunk's `data: ` event before its delta, and after its finish reason."""
         template = self._text_template
-        if template is None or template[0] != self._id:
-            head = orjson.dumps(self._chunk({"content": ""}))
-            prefix, _, suffix = head.partition(b'{"content":""}')
-            template = self._text_template = (
-                self._id,
-                b"data: " + prefix + b'{"content":',
-                b"}" + suffix + b"\n\n",
+        if template is None or template[0] is not self._id or template[1] is not self.model:
+            head = (
+                b'data: {"id":'
+                + orjson.dumps(self._id)
+                + b',"object":"chat.completion.chunk","created":'
+                + str(self._created).encode()
+                + b',"model":'
+                + orjson.dumps(self.model)
+                + b',"choices":[{"index":0,"delta":'
             )
-        return template[1], template[2]
+            tail = b'}],"usage":null}\n\n' if self.include_usage else b"}]}\n\n"
+            template = self._text_template = (self._id, self.model, head, tail)
+        return template[2], template[3]
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         chunk: dict[str, Any] = {
@@ -136,10 +152,14 @@ class AnthropicStreamToChat:
                 self._raw_usage[key] = value
         self._usage_seen = True
 
-    def _message_start(self, message: dict[str, Any]) -> list[dict[str, Any]]:
+    def start(self, message: dict[str, Any]) -> None:
+        """message_start's effect on the state (the role chunk follows)."""
         if message.get("id"):
             self._id = "chatcmpl-" + str(message["id"])
         self._record_usage(message.get("usage"))
+
+    def _message_start(self, message: dict[str, Any]) -> list[dict[str, Any]]:
+        self.start(message)
         return [self._chunk({"role": "assistant", "content": ""})]
 
     def _block_start(self, index: Any, block: dict[str, Any]) -> list[dict[str, Any]]:
@@ -171,34 +191,46 @@ class AnthropicStreamToChat:
             return [self._chunk({"tool_calls": [call]})]
         return []  # thinking, signature and citation deltas have no Chat form
 
-    def _message_delta(self, data: dict[str, Any]) -> list[dict[str, Any]]:
+    def delta(self, data: dict[str, Any]) -> str | None:
+        """message_delta's effect on the state: the finish reason, if its chunk is due."""
         self._record_usage(data.get("usage"))
         stop_reason = (data.get("delta") or {}).get("stop_reason")
         if stop_reason is None or self._finish_sent:
-            return []
+            return None
         self.finished = True
         self._finish_sent = True
-        return [self._chunk({}, finish_reason_for(stop_reason))]
+        return finish_reason_for(stop_reason)
 
-    def _message_stop(self) -> list[dict[str, Any]]:
+    def stop(self) -> tuple[str | None, dict[str, Any] | None]:
+        """message_stop's effect on the state: the finish reason, if its chunk is still due,
+        and the usage chunk, if one is written."""
         self.finished = True
-        chunks = []
+        reason = None
         if not self._finish_sent:
             self._finish_sent = True
-            chunks.append(self._chunk({}, "stop"))
+            reason = "stop"
         # No usage reported is left unknown rather than billed as zero tokens.
         usage = self.usage if self.include_usage else None
-        if usage is not None:
-            chunks.append(
-                {
-                    "id": self._id,
-                    "object": "chat.completion.chunk",
-                    "created": self._created,
-                    "model": self.model,
-                    "choices": [],
-                    "usage": usage,
-                }
-            )
+        if usage is None:
+            return reason, None
+        return reason, {
+            "id": self._id,
+            "object": "chat.completion.chunk",
+            "created": self._created,
+            "model": self.model,
+            "choices": [],
+            "usage": usage,
+        }
+
+    def _message_delta(self, data: dict[str, Any]) -> list[dict[str, Any]]:
+        reason = self.delta(data)
+        return [] if reason is None else [self._chunk({}, reason)]
+
+    def _message_stop(self) -> list[dict[str, Any]]:
+        reason, usage_chunk = self.stop()
+        chunks = [] if reason is None else [self._chunk({}, reason)]
+        if usage_chunk is not None:
+            chunks.append(usage_chunk)
         return chunks
 
 

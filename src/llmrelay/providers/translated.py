@@ -5,11 +5,18 @@ transport's response in `TranslatedResponse`: its body reads as a chat completio
 bodies as OpenAI errors, and its stream as `data: {chunk}` events. Everything downstream of
 the adapter (retries, failover, the stream relay with its read-ahead, finish and usage
 rules, the model rename) then works unchanged for every provider.
+
+A decoder may also write the client's stream directly (`DirectChatDecoder`): told the terms
+the chat relay would apply (the virtual model's name, whether the usage chunk goes on, when
+the stream is complete), it writes the final chat events and reports what they hold in
+`StreamFacts`, so the relay passes them on without reading them a second time.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, cast
 
 import orjson
 import structlog
@@ -59,6 +66,51 @@ class ChatDecoder(Protocol):
         ...
 
 
+@dataclass(slots=True)
+class StreamFacts:
+    """What the chat events written so far hold, as the chat relay would have read them.
+    Cumulative: the relay reads them after every chunk (and at the end of the stream)."""
+
+    #: Chat events written (the record's count of events delivered).
+    events: int = 0
+    #: Whether any event carried content: text, a tool call, a finish reason or usage (the
+    #: first one commits the stream to its route).
+    content: bool = False
+    #: Whether the finish reason was written.
+    finished: bool = False
+    #: Whether the stream is complete (finish reason, and the usage when it is wanted):
+    #: nothing more is written after it.
+    complete: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StreamTerms:
+    """What the chat relay would do to a translated stream, for a decoder to do it first."""
+
+    #: The name every chunk carries (the virtual model's).
+    model: str
+    #: Whether the usage chunk reaches the client (it always reaches `on_usage`).
+    forward_usage: bool
+    #: Whether the stream is complete at its finish reason (no usage awaited).
+    end_at_finish: bool
+    on_usage: Callable[[dict[str, Any]], None]
+    #: An upstream event that could not be read (dropped and counted).
+    on_malformed: Callable[[], None]
+
+
+class DirectChatDecoder(ChatDecoder, Protocol):
+    """A decoder that can write the client's chat stream itself (see the module's doc)."""
+
+    def direct(self, terms: StreamTerms) -> StreamFacts:
+        """Write by `terms` from now on; the facts are updated by every `write`."""
+        ...
+
+    def write(self, chunk: bytes) -> bytes:
+        """Stream bytes as they came -> the client's chat events (maybe none yet). Raises
+        UpstreamErrorEvent for the provider's error event."""
+        ...
+
+
 class TranslatedResponse:
     """An UpstreamResponse whose bytes are the chat protocol's."""
 
@@ -67,7 +119,18 @@ class TranslatedResponse:
         self._decoder = decoder
         self._ended = False
         self._retry_after: str | None = None
+        self._facts: StreamFacts | None = None
         self.status = inner.status
+
+    def direct(self, terms: StreamTerms) -> StreamFacts | None:
+        """Have the decoder write the client's chat events by `terms`, if it can; then
+        `next_chunk` gives them and the facts say what they hold (None: it cannot, and the
+        chunks must be examined as a provider's)."""
+        if not hasattr(self._decoder, "direct"):
+            return None
+        decoder = cast(DirectChatDecoder, self._decoder)
+        self._facts = facts = decoder.direct(terms)
+        return facts
 
     def header(self, name: str) -> str | None:
         found = self._inner.header(name)
@@ -100,6 +163,8 @@ class TranslatedResponse:
     async def next_chunk(self) -> bytes:
         """The next chat events; b"" only at the end (an upstream chunk that completes no
         event is not an end: reading goes on)."""
+        if self._facts is not None:
+            return await self._next_direct(self._facts)
         while not self._ended:
             chunk = await self._inner.next_chunk()
             if chunk:
@@ -109,6 +174,20 @@ class TranslatedResponse:
                 events = self._decoder.end()
             if events:
                 return b"".join(_render(e) for e in events)
+        return b""
+
+    async def _next_direct(self, facts: StreamFacts) -> bytes:
+        """`next_chunk` for a decoder writing the client's events. b"" also once the stream
+        is complete (the relay knows that from the facts, and reads no further)."""
+        decoder = cast(DirectChatDecoder, self._decoder)
+        while not self._ended and not facts.complete:
+            chunk = await self._inner.next_chunk()
+            if not chunk:
+                self._ended = True
+                return b""
+            events = decoder.write(chunk)
+            if events:
+                return events
         return b""
 
     def release(self) -> None:
