@@ -26,7 +26,7 @@ from llmrelay.limits.base import (
     seconds_to_next_month,
 )
 from llmrelay.limits.local import LocalLimiter
-from llmrelay.limits.redis import RedisLimiter
+from llmrelay.limits.redis import RedisLimiter, RedisProgram
 from tests.conftest import need_redis
 from tests.support.ports import free_port
 from tests.support.services import REDIS_URL
@@ -272,7 +272,10 @@ async def test_an_unreachable_redis_is_backend_unavailable() -> None:
         await limiter.admit(demand(key(rpm=1), now=T0))
     assert not await limiter.ping()
     assert limiter.replicas() == 1
-    admission = Admission(demand(key(budget_micros=5), now=T0), limiter, {"key:k1": 10})
+    admission = Admission()  # as an admission before Redis went away would be
+    admission.program = RedisProgram(limiter, (key(budget_micros=5),))
+    admission.tokens, admission.now, admission.lease = 10, T0, "lease"
+    admission.top, admission.left, admission.reset, admission.settled = -1, 0, 0.0, False
     limiter.settle(admission, 20, 30)
     await limiter.flush()
     assert failed == [(20, 30)]

@@ -166,13 +166,13 @@ async def drive(
     """Play `steps`; with `expire_leases`, a request whose lease would have run out (it is
     never renewed here) ends first: local leases do not run out, Redis leases do."""
     now = start
-    held: list[Admission] = []
+    held: list[tuple[Admission, Demand]] = []
     outcomes: list[Outcome] = []
 
-    async def settle(admission: Admission, tokens: int | None, cost: int) -> None:
-        limiter.settle(admission, tokens, cost)
+    async def settle(taken: tuple[Admission, Demand], tokens: int | None, cost: int) -> None:
+        limiter.settle(taken[0], tokens, cost)
         if model is not None:
-            model.settle(admission.demand, tokens, cost)
+            model.settle(taken[1], tokens, cost)
         if flush is not None:
             await flush()
 
@@ -181,7 +181,7 @@ async def drive(
             now += step.dt
         elif step.kind == "admit":
             if expire_leases:
-                for stale in [a for a in held if a.demand.now + LEASE_TTL_S <= now]:
+                for stale in [t for t in held if t[1].now + LEASE_TTL_S <= now]:
                     held.remove(stale)
                     await settle(stale, None, 0)
             demand = Demand(scopes, f"lease-{i}", step.tokens, now)
@@ -191,7 +191,7 @@ async def drive(
             except LimitExceeded as exc:
                 outcomes.append(("refused", exc.quota, exc.headers))
             else:
-                held.append(admission)
+                held.append((admission, demand))
                 outcomes.append(("ok", admission.quota, admission.reserved, admission.bucket))
             if model is not None:
                 assert decision(outcomes[-1]) == expected, (i, outcomes[-1])

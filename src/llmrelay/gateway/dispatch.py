@@ -10,8 +10,6 @@ its first content in the client's protocol. `finish` queues the record.
 from __future__ import annotations
 
 import asyncio
-import itertools
-import secrets
 from collections import OrderedDict
 from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass
@@ -36,7 +34,7 @@ from llmrelay.gateway.recorder import Recorder
 from llmrelay.gateway.relay import ChatStreamRelay
 from llmrelay.gateway.responses_relay import ResponsesStreamRelay
 from llmrelay.gateway.watch import ClientWatches
-from llmrelay.limits.base import Demand, Limiter, LimitExceeded, LimitsUnavailable, Scope
+from llmrelay.limits.base import Limiter, LimitExceeded, LimitsUnavailable, Plan
 from llmrelay.limits.estimate import estimate_tokens
 from llmrelay.limits.local import LocalLimiter
 from llmrelay.limits.scopes import ScopeCache
@@ -88,8 +86,8 @@ class ModelCall:
     policy: PolicySnap | None
     #: What the request uses (examined only when a route declares capabilities).
     needs: Needs | None
-    #: The limits the call is admitted by (empty: none apply).
-    scopes: tuple[Scope, ...] = ()
+    #: The limits the call is admitted by (None: none apply).
+    plan: Plan | None = None
 
 
 class Dispatcher:
@@ -99,9 +97,6 @@ class Dispatcher:
         #: Response id -> (route id, project id) of Responses a provider stores (bounded).
         self.stored_responses: OrderedDict[str, tuple[str, str | None]] = OrderedDict()
         self.scopes = ScopeCache()
-        #: Concurrency lease ids: unique across replicas (request ids may come from clients).
-        self._lease_prefix = secrets.token_hex(6)
-        self._lease_numbers = itertools.count()
 
     async def answer(
         self,
@@ -115,18 +110,25 @@ class Dispatcher:
         relay), within the asked model's overall deadline (it bounds the time until the
         answer starts; a stream then runs under its idle limit)."""
         runtime = call.runtime
-        limiter = runtime.limiter
-        if call.scopes and limiter is not None:
-            demand = self._demand(call)
-            try:
-                if type(limiter) is LocalLimiter:  # it never waits: no coroutine
-                    admission = limiter.admit_now(demand)
-                else:
-                    admission = await limiter.admit(demand)
-            except (LimitExceeded, LimitsUnavailable) as refused:
-                _count_refusal(runtime.metrics, refused)
-                raise
-            call.record.admission = admission  # settled by `finish`
+        plan = call.plan
+        if plan is not None:
+            limiter = runtime.limiter
+            if limiter is not None:
+                # The token estimate only for a tpm limit (the walk of the prompt costs).
+                tokens = (
+                    estimate_tokens(call.operation, call.payload, runtime.default_output_tokens)
+                    if plan.tpm
+                    else 1
+                )
+                try:
+                    if type(limiter) is LocalLimiter:  # it never waits: no coroutine
+                        admission = limiter.take(plan, tokens, now())
+                    else:
+                        admission = await limiter.admit_plan(plan, tokens, now())
+                except (LimitExceeded, LimitsUnavailable) as refused:
+                    _count_refusal(runtime.metrics, refused)
+                    raise
+                call.record.admission = admission  # settled by `finish`
         deadline = runtime.deadlines.watch(model.deadline_s, "request")
         deadline_at = runtime.executor.clock() + model.deadline_s
         try:
@@ -154,20 +156,6 @@ class Dispatcher:
         finally:
             deadline.stop()
 
-    def _demand(self, call: ModelCall) -> Demand:
-        """What the call asks of its limits; the token estimate only for a tpm limit. The
-        lease id is unique across replicas (Redis also keys rpm entries by it)."""
-        tokens = 1
-        for scope in call.scopes:
-            if scope.tpm is not None:
-                runtime = call.runtime
-                tokens = estimate_tokens(
-                    call.operation, call.payload, runtime.default_output_tokens
-                )
-                break
-        lease = f"{self._lease_prefix}:{next(self._lease_numbers)}"
-        return Demand(call.scopes, lease, tokens, now())
-
     def served_headers(
         self, headers: list[tuple[bytes, bytes]], served: ModelSnap, record: CallRecord
     ) -> None:
@@ -177,9 +165,8 @@ class Dispatcher:
         headers.append((b"x-llmrelay-provider", (record.provider or "").encode()))
         admission = record.admission
         if admission is not None:
-            if admission.quota is not None:
-                headers += admission.quota.header_pairs()
-            if admission.degraded:
+            headers += admission.header_pairs()
+            if admission.program.degraded:
                 headers.append((b"x-ratelimit-degraded", b"true"))
 
     def attempt(
@@ -359,7 +346,7 @@ class Dispatcher:
             session_id if session_id is not None else context.session_id,
             principal.policy,
             needs,
-            () if operation is Operation.COUNT_TOKENS else self.scopes.of(principal),
+            None if operation is _COUNT_TOKENS else self.scopes.of(principal),
         )
 
     def live(self) -> Runtime:
@@ -407,6 +394,9 @@ def _count_refusal(metrics: Metrics, refused: LimitExceeded | LimitsUnavailable)
 def _route_id(route: RouteSnap) -> str:
     return route.id
 
+
+#: Looked up once (an enum member read from its class costs a microsecond).
+_COUNT_TOKENS = Operation.COUNT_TOKENS
 
 #: Response ids remembered per process for GET and cancel (like session affinity).
 STORED_RESPONSES_MAX = 100_000

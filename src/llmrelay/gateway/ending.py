@@ -28,7 +28,9 @@ def end_call(runtime: Runtime, record: CallRecord) -> None:
     cost = row[COST_COLUMN]
     admission = record.admission
     if admission is not None:
-        admission.limiter.settle(admission, record.used_tokens(), cost)
+        program = admission.program  # its owner took it, and settles it
+        tokens = record.used_tokens() if program.reconciles else None  # for tpm only
+        program.owner.settle(admission, tokens, cost)
     stats = runtime.metrics.request_stats
     model, provider = record.virtual_model or "", record.provider or ""
     ttfb = record.ttfb_ms

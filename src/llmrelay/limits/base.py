@@ -26,9 +26,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from llmrelay.gateway.errors import GatewayError
+
+if TYPE_CHECKING:
+    from llmrelay.limits.local import LocalProgram
+    from llmrelay.limits.redis import RedisProgram
 
 WINDOW_S = 60
 #: tpm buckets: the current second and the 60 before it.
@@ -174,26 +178,141 @@ _WHAT = {
 }
 
 
-@dataclass(slots=True)
-class Admission:
-    """What an admission took, handed back to `settle` by the one that took it."""
+class Plan:
+    """The limits of one key (its own, then its project's), made once per key snapshot
+    (scopes.py): what the request path must know without looking at every limit — whether
+    a token estimate is wanted, a lease, the month — and each limiter's compiled form,
+    filled on its first admission (a reload makes new plans, so never stale)."""
 
-    demand: Demand
-    limiter: Limiter
-    #: scope name -> tokens reserved for tpm (only scopes with a tpm limit).
-    reserved: dict[str, int] = field(default_factory=dict)
-    #: The tightest limit after this admission (headers of a successful answer).
-    quota: Quota | None = None
-    #: The tpm bucket (the second) the reservation went to.
-    bucket: int = 0
-    #: Taken by a replica's local fallback while Redis was unreachable.
-    degraded: bool = False
-    settled: bool = False
+    __slots__ = ("budget", "concurrency", "local", "scopes", "shared", "tpm")
+
+    def __init__(self, scopes: tuple[Scope, ...]) -> None:
+        self.scopes = scopes
+        self.tpm = any(s.tpm is not None for s in scopes)
+        self.concurrency = any(s.concurrency is not None for s in scopes)
+        self.budget = any(s.budget_micros is not None for s in scopes)
+        #: LocalLimiter's program, and RedisLimiter's (see `Program`).
+        self.local: LocalProgram | None = None
+        self.shared: RedisProgram | None = None
+
+
+class Program:
+    """A plan as one limiter enforces it (the in-process fallback: its share of each limit):
+    what its admissions and settles use instead of examining each scope again. Limiters
+    subclass it with their own state (counters, key names)."""
+
+    __slots__ = ("degraded", "limit_bytes", "owner", "reconciles", "scopes")
+
+    def __init__(self, owner: Limiter, scopes: tuple[Scope, ...], degraded: bool) -> None:
+        #: The limiter whose admissions these are: the one that settles them.
+        self.owner = owner
+        #: The scopes with the limits enforced (divided by a share).
+        self.scopes = scopes
+        #: Whether a settle has tpm to reconcile (the used tokens are wanted).
+        self.reconciles = any(s.tpm is not None for s in scopes)
+        #: Admissions of a replica's local fallback while Redis is unreachable.
+        self.degraded = degraded
+        #: X-RateLimit-Limit of each limit, at scope index * 4 + kind index (see `KINDS`).
+        self.limit_bytes = tuple(
+            b"" if v is None else b"%d" % v
+            for s in scopes
+            for v in (s.rpm, s.tpm, s.concurrency, s.budget_micros)
+        )
+
+
+#: The kinds in the order each scope's limits are checked (`Admission.top` indexes it).
+KINDS = (LimitKind.RPM, LimitKind.TPM, LimitKind.CONCURRENCY, LimitKind.BUDGET)
+#: X-RateLimit-Reset values up to a little over a minute (rpm and tpm), formatted once.
+_RESET_MAX = TPM_BUCKETS + 1
+_RESETS = tuple(b"%d" % max(1, n) for n in range(_RESET_MAX + 1))
+_LIMIT, _REMAINING, _RESET = b"x-ratelimit-limit", b"x-ratelimit-remaining", b"x-ratelimit-reset"
+
+
+class Admission:
+    """What an admission took, handed back to `settle` by the limiter that took it
+    (`program.owner`), and the tightest limit's figures after it (a successful answer's
+    headers). One is made per limited request, so it is light: figures, not objects
+    (`quota` and `reserved` are derived on demand), and no __init__: the limiters set every
+    field themselves (a Python __init__ call costs twice the sets)."""
+
+    __slots__ = ("lease", "left", "now", "program", "reset", "settled", "tokens", "top")
+
+    program: Program
+    #: The tpm estimate (each scope with tpm reserved min(tokens, its tpm)).
+    tokens: int
+    #: When it was admitted (wall clock): its tpm bucket and its month.
+    now: float
+    #: The concurrency lease (None: no concurrency limit, and not Redis).
+    lease: str | int | None
+    #: The tightest limit: scope index * 4 + kind index (-1: none), what is left of it, and
+    #: the seconds until it recovers.
+    top: int
+    left: int
+    reset: float
+    settled: bool
+
+    @property
+    def limiter(self) -> Limiter:
+        return self.program.owner
+
+    @property
+    def degraded(self) -> bool:
+        """Taken by a replica's local fallback while Redis was unreachable."""
+        return self.program.degraded
+
+    @property
+    def bucket(self) -> int:
+        """The tpm bucket (the second) the reservation went to."""
+        return int(self.now)
+
+    @property
+    def reserved(self) -> dict[str, int]:
+        """Scope name -> tokens reserved for tpm (only scopes with a tpm limit)."""
+        tokens = self.tokens
+        return {
+            s.name: tokens if tokens < s.tpm else s.tpm
+            for s in self.program.scopes
+            if s.tpm is not None
+        }
+
+    @property
+    def quota(self) -> Quota | None:
+        """The tightest limit after this admission (None: no limit applied)."""
+        top = self.top
+        if top < 0:
+            return None
+        scope = self.program.scopes[top >> 2]
+        kind = KINDS[top & 3]
+        limit = scope.limit(kind)
+        assert limit is not None
+        return Quota(kind, scope.kind, limit, self.left, self.reset)
+
+    def header_pairs(self) -> tuple[tuple[bytes, bytes], ...]:
+        """The X-RateLimit-* headers of a successful answer, as ASGI pairs (Quota.headers'
+        figures, formatted without building the Quota)."""
+        top = self.top
+        if top < 0:
+            return ()
+        left, reset = self.left, self.reset
+        seconds = reset.__trunc__()  # int(), at a third of the cost
+        if seconds < reset:
+            seconds += 1  # math.ceil, without the call
+        return (
+            (_LIMIT, self.program.limit_bytes[top]),
+            (_REMAINING, b"%d" % left if left > 0 else b"0"),
+            (_RESET, _RESETS[seconds] if 0 <= seconds <= _RESET_MAX else b"%d" % max(1, seconds)),
+        )
 
 
 class Limiter(Protocol):
     async def admit(self, demand: Demand) -> Admission:
         """Take from every limit of `demand.scopes`, or raise LimitExceeded (taking nothing)."""
+
+    async def admit_plan(
+        self, plan: Plan, tokens: int, now: float, lease: str | None = None
+    ) -> Admission:
+        """The same for the request path: a key's compiled plan, the tpm estimate (unused
+        without tpm), the wall clock; the limiter makes a lease id when it needs one."""
 
     def settle(self, admission: Admission, tokens: int | None, cost_micros: int) -> None:
         """The request ended: free its lease, reconcile its tpm reservation with `tokens`

@@ -1,13 +1,16 @@
 """The in-process limiter: exact for one process (the default, with no Redis), and each
 replica's fallback while Redis is unreachable (with its share of every limit).
 
-It runs on every request of a limited key, so it is written for the request path: running
-tpm sums instead of summing buckets, the month's bounds cached, and only the tightest
-limit's Quota built (bench.limits holds it to 95 % of the throughput without limits)."""
+It runs on every request of a limited key, so it is written for the request path (bench.limits
+holds it to 95 % of the throughput without limits): each key's plan is compiled once into
+slots that hold the scope's counters and limits (no lookup by name, no dispatch on limits a
+scope lacks); tpm is a running sum; the month is looked at only with a budget; a lease id is
+made only with a concurrency limit; the tightest limit is kept as figures, not a Quota."""
 
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections import deque
 from collections.abc import Mapping
 
@@ -19,40 +22,29 @@ from llmrelay.limits.base import (
     LimitExceeded,
     LimitKind,
     Months,
+    Plan,
+    Program,
     Quota,
     Scope,
-    ScopeKind,
 )
 
 _FAR = float(WINDOW_S)
+_RPM, _TPM, _CONCURRENCY, _BUDGET = 0, 1, 2, 3  # kind indexes (base.KINDS)
 
 
 class _State:
     """One scope's counters."""
 
-    __slots__ = ("admitted", "buckets", "leases", "tpm_used")
+    __slots__ = ("admitted", "buckets", "first", "leases", "tpm_used")
 
     def __init__(self) -> None:
         self.admitted: deque[float] = deque()  # rpm: admission times, oldest first
         #: tpm: second -> tokens, oldest first (insertion order; a second that a stepped-back
         #: clock adds late leaves late: counted longer, never shorter)
         self.buckets: dict[int, int] = {}
+        self.first = 0  # the first key of `buckets` (when not empty): what expires next
         self.tpm_used = 0  # the sum of `buckets`
-        self.leases: set[str] = set()  # concurrency: lease ids
-
-    def expire(self, now: float) -> None:
-        admitted = self.admitted
-        cutoff = now - WINDOW_S
-        while admitted and admitted[0] <= cutoff:
-            admitted.popleft()
-        buckets = self.buckets
-        if buckets:
-            oldest = int(now) - TPM_BUCKETS + 1
-            while buckets:
-                second = next(iter(buckets))
-                if second >= oldest:
-                    break
-                self.tpm_used -= buckets.pop(second)
+        self.leases: set[str | int | None] = set()  # concurrency: lease ids (never None)
 
     def rpm_reset(self, now: float) -> float:
         return self.admitted[0] + WINDOW_S - now if self.admitted else _FAR
@@ -62,141 +54,253 @@ class _State:
         return min(buckets) + TPM_BUCKETS - now if buckets else _FAR
 
 
+class _Slot:
+    """One scope of a program: its counters and its (shared) limits, None where it has none."""
+
+    __slots__ = (
+        *("admitted", "at", "budget", "buckets", "concurrency", "leases", "name", "rpm"),
+        *("scope", "state", "tpm"),
+    )
+
+    def __init__(self, at: int, scope: Scope, state: _State) -> None:
+        self.at = at  # index * 4: this scope's limits in Admission.top
+        self.scope, self.name, self.state = scope, scope.name, state
+        # The state's containers (never replaced), one attribute read closer.
+        self.admitted, self.buckets, self.leases = state.admitted, state.buckets, state.leases
+        self.rpm, self.tpm = scope.rpm, scope.tpm
+        self.concurrency, self.budget = scope.concurrency, scope.budget_micros
+
+
+class LocalProgram(Program):
+    """A plan's scopes as slots over this limiter's counters (see Plan)."""
+
+    __slots__ = ("budget", "key", "leased", "slots", "tpm")
+
+    def __init__(self, owner: LocalLimiter, scopes: tuple[Scope, ...]) -> None:
+        super().__init__(owner, scopes, owner.degraded)
+        self.key = owner.key
+        states = owner.states
+        self.slots = tuple(
+            _Slot(4 * i, s, states.get(s.name) or states.setdefault(s.name, _State()))
+            for i, s in enumerate(scopes)
+        )
+        #: What a settle touches: leases to free, tpm to reconcile, spend to add.
+        self.leased = tuple(x.state.leases for x in self.slots if x.concurrency is not None)
+        self.tpm = tuple((x.state, x.tpm) for x in self.slots if x.tpm is not None)
+        self.budget = tuple(x.name for x in self.slots if x.budget is not None)
+
+
+def _expire_rpm(admitted: deque[float], cutoff: float) -> None:
+    while admitted and admitted[0] <= cutoff:
+        admitted.popleft()
+
+
+def _expire_tpm(state: _State, oldest: int) -> None:
+    """Drop the seconds below `oldest` (the first inserted first; see _State.buckets)."""
+    buckets = state.buckets
+    while buckets:
+        second = next(iter(buckets))
+        if second >= oldest:
+            state.first = second
+            return
+        state.tpm_used -= buckets.pop(second)
+
+
 class LocalLimiter:
     """`share` divides every limit (see Scope.shared): N worker processes without Redis
     each enforce 1/N, so together they never exceed a limit."""
 
-    def __init__(self, share: int = 1) -> None:
-        self.share = share
-        self._states: dict[str, _State] = {}
+    def __init__(self, share: int = 1, *, degraded: bool = False) -> None:
+        self._share = share
+        #: Whose programs are current: renewed when the share changes (one identity check
+        #: per admission covers both "compiled by this limiter" and "for this share").
+        self.key = object()
+        #: Whether this is a replica's fallback while Redis is unreachable (its answers say so).
+        self.degraded = degraded
+        self.states: dict[str, _State] = {}
         self._spend: dict[str, int] = {}  # scope name -> micro-USD spent in `_month`
         self._month = ""
         self._months = Months()
+        self._leases = itertools.count()
+
+    @property
+    def share(self) -> int:
+        return self._share
+
+    @share.setter
+    def share(self, share: int) -> None:
+        if share != self._share:
+            self._share, self.key = share, object()
 
     async def admit(self, demand: Demand) -> Admission:
         return self.admit_now(demand)
 
     def admit_now(self, demand: Demand) -> Admission:
-        now = demand.now
-        months = self._months
-        if not months.start <= now < months.end:
-            self._turn_month(now)
-        states = self._states
-        share = self.share
-        scopes = demand.scopes if share <= 1 else tuple(s.shared(share) for s in demand.scopes)
-        checked: list[_State] = []
-        for scope in scopes:
-            state = states.get(scope.name)
-            if state is None:
-                state = states[scope.name] = _State()
-            state.expire(now)
-            self._check(scope, state, demand)
-            checked.append(state)
-        admission = Admission(demand, self, bucket=int(now))
-        # The tightest limit: the smallest share left (remaining / limit), the first on ties.
-        best_left, best_limit = 1, 0  # "nothing yet": any limit is tighter
-        best: tuple[LimitKind, ScopeKind, _State] | None = None
+        return self.take(Plan(demand.scopes), demand.tokens, demand.now, demand.lease_id)
+
+    async def admit_plan(
+        self, plan: Plan, tokens: int, now: float, lease: str | None = None
+    ) -> Admission:
+        return self.take(plan, tokens, now, lease)
+
+    def take(
+        self, plan: Plan, tokens: int, now: float, lease: str | int | None = None
+    ) -> Admission:
+        """Admit now (it never waits: the dispatcher calls it without a coroutine)."""
+        program = plan.local
+        if program is None or program.key is not self.key:
+            program = plan.local = self._compile(plan)
+        if program.budget:
+            months = self._months
+            if not months.start <= now < months.end:
+                self._turn_month(now)
         spend = self._spend
-        for index, scope in enumerate(scopes):
-            state = checked[index]
-            limit = scope.rpm
+        second = now.__trunc__()  # int(now), at a third of the cost
+        # Check every limit before taking from any: a refused request takes nothing.
+        for slot in program.slots:
+            limit = slot.rpm
             if limit is not None:
-                admitted = state.admitted
+                admitted = slot.admitted
+                if admitted and admitted[0] <= now - WINDOW_S:
+                    _expire_rpm(admitted, now - WINDOW_S)
+                if len(admitted) >= limit:
+                    raise self._refusal(slot, _RPM, now)
+            limit = slot.tpm
+            if limit is not None:
+                state = slot.state
+                if state.first <= second - TPM_BUCKETS and slot.buckets:
+                    _expire_tpm(state, second - TPM_BUCKETS + 1)
+                if state.tpm_used + (tokens if tokens < limit else limit) > limit:
+                    raise self._refusal(slot, _TPM, now)
+            limit = slot.concurrency
+            if limit is not None and len(slot.leases) >= limit:
+                raise self._refusal(slot, _CONCURRENCY, now)
+            limit = slot.budget
+            if limit is not None and spend.get(slot.name, 0) >= limit:
+                raise self._refusal(slot, _BUDGET, now)
+        if lease is None and program.leased:
+            lease = next(self._leases)
+        # Take, and find the tightest limit: the smallest share left (left / limit), the
+        # first on ties.
+        best_left, best_limit, top = 1, 0, -1
+        for slot in program.slots:
+            limit = slot.rpm
+            if limit is not None:
+                admitted = slot.admitted
                 if admitted and now < admitted[-1]:  # the clock stepped back: keep the order
                     bisect.insort(admitted, now)
                 else:
                     admitted.append(now)
                 left = limit - len(admitted)
-                if best is None or left * best_limit < best_left * limit:
-                    best_left, best_limit, best = left, limit, (LimitKind.RPM, scope.kind, state)
-            limit = scope.tpm
+                if top < 0 or left * best_limit < best_left * limit:
+                    best_left, best_limit, top = left, limit, slot.at
+            limit = slot.tpm
             if limit is not None:
-                reserve = demand.tokens if demand.tokens < limit else limit
-                buckets = state.buckets
-                second = admission.bucket
-                buckets[second] = buckets.get(second, 0) + reserve
-                state.tpm_used += reserve
-                admission.reserved[scope.name] = reserve
-                left = limit - state.tpm_used
-                if best is None or left * best_limit < best_left * limit:
-                    best_left, best_limit, best = left, limit, (LimitKind.TPM, scope.kind, state)
-            limit = scope.concurrency
+                reserve = tokens if tokens < limit else limit
+                buckets = slot.buckets
+                state = slot.state
+                if second in buckets:
+                    buckets[second] += reserve
+                else:
+                    if not buckets:
+                        state.first = second
+                    buckets[second] = reserve
+                used = state.tpm_used = state.tpm_used + reserve
+                left = limit - used
+                if top < 0 or left * best_limit < best_left * limit:
+                    best_left, best_limit, top = left, limit, slot.at + _TPM
+            limit = slot.concurrency
             if limit is not None:
-                leases = state.leases
-                leases.add(demand.lease_id)
+                leases = slot.leases
+                leases.add(lease)  # made above when None
                 left = limit - len(leases)
-                if best is None or left * best_limit < best_left * limit:
-                    kind = LimitKind.CONCURRENCY
-                    best_left, best_limit, best = left, limit, (kind, scope.kind, state)
-            limit = scope.budget_micros
+                if top < 0 or left * best_limit < best_left * limit:
+                    best_left, best_limit, top = left, limit, slot.at + _CONCURRENCY
+            limit = slot.budget
             if limit is not None:
-                left = limit - spend.get(scope.name, 0)
-                if best is None or left * best_limit < best_left * limit:
-                    best_left, best_limit, best = left, limit, (LimitKind.BUDGET, scope.kind, state)
-        if best is not None:
-            kind, holder, state = best
-            reset = self._reset(kind, state, now)
-            admission.quota = Quota(kind, holder, best_limit, best_left, reset)
+                left = limit - spend.get(slot.name, 0)
+                if top < 0 or left * best_limit < best_left * limit:
+                    best_left, best_limit, top = left, limit, slot.at + _BUDGET
+        admission = Admission()
+        admission.program, admission.tokens, admission.now = program, tokens, now
+        admission.lease, admission.settled = lease, False
+        admission.top, admission.left = top, best_left
+        if top < 0:
+            admission.reset = 0.0
+        elif top & 3 == _RPM:  # the usual tightest: recovers when the oldest leaves
+            admission.reset = program.slots[top >> 2].admitted[0] + WINDOW_S - now
+        else:
+            admission.reset = self._reset(program, top, now)
         return admission
 
-    def _reset(self, kind: LimitKind, state: _State, now: float) -> float:
-        if kind is LimitKind.RPM:
-            return state.rpm_reset(now)
-        if kind is LimitKind.TPM:
-            return state.tpm_reset(now)
-        if kind is LimitKind.CONCURRENCY:
-            return 1.0
+    def _reset(self, program: LocalProgram, top: int, now: float) -> float:
+        """Seconds until the tightest limit recovers (the oldest request leaves the window,
+        a lease frees, the month turns)."""
+        kind = top & 3
+        if kind == _RPM:
+            return program.slots[top >> 2].state.rpm_reset(now)
+        if kind == _TPM:
+            return program.slots[top >> 2].state.tpm_reset(now)
+        return 1.0 if kind == _CONCURRENCY else self._budget_reset(now)
+
+    def _compile(self, plan: Plan) -> LocalProgram:
+        share = self.share
+        scopes = plan.scopes if share <= 1 else tuple(s.shared(share) for s in plan.scopes)
+        return LocalProgram(self, scopes)
+
+    def _budget_reset(self, now: float) -> float:
         return self._months.end - now if now >= self._months.start else _FAR
 
-    def _check(self, scope: Scope, state: _State, demand: Demand) -> None:
-        """Raise for the first limit of `scope` that refuses."""
-        now = demand.now
-        if scope.rpm is not None and len(state.admitted) >= scope.rpm:
+    def _refusal(self, slot: _Slot, kind: int, now: float) -> LimitExceeded:
+        """The 429 of limit `kind` of `slot`, which refuses (the refused path: no hurry)."""
+        state, holder = slot.state, slot.scope.kind
+        if kind == _RPM:
+            assert slot.rpm is not None
             reset = state.rpm_reset(now)
-            raise LimitExceeded(Quota(LimitKind.RPM, scope.kind, scope.rpm, 0, reset), reset)
-        if scope.tpm is not None:
-            used = state.tpm_used
-            if used + min(demand.tokens, scope.tpm) > scope.tpm:
-                reset = state.tpm_reset(now)
-                quota = Quota(LimitKind.TPM, scope.kind, scope.tpm, scope.tpm - used, reset)
-                raise LimitExceeded(quota, reset)
-        if scope.concurrency is not None and len(state.leases) >= scope.concurrency:
-            quota = Quota(LimitKind.CONCURRENCY, scope.kind, scope.concurrency, 0, 1.0)
-            raise LimitExceeded(quota, 1.0)
-        if scope.budget_micros is not None:
-            spent = self._spend.get(scope.name, 0)
-            if spent >= scope.budget_micros:
-                reset = self._reset(LimitKind.BUDGET, state, now)
-                left = scope.budget_micros - spent
-                raise LimitExceeded(
-                    Quota(LimitKind.BUDGET, scope.kind, scope.budget_micros, left, reset), reset
-                )
+            return LimitExceeded(Quota(LimitKind.RPM, holder, slot.rpm, 0, reset), reset)
+        if kind == _TPM:
+            assert slot.tpm is not None
+            reset = state.tpm_reset(now)
+            left = slot.tpm - state.tpm_used
+            return LimitExceeded(Quota(LimitKind.TPM, holder, slot.tpm, left, reset), reset)
+        if kind == _CONCURRENCY:
+            assert slot.concurrency is not None
+            quota = Quota(LimitKind.CONCURRENCY, holder, slot.concurrency, 0, 1.0)
+            return LimitExceeded(quota, 1.0)
+        assert slot.budget is not None
+        reset = self._budget_reset(now)
+        left = slot.budget - self._spend.get(slot.name, 0)
+        return LimitExceeded(Quota(LimitKind.BUDGET, holder, slot.budget, left, reset), reset)
 
     def settle(self, admission: Admission, tokens: int | None, cost_micros: int) -> None:
         if admission.settled:
             return
         admission.settled = True
-        demand = admission.demand
-        # A request admitted last month and settled in this one: Redis charges the month it
-        # was admitted in, which here is already gone.
-        this_month = self._months.of(demand.now) == self._turn_month(demand.now)
-        states = self._states
-        for scope in demand.scopes:
-            name = scope.name
-            state = states.get(name)
-            if state is None:
-                continue
-            if state.leases:
-                state.leases.discard(demand.lease_id)
-            reserved = admission.reserved.get(name)
-            if reserved is not None and tokens is not None:
-                second = admission.bucket
+        program = admission.program
+        assert type(program) is LocalProgram  # made by this limiter
+        if program.leased:
+            lease = admission.lease
+            for leases in program.leased:
+                leases.discard(lease)
+        if tokens is not None:  # None from the gateway when nothing has tpm
+            second = admission.now.__trunc__()
+            asked = admission.tokens
+            for state, limit in program.tpm:
                 buckets = state.buckets
                 if second in buckets:  # else it has left the window already
-                    buckets[second] += tokens - reserved
-                    state.tpm_used += tokens - reserved
-            if cost_micros and scope.budget_micros is not None and this_month:
-                self._spend[name] = self._spend.get(name, 0) + cost_micros
+                    delta = tokens - (asked if asked < limit else limit)
+                    buckets[second] += delta
+                    state.tpm_used += delta
+        if cost_micros and program.budget:
+            # A request admitted last month and settled in this one: Redis charges the month
+            # it was admitted in, which here is already gone.
+            now, months = admission.now, self._months
+            if (months.start <= now < months.end and months.name == self._month) or months.of(
+                now
+            ) == self._turn_month(now):
+                spend = self._spend
+                for name in program.budget:
+                    spend[name] = spend.get(name, 0) + cost_micros
 
     def add_spend(self, name: str, cost_micros: int, now: float) -> None:
         """Spend taken elsewhere (a request admitted by Redis, settled while Redis was
@@ -217,7 +321,7 @@ class LocalLimiter:
         return self._spend.get(name, 0)
 
     def in_flight(self, name: str) -> int:
-        state = self._states.get(name)
+        state = self.states.get(name)
         return 0 if state is None else len(state.leases)
 
     def _turn_month(self, now: float) -> str:

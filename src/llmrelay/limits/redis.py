@@ -3,12 +3,14 @@
 An admission is one Lua script (one round trip, atomic): it checks every limit of every
 scope exactly as LocalLimiter does and takes from all of them only if all admit. Settles,
 lease renewals, the replica heartbeat and spend seeding go through one background task, so
-`settle` never blocks a response. Times travel as strings (Python's repr round-trips a
-double exactly), so windows are cut at exactly the same instants as in local.py.
+`settle` never blocks a response. The admission time travels as the 8 bytes of its double
+and the script derives the other times from it with the same arithmetic, so windows are cut
+at exactly the same instants as in local.py.
 
 Every admission costs this process CPU, so the hot path is lean: resp.py's pipelined client
-(not redis-py), key names and the packed arguments that rarely change kept per scope, and
-only the tightest quota built.
+(not redis-py), each key's plan compiled once (key names, packed limits: only the time,
+tokens and lease are packed per admission; formatting a float alone cost more than all of
+that), and the tightest limit kept as figures, not a Quota.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import secrets
+import struct
 import time
 import uuid
 from collections import deque
@@ -25,6 +29,7 @@ from typing import Any, NamedTuple
 import structlog
 
 from llmrelay.limits.base import (
+    KINDS,
     LEASE_TTL_S,
     TPM_BUCKETS,
     WINDOW_S,
@@ -34,6 +39,8 @@ from llmrelay.limits.base import (
     LimitExceeded,
     LimitKind,
     Months,
+    Plan,
+    Program,
     Quota,
     Scope,
     seconds_to_next_month,
@@ -69,15 +76,11 @@ _NONE = b""  # a limit the scope does not have, or a settle figure with nothing 
 
 #: The ttls, packed once: the same in every admission.
 _TTLS = pack_args((RPM_TTL_MS, TPM_TTL_MS, LEASES_TTL_MS))
-_KINDS = (LimitKind.RPM, LimitKind.TPM, LimitKind.CONCURRENCY, LimitKind.BUDGET)
-#: Per kind: where its count and its text (see _quota) are among a scope's figures.
-_FIGURE_AT = ((0, 1), (2, 3), (4, -1), (-1, 5))
+#: The admission time travels as the 8 bytes of a double (see redis_scripts.ADMIT).
+_pack_double = struct.Struct("<d").pack
 
-
-class _Settle(NamedTuple):  # a tuple: made for every request, and cheap
-    admission: Admission
-    tokens: int | None
-    cost_micros: int
+#: A settle to send: the admission, the tokens used, the cost (a plain tuple: one per request).
+_Settle = tuple[Admission, int | None, int]
 
 
 class _Seed(NamedTuple):
@@ -92,8 +95,7 @@ class _Keys:
     def __init__(self, prefix: str) -> None:
         self.prefix, self.month, self.spend = prefix, "", ""
         self.rpm, self.tpm, self.leases = f"{prefix}rpm", f"{prefix}tpm", f"{prefix}leases"
-        self.admit = self.settle = self.limits = b""
-        self.scope: Scope | None = None
+        self.admit = self.settle = b""
 
     def of_month(self, month: str) -> _Keys:
         if month != self.month:
@@ -102,12 +104,37 @@ class _Keys:
             self.settle = pack_args((self.leases, self.tpm, self.spend))
         return self
 
-    def limits_of(self, scope: Scope) -> bytes:
-        if scope is not self.scope:  # a frozen Scope: the same one has the same limits
-            limits = (scope.rpm, scope.tpm, scope.concurrency, scope.budget_micros)
-            self.limits = pack_args([_NONE if v is None else v for v in limits])
-            self.scope = scope
-        return self.limits
+
+class RedisProgram(Program):
+    """A plan's scopes as this limiter sends them: key names, packed limits, the reply's
+    figures to read (see Plan)."""
+
+    __slots__ = ("admit_keys", "figures", "keys", "leases", "month", "numkeys", "tail")
+
+    def __init__(self, owner: RedisLimiter, scopes: tuple[Scope, ...]) -> None:
+        super().__init__(owner, scopes, False)
+        self.keys = tuple(owner.keys_of(s.name) for s in scopes)
+        limits = [(s.rpm, s.tpm, s.concurrency, s.budget_micros) for s in scopes]
+        #: The arguments after the per-admission ones: the ttls, each scope's limits.
+        self.tail = _TTLS + b"".join(
+            pack_args([_NONE if v is None else v for v in four]) for four in limits
+        )
+        self.numkeys = 4 * len(scopes)
+        #: Per scope: where its figures start in the reply, its index * 4, its limits.
+        self.figures = tuple((1 + i * _FIGURES, 4 * i, *four) for i, four in enumerate(limits))
+        #: The leases keys a lease sits in (renewed while the request lives).
+        self.leases = tuple(
+            k.leases for k, s in zip(self.keys, scopes, strict=True) if s.concurrency
+        )
+        self.month = ""  # the month `admit_keys` name the spend keys of
+        self.admit_keys = b""
+
+    def of_month(self, month: str) -> bytes:
+        """The packed key names of an admission in `month`."""
+        if month != self.month:
+            self.admit_keys = b"".join(k.of_month(month).admit for k in self.keys)
+            self.month = month
+        return self.admit_keys
 
 
 class RedisLimiter:
@@ -133,6 +160,9 @@ class RedisLimiter:
         self._admit = Script(self._redis, ADMIT)
         self._settle = Script(self._redis, SETTLE)
         self._seq = itertools.count()
+        #: Lease ids of this process's admissions: the prefix makes them unique across
+        #: replicas (they are rpm members too).
+        self._lease_prefix = f"{secrets.token_hex(6)}:"
         self._work: deque[_Settle | _Seed] = deque()
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
@@ -144,7 +174,7 @@ class RedisLimiter:
         self._closing = False
         self._task: asyncio.Task[None] | None = None
 
-    def _keys_of(self, name: str) -> _Keys:
+    def keys_of(self, name: str) -> _Keys:
         keys = self._keys.get(name)
         if keys is None:
             if len(self._keys) >= KEYS_CACHED:
@@ -153,74 +183,81 @@ class RedisLimiter:
         return keys
 
     async def admit(self, demand: Demand) -> Admission:
-        now = demand.now
-        month = self._months.of(now)
-        scopes = demand.scopes
-        tokens = demand.tokens
-        second = int(now)
-        names: list[_Keys] = []
-        limits: list[bytes] = []
-        for scope in scopes:
-            k = self._keys_of(scope.name).of_month(month)
-            names.append(k)
-            limits.append(k.limits_of(scope))
-        lease = demand.lease_id
-        member = f"{lease}:{next(self._seq)}"  # unique even if a lease id comes back
-        # Floats travel as their repr (exact); the script compares them as Redis scores.
-        times = (now, now - WINDOW_S, second - TPM_BUCKETS + 1, second, now + LEASE_TTL_S)
-        parts = [k.admit for k in names]
-        parts += (pack_args((*times, tokens, lease, member)), _TTLS, *limits)
-        n = 4 * len(scopes)
+        return await self.admit_plan(
+            Plan(demand.scopes), demand.tokens, demand.now, demand.lease_id
+        )
+
+    async def admit_plan(
+        self, plan: Plan, tokens: int, now: float, lease: str | None = None
+    ) -> Admission:
+        program = plan.shared
+        if program is None or program.owner is not self:
+            program = plan.shared = RedisProgram(self, plan.scopes)
+        months = self._months
+        month = months.name if months.start <= now < months.end else months.of(now)
+        keys = program.admit_keys if month == program.month else program.of_month(month)
+        if lease is None:  # ours: unique across replicas, and a fine rpm member too
+            lease = member = f"{self._lease_prefix}{next(self._seq)}"
+        else:  # the caller's: unique rpm members even if a lease id comes back
+            member = f"{lease}:{next(self._seq)}"
+        n = program.numkeys
+        command = self._admit.command(
+            n,
+            n + 7 + n,
+            keys + pack_args((_pack_double(now), tokens, lease, member)) + program.tail,
+        )
         try:
-            reply: list[Any] = await self._admit.run(
-                self._admit.command(n, n + 11 + n, b"".join(parts))
-            )
+            try:
+                reply: list[Any] = await self._redis.send(command)
+            except RespError as exc:  # NOSCRIPT: Redis lost the script; else a bug
+                if not str(exc).startswith("NOSCRIPT"):
+                    raise
+                await self._admit.load()
+                reply = await self._redis.send(command)
         except _ERRORS as exc:
             raise BackendUnavailable(f"{type(exc).__name__}: {exc}") from exc
         if reply[0] == 0:
-            scope, kind = scopes[int(reply[1]) - 1], _KINDS[int(reply[2]) - 1]
+            scope, kind = program.scopes[int(reply[1]) - 1], KINDS[int(reply[2]) - 1]
             quota = _quota(scope, kind, reply[3], reply[4], now)
             raise LimitExceeded(quota, quota.reset_s)
-        admission = Admission(demand, self, bucket=second)
-        leases: list[str] = []
-        # The tightest quota, as local.py picks it (the smallest share left; ties: the
-        # first, in the order rpm, tpm, concurrency, budget of each scope), built alone:
-        # the others would be thrown away. `best`: scope index * 4 + kind index.
-        best_remaining, best_limit, best = 0, 0, -1
-        for i, scope in enumerate(scopes):
-            at = 1 + i * _FIGURES
-            rpm, tpm, conc, budget = scope.rpm, scope.tpm, scope.concurrency, scope.budget_micros
+        # The tightest limit, as local.py picks it (the smallest share left; ties: the
+        # first, in the order rpm, tpm, concurrency, budget of each scope).
+        best_left, best_limit, top = 1, 0, -1
+        for at, index, rpm, tpm, conc, budget in program.figures:
             if rpm is not None:
                 left = rpm - reply[at]
-                if best < 0 or left * best_limit < best_remaining * rpm:
-                    best_remaining, best_limit, best = left, rpm, i * 4
+                if top < 0 or left * best_limit < best_left * rpm:
+                    best_left, best_limit, top = left, rpm, index
             if tpm is not None:
-                admission.reserved[scope.name] = tokens if tokens < tpm else tpm
                 left = tpm - reply[at + 2]
-                if best < 0 or left * best_limit < best_remaining * tpm:
-                    best_remaining, best_limit, best = left, tpm, i * 4 + 1
+                if top < 0 or left * best_limit < best_left * tpm:
+                    best_left, best_limit, top = left, tpm, index + 1
             if conc is not None:
-                leases.append(names[i].leases)
                 left = conc - reply[at + 4]
-                if best < 0 or left * best_limit < best_remaining * conc:
-                    best_remaining, best_limit, best = left, conc, i * 4 + 2
+                if top < 0 or left * best_limit < best_left * conc:
+                    best_left, best_limit, top = left, conc, index + 2
             if budget is not None:
                 left = budget - int(reply[at + 5])
-                if best < 0 or left * best_limit < best_remaining * budget:
-                    best_remaining, best_limit, best = left, budget, i * 4 + 3
-        if leases:
-            self._live[demand.lease_id] = tuple(leases)
-        if best >= 0:
-            i, which = divmod(best, 4)
-            admission.quota = _figures_quota(scopes[i], which, reply, 1 + i * _FIGURES, now)
+                if top < 0 or left * best_limit < best_left * budget:
+                    best_left, best_limit, top = left, budget, index + 3
+        if program.leases:
+            self._live[lease] = program.leases
+        admission = Admission()  # every field set here (see Admission)
+        admission.program, admission.tokens, admission.now = program, tokens, now
+        admission.lease, admission.settled = lease, False
+        admission.top, admission.left = top, best_left
+        admission.reset = _reset(top, reply, now) if top >= 0 else 0.0
         return admission
 
     def settle(self, admission: Admission, tokens: int | None, cost_micros: int) -> None:
         if admission.settled:
             return
         admission.settled = True
-        self._live.pop(admission.demand.lease_id, None)
-        self._queue(_Settle(admission, tokens, cost_micros))
+        program = admission.program
+        assert type(program) is RedisProgram  # made by this limiter
+        if program.leases:
+            self._live.pop(admission.lease, None)  # type: ignore[arg-type]  # always set
+        self._queue((admission, tokens, cost_micros))
 
     def seed_spend(self, month: str, spend: Mapping[str, int]) -> None:
         self._queue(_Seed(month, dict(spend)))
@@ -233,7 +270,7 @@ class RedisLimiter:
     async def seed_spend_now(self, month: str, spend: Mapping[str, int]) -> None:
         """NX: a replica starting later must not overwrite a counter that already holds
         spend settled since the database was read."""
-        call, keys_of = self._redis.call, self._keys_of
+        call, keys_of = self._redis.call, self.keys_of
         sets = [
             call(b"SET", keys_of(name).of_month(month).spend, micros, b"NX", b"EX", SPEND_TTL_S)
             for name, micros in spend.items()
@@ -256,10 +293,10 @@ class RedisLimiter:
         seeds: list[_Seed] = []
         while self._work and len(settles) < SETTLE_BATCH:
             item = self._work.popleft()
-            if isinstance(item, _Settle):
-                settles.append(item)
-            else:
+            if isinstance(item, _Seed):
                 seeds.append(item)
+            else:
+                settles.append(item)
         for seed in seeds:
             try:
                 await self.seed_spend_now(seed.month, seed.spend)
@@ -271,17 +308,21 @@ class RedisLimiter:
     async def _send_settles(self, settles: list[_Settle]) -> None:
         keys: list[bytes] = []  # packed fragments
         args: list[Arg] = [SPEND_TTL_S, len(settles)]
-        keys_of, month_of_ = self._keys_of, self._months.of
+        month_of_ = self._months.of
         for admission, tokens, cost in settles:
-            demand = admission.demand
-            month = month_of_(demand.now)
-            reserved_of = admission.reserved.get
-            args += (demand.lease_id, admission.bucket, len(demand.scopes))
-            for scope in demand.scopes:
-                name = scope.name
-                keys.append(keys_of(name).of_month(month).settle)
-                reserved = reserved_of(name)
-                delta = _NONE if reserved is None or tokens is None else tokens - reserved
+            program = admission.program
+            assert type(program) is RedisProgram
+            now, asked = admission.now, admission.tokens
+            month = month_of_(now)
+            assert admission.lease is not None  # always, for Redis
+            args += (admission.lease, now.__trunc__(), len(program.scopes))
+            for k, scope in zip(program.keys, program.scopes, strict=True):
+                keys.append(k.of_month(month).settle)
+                tpm = scope.tpm
+                if tpm is None or tokens is None:
+                    delta: Arg = _NONE
+                else:  # the difference to what the admission reserved
+                    delta = tokens - (asked if asked < tpm else tpm)
                 charge = cost != 0 and scope.budget_micros is not None
                 args += (delta, cost if charge else _NONE)
         n = 3 * len(keys)  # each fragment: one scope's leases, tpm and spend keys
@@ -298,8 +339,8 @@ class RedisLimiter:
         the leases run out in Redis by themselves."""
         log.warning(event, settles=len(settles), error=error)
         if self._on_settle_failed is not None:
-            for item in settles:
-                self._on_settle_failed(item.admission, item.tokens, item.cost_micros)
+            for admission, tokens, cost_micros in settles:
+                self._on_settle_failed(admission, tokens, cost_micros)
 
     async def _tick(self) -> None:
         """Renew this process's live leases and beat the heart, in one round trip."""
@@ -336,10 +377,10 @@ class RedisLimiter:
             return False
 
     async def spent(self, name: str, month: str) -> int:
-        return int(await self._redis.call(b"GET", self._keys_of(name).of_month(month).spend) or 0)
+        return int(await self._redis.call(b"GET", self.keys_of(name).of_month(month).spend) or 0)
 
     async def in_flight(self, name: str, now: float) -> int:
-        leases = self._keys_of(name).leases
+        leases = self.keys_of(name).leases
         return int(await self._redis.call(b"ZCOUNT", leases, f"({now!r}", b"+inf"))
 
     async def start(self) -> None:
@@ -385,19 +426,24 @@ class RedisLimiter:
         elif self._work:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.flush(), CLOSE_DRAIN_S)
-        left = [item for item in self._work if isinstance(item, _Settle)]
+        left = [item for item in self._work if not isinstance(item, _Seed)]
         self._work.clear()
         if left:
             self._give_up(left, "limits_settles_dropped", "closing")
         await self._redis.close()
 
 
-def _figures_quota(scope: Scope, kind: int, reply: list[Any], at: int, now: float) -> Quota:
-    """The quota of limit `kind` (an index into _KINDS) of the scope whose figures start at
-    `reply[at]`."""
-    count, text = _FIGURE_AT[kind]
-    figures = 0 if count < 0 else reply[at + count], b"" if text < 0 else reply[at + text]
-    return _quota(scope, _KINDS[kind], *figures, now)
+def _reset(top: int, reply: list[Any], now: float) -> float:
+    """Seconds until limit `top` (see Admission.top) recovers, from its scope's figures in
+    an admission's reply: what _quota computes, without the Quota."""
+    at, kind = 1 + (top >> 2) * _FIGURES, top & 3
+    if kind == 0:
+        text = reply[at + 1]
+        return float(text) + WINDOW_S - now if text else float(WINDOW_S)
+    if kind == 1:
+        text = reply[at + 3]
+        return int(text) + TPM_BUCKETS - now if text else float(WINDOW_S)
+    return 1.0 if kind == 2 else seconds_to_next_month(now)
 
 
 def _quota(scope: Scope, kind: LimitKind, count: int, text: bytes | str, now: float) -> Quota:

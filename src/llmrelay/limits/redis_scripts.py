@@ -1,6 +1,8 @@
 """The Lua scripts of the Redis limiter (redis.py): each runs atomically in Redis, so an
 admission checks and takes every limit of every scope in one step."""
 
+from llmrelay.limits.base import LEASE_TTL_S, TPM_BUCKETS, WINDOW_S
+
 # A scope's tpm hash holds its one-second buckets (field: the second, value: tokens) and,
 # so that an admission need not sum them, two more fields: TOTAL, the sum of the buckets
 # present, and LOW, the oldest second present. Both are negative numbers, never a second,
@@ -41,22 +43,31 @@ local function recount(key, oldest)
 end
 """
 
-# KEYS: per scope rpm, tpm, leases, spend. ARGV: now, rpm cutoff, oldest tpm second, this
-# second, lease expiry, tokens, lease id, rpm member, then the ttls, then per scope its
-# rpm, tpm, concurrency, budget ('' = none). Refusal: {0, scope index, kind 1..4, figure,
-# figure}; admission: {1, _FIGURES figures per scope}. Figures that are doubles (times) or
-# may exceed a Lua number's exact range (spend) come back as the strings Redis gave.
+# KEYS: per scope rpm, tpm, leases, spend. ARGV: now (the 8 bytes of a little-endian double:
+# packing it costs the caller a fraction of formatting it), tokens, lease id, rpm member, then
+# the ttls, then per scope its rpm, tpm, concurrency, budget ('' = none). Times are computed
+# here with the same double arithmetic as local.py and written as 17 significant digits, which
+# Redis reads back as the same double. Refusal: {0, scope index, kind 1..4, figure, figure};
+# admission: {1, _FIGURES figures per scope}. Figures that are doubles (times) or may exceed a
+# Lua number's exact range (spend) come back as the strings Redis gave.
 ADMIT = (
     _TPM_FIELDS
     + _RECOUNT
+    + f"""
+local now_n = struct.unpack('<d', ARGV[1])
+local second_n = math.floor(now_n)
+local now = string.format('%.17g', now_n)
+local rpm_cutoff = string.format('%.17g', now_n - {WINDOW_S})
+local tpm_oldest, second = second_n - {TPM_BUCKETS} + 1, string.format('%d', second_n)
+local expiry = string.format('%.17g', now_n + {LEASE_TTL_S!r})
+local tokens, lease, member = tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local rpm_ttl, tpm_ttl, leases_ttl = ARGV[5], ARGV[6], ARGV[7]
+"""
     + """
-local now, rpm_cutoff, tpm_oldest, second = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local expiry, tokens, lease, member = ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[8]
-local rpm_ttl, tpm_ttl, leases_ttl = ARGV[9], ARGV[10], ARGV[11]
 local n = #KEYS / 4
 local figures = {}
 for i = 1, n do
-  local k, a = (i - 1) * 4, 11 + (i - 1) * 4
+  local k, a = (i - 1) * 4, 7 + (i - 1) * 4
   local rpm, tpm = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   local conc, budget = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
   local f = {0, '', 0, '', 0, '0'}

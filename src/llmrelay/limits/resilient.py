@@ -21,6 +21,7 @@ from llmrelay.limits.base import (
     Demand,
     LimitExceeded,
     LimitsUnavailable,
+    Plan,
 )
 from llmrelay.limits.local import LocalLimiter
 from llmrelay.limits.redis import RedisLimiter
@@ -43,16 +44,22 @@ class ResilientLimiter:
     ) -> None:
         self.policy = policy
         self._metrics = metrics
-        self._local = LocalLimiter()
+        self._local = LocalLimiter(degraded=True)
         self._shared = RedisLimiter(url, on_settle_failed=self._settle_failed)
         self._on_recovered = on_recovered
         self._probe: asyncio.Task[None] | None = None
         self.degraded = False
 
     async def admit(self, demand: Demand) -> Admission:
+        plan = Plan(demand.scopes)
+        return await self.admit_plan(plan, demand.tokens, demand.now, demand.lease_id)
+
+    async def admit_plan(
+        self, plan: Plan, tokens: int, now: float, lease: str | None = None
+    ) -> Admission:
         if not self.degraded:
             try:
-                return await self._shared.admit(demand)
+                return await self._shared.admit_plan(plan, tokens, now, lease)
             except BackendUnavailable:
                 self._lost()
         if self.policy is RedisFailurePolicy.FAIL_CLOSED:
@@ -61,14 +68,14 @@ class ResilientLimiter:
                 headers={"Retry-After": "1"},
             )
         self._local.share = self._shared.replicas()
-        admission = self._local.admit_now(demand)  # raises LimitExceeded: counted by caller
-        admission.degraded = True
+        # Raises LimitExceeded (counted by the caller); its admissions say `degraded`.
+        admission = self._local.take(plan, tokens, now, lease)
         self._metrics.limits_degraded_admissions.inc()
         return admission
 
     def settle(self, admission: Admission, tokens: int | None, cost_micros: int) -> None:
         """Back to whichever limiter took it."""
-        admission.limiter.settle(admission, tokens, cost_micros)
+        admission.program.owner.settle(admission, tokens, cost_micros)
 
     def seed_spend(self, month: str, spend: Mapping[str, int]) -> None:
         self._local.seed_spend(month, spend)
@@ -78,9 +85,9 @@ class ResilientLimiter:
         """Redis went away between admission and settle: the lease runs out there by
         itself; the spend is kept locally so the fallback does not overspend."""
         if cost_micros:
-            for scope in admission.demand.scopes:
+            for scope in admission.program.scopes:
                 if scope.budget_micros is not None:
-                    self._local.add_spend(scope.name, cost_micros, admission.demand.now)
+                    self._local.add_spend(scope.name, cost_micros, admission.now)
 
     def _lost(self) -> None:
         if self.degraded:

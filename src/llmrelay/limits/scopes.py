@@ -1,9 +1,9 @@
-"""A key's limit scopes (the key's own limits, then its project's), built once per key
-snapshot: the request path only looks them up."""
+"""A key's limit plan (the key's own limits, then its project's), built once per key
+snapshot: the request path only looks it up."""
 
 from __future__ import annotations
 
-from llmrelay.limits.base import Scope, ScopeKind
+from llmrelay.limits.base import Plan, Scope, ScopeKind
 from llmrelay.snapshot.model import KeySnap, Limits
 
 _MEMO_MAX = 100_000
@@ -11,10 +11,10 @@ _MEMO_MAX = 100_000
 
 class ScopeCache:
     def __init__(self) -> None:
-        self._memo: dict[str, tuple[KeySnap, tuple[Scope, ...]]] = {}
+        self._memo: dict[str, tuple[KeySnap, Plan | None]] = {}
 
-    def of(self, principal: KeySnap) -> tuple[Scope, ...]:
-        """Empty when neither the key nor its project has a limit (nothing to admit)."""
+    def of(self, principal: KeySnap) -> Plan | None:
+        """None when neither the key nor its project has a limit (nothing to admit)."""
         hit = self._memo.get(principal.id)
         if hit is not None and hit[0] is principal:  # a reload makes new KeySnaps
             return hit[1]
@@ -28,8 +28,9 @@ class ScopeCache:
         )
         if len(self._memo) >= _MEMO_MAX:
             self._memo.clear()
-        self._memo[principal.id] = (principal, scopes)
-        return scopes
+        plan = Plan(scopes) if scopes else None
+        self._memo[principal.id] = (principal, plan)
+        return plan
 
 
 def _limited(limits: Limits) -> bool:
