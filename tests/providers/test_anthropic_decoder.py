@@ -23,6 +23,7 @@ from llmrelay.providers.base import UpstreamResponse
 from llmrelay.providers.errors import UpstreamError
 from llmrelay.providers.translated import TranslatedResponse
 from llmrelay.snapshot.model import ProviderSnap, RouteSnap
+from tests.gateway.test_relay import ChunkedBody
 
 
 def _event(name: str, data: dict[str, Any], extra: bytes = b"") -> bytes:
@@ -114,27 +115,6 @@ PROVIDER = ProviderSnap(
     "p", "up", "anthropic", "http://x", None, MappingProxyType({}), 5, 5, 5, 5, None
 )
 ROUTE = RouteSnap("r", PROVIDER, "m", 0, 1.0, None, False, 0)
-
-
-class _Body:
-    """An upstream body given as fixed chunks."""
-
-    status = 200
-
-    def __init__(self, chunks: list[bytes]) -> None:
-        self._chunks = list(chunks)
-
-    def header(self, name: str) -> str | None:
-        return None
-
-    async def read(self) -> bytes:
-        return b"".join(self._chunks)
-
-    async def next_chunk(self) -> bytes:
-        return self._chunks.pop(0) if self._chunks else b""
-
-    def release(self) -> None:
-        pass
 
 
 Outcome = tuple[list[dict[str, Any]] | str, tuple[int | None, int | None], int, int | None]
@@ -269,6 +249,6 @@ def test_the_direct_path_gives_the_client_what_the_full_parse_gives(
     chunks = [
         b for a, z in zip([0, *points], [*points, len(body)], strict=True) if (b := body[a:z])
     ]
-    direct = TranslatedResponse(_Body(chunks), AnthropicChatDecoder("m", True, True))
-    full = TranslatedResponse(_Body(chunks), _FullParse())
+    direct = TranslatedResponse(ChunkedBody(chunks), AnthropicChatDecoder("m", True, True))
+    full = TranslatedResponse(ChunkedBody(chunks), _FullParse())
     assert asyncio.run(_client(direct, client_asked)) == asyncio.run(_client(full, client_asked))
