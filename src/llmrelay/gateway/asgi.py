@@ -77,7 +77,16 @@ async def send_sse(
     terminator together), and no disconnect watch left open once the answer is complete.
     Not when the answer is captured (gateway/capture.py): its last chunk goes out before the
     record is finished, so the capture queued with the record is whole."""
-    await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *headers]})
+    start = {"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *headers]}
+    whole = None if relay.captured else relay.whole()
+    if whole is not None:
+        try:
+            await send(start)
+            await send({"type": "http.response.body", "body": whole, "more_body": False})
+        except (ClientDisconnected, OSError):
+            pass  # nothing more can reach the client
+        return
+    await send(start)
     events = relay.events()
     join_last = not relay.captured
     last = b""

@@ -21,6 +21,7 @@ would have from the events.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import orjson
@@ -30,7 +31,7 @@ from llmrelay.gateway.call import CallRecord
 from llmrelay.gateway.errors import GatewayError
 from llmrelay.gateway.stream_relay import StreamRelay
 from llmrelay.protocols.openai import DONE, ModelRename, error_event
-from llmrelay.protocols.sse import SSEParser, event_data
+from llmrelay.protocols.sse import SSEParser, event_data, plain_data
 from llmrelay.providers.base import UpstreamResponse
 from llmrelay.providers.errors import UpstreamErrorEvent
 from llmrelay.providers.translated import StreamFacts, StreamTerms, TranslatedResponse
@@ -42,6 +43,9 @@ _CONTENT_FIELDS = ("content", "tool_calls", "function_call", "refusal", "reasoni
 _DATA = b"data: "
 _END = b"\n\n"
 _DONE_EVENT = b"data: [DONE]\n\n"
+_USAGE = b'"usage":{'
+#: The opening delta as OpenAI-compatible servers write it (no content yet).
+_OPENING_DELTA = b'"delta":{"role":"assistant","content":""}'
 #: How a content delta, and a plain finish, of a one-choice stream end in compact JSON.
 #: These keys cannot occur inside a JSON string (its quotes are escaped there).
 _DELTA_ENDINGS = (b'"finish_reason":null}]}', b'"finish_reason":null}],"usage":null}')
@@ -94,7 +98,9 @@ class ChatStreamRelay(StreamRelay):
                     forward_usage=usage_requested,
                     end_at_finish=not self._usage_requested,
                     on_usage=record.take_usage,
-                    on_malformed=self._malformed,
+                    # not a method of the relay: the relay holds the decoder, and a cycle
+                    # would keep each stream's objects until the garbage collector ran
+                    on_malformed=partial(_malformed, on_malformed, request_id),
                 )
             )
 
@@ -138,24 +144,34 @@ class ChatStreamRelay(StreamRelay):
         text = self._parser.complete_text(chunk)
         if not text:
             return False
-        if self._pattern is not None:
-            text = text.replace(self._pattern, self._replacement)
-        datas = text[6:-2].split(b"\n\ndata: ")
-        # Only single-line `data: ` events: every newline is part of a separator.
-        plain = text[:6] == _DATA and text.count(b"\n") == 2 * len(datas)
-        if not plain:
+        pattern = self._pattern
+        if pattern is not None:
+            pieces = text.split(pattern)  # one scan renames and counts (replace scans twice)
+            renamed = len(pieces) - 1
+            if renamed:
+                text = self._replacement.join(pieces)
+        else:
+            renamed = 0
+        datas = plain_data(text)
+        plain = datas is not None
+        if datas is None:
             datas = event_data(text)
         self._taken += len(datas)
+        if renamed and datas and not self._model_known:
+            # every event of the chunk named the model (and was renamed): no need to parse one
+            self._model_known = renamed >= len(datas) - (datas[-1] == b"[DONE]")
         kept: list[bytes] | None = None if plain else []  # None: the text passes as it is
         content = not priming  # while priming: whether an event carried content
         # By their endings once the model's name is handled (learnt, or already ours).
         by_ending = self._choices == 1 and self._model_known
         for position, data in enumerate(datas):
             passed: bytes | None = data
-            if by_ending and data.endswith(_DELTA_ENDINGS) and (content or _has_text(data)):
+            if by_ending and data.endswith(_DELTA_ENDINGS) and (content or _delta_text(data)):
                 content = True
+            elif not content and by_ending and data.endswith(_DELTA_ENDINGS) and _opening(data):
+                pass  # the opening delta: no content yet
             # A finish carrying usage (some servers send it so) is parsed: its usage counts.
-            elif by_ending and data.endswith(_FINISH_ENDINGS) and b'"usage":{' not in data:
+            elif by_ending and data.endswith(_FINISH_ENDINGS) and data.find(_USAGE) < 0:
                 self._finished.add(0)
                 content = True
             elif data == b"[DONE]":
@@ -231,8 +247,7 @@ class ChatStreamRelay(StreamRelay):
         return orjson.dumps(event), content
 
     def _malformed(self) -> None:
-        self._on_malformed()
-        log.warning("upstream_malformed_event", request_id=self._request_id)
+        _malformed(self._on_malformed, self._request_id)
 
     def _learn(self, model: str, datas: list[bytes], start: int) -> bytes:
         """Remember the provider's name for the model for the byte replacement, and apply it
@@ -270,9 +285,20 @@ class ChatStreamRelay(StreamRelay):
         return False
 
 
-def _has_text(data: bytes) -> bool:
-    """A delta with non-empty `content` (the first such event commits a stream)."""
-    return b'"content":"' in data and b'"content":""' not in data
+def _malformed(count: Callable[[], None], request_id: str) -> None:
+    count()
+    log.warning("upstream_malformed_event", request_id=request_id)
+
+
+def _delta_text(data: bytes) -> bool:
+    """A delta with non-empty `content` (the first such event commits a stream). `find`, not
+    `in`: see protocols.sse.LF."""
+    return data.find(b'"content":"') >= 0 and data.find(b'"content":""') < 0
+
+
+def _opening(data: bytes) -> bool:
+    """The usual opening delta, with the role and no content: known without parsing it."""
+    return data.find(_OPENING_DELTA) >= 0
 
 
 def _error_text(chunk: dict[str, Any]) -> str:

@@ -119,6 +119,23 @@ class StreamRelay:
             self._deadline.stop()
             raise
 
+    def whole(self) -> bytes | None:
+        """The client's whole stream when priming read all of it (a short answer from a fast
+        provider arrives in one read), with the record ended; None when more is to come.
+        Then the answer needs no event loop, client watch or further deadline."""
+        if not self._complete:
+            return None
+        out = self._primed
+        self._primed = []
+        out.append(self._closing())
+        self.ended = True
+        self._record.delivered_events = self._taken
+        if self._deadline is not None:
+            self._deadline.stop()
+        self._response.release()
+        self._on_end(self._record)
+        return b"".join(out)
+
     async def events(self) -> AsyncGenerator[bytes, None]:
         """The client's stream; always ends the call record, however the stream ends.
 

@@ -27,7 +27,7 @@ import orjson
 from llmrelay.protocols.anthropic import upstream_error
 from llmrelay.protocols.chat_anthropic import anthropic_response_to_chat
 from llmrelay.protocols.chat_anthropic_stream import AnthropicStreamToChat, StreamError
-from llmrelay.protocols.sse import SSEParser, parse_block
+from llmrelay.protocols.sse import LF, SSEParser, parse_block
 from llmrelay.providers.errors import UpstreamErrorEvent
 from llmrelay.providers.translated import StreamFacts, StreamTerms, context_code, error_event
 
@@ -54,6 +54,7 @@ _EMPTY_TEXT_START = (
 _ROLE_DELTA = b'{"role":"assistant","content":""}'
 #: Events with nothing to say in chat (named as Anthropic names every event).
 _SILENT = (b"event: ping\n", b"event: content_block_stop\n")
+_BACKSLASH = ord("\\")
 
 
 class AnthropicChatDecoder:
@@ -93,7 +94,7 @@ class AnthropicChatDecoder:
         for block in text[:-2].split(b"\n\n"):
             if block.startswith(_TEXT_HEAD) and block.endswith(b'"}}'):
                 token = block[_TEXT_HEAD_LEN:-2]
-                if token.count(b'"') == 2 and b"\\" not in token and b"\n" not in token:
+                if token.count(b'"') == 2 and _BACKSLASH not in token and LF not in token:
                     if len(token) > 2:
                         if template is None:
                             template = self._stream.text_template()
@@ -102,7 +103,7 @@ class AnthropicChatDecoder:
             elif block.startswith(_SILENT):
                 continue  # ping, content_block_stop: nothing to say in chat
             head, found, data = block.partition(b"\ndata: ")
-            if found and head.startswith(b"event: ") and b"\n" not in head and b"\n" not in data:
+            if found and head.startswith(b"event: ") and LF not in head and LF not in data:
                 self._take(head[7:].decode(), data, out)
                 continue
             event = parse_block(block)
@@ -162,7 +163,7 @@ class AnthropicChatDecoder:
             if block.startswith(_SILENT) or block == _EMPTY_TEXT_START:
                 continue  # nothing to say in chat
             head, found, data = block.partition(b"\ndata: ")
-            if found and head.startswith(b"event: ") and b"\n" not in head and b"\n" not in data:
+            if found and head.startswith(b"event: ") and LF not in head and LF not in data:
                 name: str | None = head[7:].decode()
             else:
                 event = parse_block(block)

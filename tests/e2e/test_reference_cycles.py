@@ -1,0 +1,144 @@
+"""A finished request leaves no reference cycle behind.
+
+Objects in a cycle are freed only by the garbage collector, which then runs every few
+requests and walks every young object: one stream relay holding its decoder while the
+decoder held a method of the relay cost a translated stream about 20,000 instructions
+(bench/instructions.py). Here a real gateway process (the CLI, started through a wrapper
+that adds two signal handlers, nothing else) serves every kind of call; then the collector
+keeps what it finds (gc.DEBUG_SAVEALL) and the wrapper writes the type names down.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Iterator
+
+import anthropic
+import openai
+import pytest
+from anthropic.types import MessageParam
+from openai.types.chat import ChatCompletionMessageParam
+
+from tests.support.gateway_process import GatewayProcess
+from tests.support.mock_upstream import MockUpstream
+
+KEY = "e2e-cycles-key-0123456789"
+SECRET = "sk-provider-secret-cycles"
+
+#: `llmrelay serve`, with SIGUSR1 collecting and then keeping what later collections find,
+#: and SIGUSR2 collecting once more and writing the kept objects' types to the report file.
+_WRAPPER = """
+import gc, json, os, signal, sys
+from collections import Counter
+
+def keep(signum, frame):
+    gc.collect()
+    gc.garbage.clear()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+
+def report(signum, frame):
+    gc.collect()
+    found = Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.garbage)
+    gc.set_debug(0)
+    gc.garbage.clear()
+    with open(os.environ["CYCLES_REPORT"], "w") as out:
+        json.dump(found, out)
+
+signal.signal(signal.SIGUSR1, keep)
+signal.signal(signal.SIGUSR2, report)
+sys.argv = ["llmrelay", *sys.argv[1:]]
+from llmrelay.cli import main
+main()
+"""
+
+
+def _config(upstream: MockUpstream) -> str:
+    root = upstream.base_url.removesuffix("/v1")
+    return f"""
+providers:
+  - {{slug: compat, type: openai_compatible, base_url: "{upstream.base_url}", api_key: {SECRET}}}
+  - {{slug: claude, type: anthropic, base_url: "{root}", api_key: {SECRET}}}
+  - {{slug: google, type: gemini, base_url: "{root}", api_key: {SECRET}}}
+  - {{slug: azure, type: azure_openai, base_url: "{root}", api_key: {SECRET},
+      api_version: "2024-10-21"}}
+models:
+  - name: compat
+    routes: [{{provider: compat, upstream_model: echo}}]
+  - name: claude
+    routes: [{{provider: claude, upstream_model: claude-test}}]
+  - name: gemini
+    routes: [{{provider: google, upstream_model: gemini-test}}]
+  - name: azure
+    routes: [{{provider: azure, upstream_model: my-deployment}}]
+projects:
+  - name: cycles
+    keys: [{{name: k, key: {KEY}}}]
+"""
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[MockUpstream]:
+    server = MockUpstream().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    upstream: MockUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GatewayProcess]:
+    folder = tmp_path_factory.mktemp("cycles")
+    process = GatewayProcess(
+        folder, config=_config(upstream), env={"CYCLES_REPORT": str(folder / "cycles.json")}
+    )
+    process.args[1:3] = ["-c", _WRAPPER]  # `python -m llmrelay serve ...` -> the wrapper
+    process.start()
+    yield process
+    assert process.stop() == 0, process.logs()
+
+
+def _every_kind_of_call(gateway: GatewayProcess) -> None:
+    with (
+        openai.OpenAI(api_key=KEY, base_url=gateway.base_url, max_retries=0, timeout=15) as chat,
+        anthropic.Anthropic(api_key=KEY, base_url=gateway.url, max_retries=0, timeout=15) as mess,
+    ):
+        _calls(chat, mess)
+
+
+def _calls(chat: openai.OpenAI, messages: anthropic.Anthropic) -> None:
+    hello: list[ChatCompletionMessageParam] = [{"role": "user", "content": "one two three"}]
+    for model in ("compat", "claude", "gemini", "azure"):
+        answer = chat.chat.completions.create(model=model, messages=hello)
+        assert answer.choices[0].message.content == "one two three"
+        stream = chat.chat.completions.create(model=model, messages=hello, stream=True)
+        assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    said: list[MessageParam] = [{"role": "user", "content": "one two three"}]
+    for model in ("compat", "claude"):
+        message = messages.messages.create(model=model, max_tokens=50, messages=said)
+        assert message.content
+        with messages.messages.stream(model=model, max_tokens=50, messages=said) as events:
+            assert events.get_final_text()
+    response = chat.responses.create(model="compat", input="one two three")
+    assert response.output_text
+    assert list(chat.responses.create(model="compat", input="one two three", stream=True))
+
+
+def test_no_call_leaves_a_reference_cycle(gateway: GatewayProcess) -> None:
+    assert gateway.process is not None
+    _every_kind_of_call(gateway)  # warm-up: caches and lazy imports fill here
+    report = gateway.folder / "cycles.json"
+    gateway.process.send_signal(signal.SIGUSR1)
+    time.sleep(0.5)
+    _every_kind_of_call(gateway)
+    _every_kind_of_call(gateway)
+    time.sleep(0.5)  # the records' writer finishes its batch
+    gateway.process.send_signal(signal.SIGUSR2)
+    deadline = time.monotonic() + 10
+    while not report.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    found: dict[str, int] = json.loads(report.read_text())
+    ours = {name: count for name, count in found.items() if name.startswith("llmrelay.")}
+    assert ours == {}, f"left in cycles: {found}"
+    assert sum(found.values()) < 50, f"left in cycles: {found}"
