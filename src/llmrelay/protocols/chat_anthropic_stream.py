@@ -58,7 +58,7 @@ class AnthropicStreamToChat:
         #: Anthropic block index -> Chat tool call index (tool blocks counted alone)
         self._tool_calls: dict[int, int] = {}
         self._finish_sent = False
-        self._text_template: tuple[str, str, bytes, bytes] | None = None
+        self._text_template: tuple[str, str, bytes, bytes, bytes, bytes] | None = None
 
     def feed(self, event: str | None, data: dict[str, Any]) -> list[dict[str, Any]]:
         kind = data.get("type") or event
@@ -101,32 +101,38 @@ class AnthropicStreamToChat:
     def text_template(self) -> tuple[bytes, bytes]:
         """The bytes before and after a text delta's JSON string in its `data: ` event, for
         the message as it stands (its id comes with message_start)."""
-        head, tail = self._template()
-        return head + b'{"content":', b'},"logprobs":null,"finish_reason":null' + tail
+        template = self._text_template
+        if template is None or template[0] is not self._id or template[1] is not self.model:
+            template = self._build_template()
+        return template[4], template[5]
 
     def event(self, delta: bytes, finish_reason: str | None = None) -> bytes:
         """The `data: ` event of a chunk with this delta (compact JSON), byte for byte what
         serialising `_chunk` gives, from the message's template (no dict, no serialiser)."""
-        head, tail = self._template()
-        reason = b"null" if finish_reason is None else orjson.dumps(finish_reason)
-        return head + delta + b',"logprobs":null,"finish_reason":' + reason + tail
-
-    def _template(self) -> tuple[bytes, bytes]:
-        """A chunk's `data: ` event before its delta, and after its finish reason."""
         template = self._text_template
         if template is None or template[0] is not self._id or template[1] is not self.model:
-            head = (
-                b'data: {"id":'
-                + orjson.dumps(self._id)
-                + b',"object":"chat.completion.chunk","created":'
-                + str(self._created).encode()
-                + b',"model":'
-                + orjson.dumps(self.model)
-                + b',"choices":[{"index":0,"delta":'
-            )
-            tail = b'}],"usage":null}\n\n' if self.include_usage else b"}]}\n\n"
-            template = self._text_template = (self._id, self.model, head, tail)
-        return template[2], template[3]
+            template = self._build_template()
+        reason = b"null" if finish_reason is None else orjson.dumps(finish_reason)
+        return template[2] + delta + b',"logprobs":null,"finish_reason":' + reason + template[3]
+
+    def _build_template(self) -> tuple[str, str, bytes, bytes, bytes, bytes]:
+        """A chunk's `data: ` event before its delta and after its finish reason, and the
+        same around a text delta's string; kept while the id and the model stay."""
+        head = (
+            b'data: {"id":'
+            + orjson.dumps(self._id)
+            + b',"object":"chat.completion.chunk","created":'
+            + str(self._created).encode()
+            + b',"model":'
+            + orjson.dumps(self.model)
+            + b',"choices":[{"index":0,"delta":'
+        )
+        tail = b'}],"usage":null}\n\n' if self.include_usage else b"}]}\n\n"
+        template = self._text_template = (
+            *(self._id, self.model, head, tail),
+            *(head + b'{"content":', b'},"logprobs":null,"finish_reason":null' + tail),
+        )
+        return template
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         chunk: dict[str, Any] = {
@@ -144,12 +150,13 @@ class AnthropicStreamToChat:
 
     def _record_usage(self, usage: Any) -> None:
         """Anthropic's counts are cumulative, so the latest value of each wins."""
-        if not isinstance(usage, dict):
+        if type(usage) is not dict:
             return
+        raw = self._raw_usage
         for key in _USAGE_KEYS:
             value = usage.get(key)
-            if isinstance(value, int):
-                self._raw_usage[key] = value
+            if type(value) is int:
+                raw[key] = value
         self._usage_seen = True
 
     def start(self, message: dict[str, Any]) -> None:
