@@ -50,8 +50,9 @@ class _State:
         return self.admitted[0] + WINDOW_S - now if self.admitted else _FAR
 
     def tpm_reset(self, now: float) -> float:
-        buckets = self.buckets
-        return min(buckets) + TPM_BUCKETS - now if buckets else _FAR
+        """When the first second still counted leaves the window (`first`, kept by the
+        expiry, not a walk of the buckets)."""
+        return self.first + TPM_BUCKETS - now if self.buckets else _FAR
 
 
 class _Slot:

@@ -89,8 +89,8 @@ class ModelRename:
         if model == self.virtual:
             return raw
         if type(model) is str:
-            pattern = self.pattern(model)
-            if raw.count(pattern) == 1:
-                return raw.replace(pattern, self.replacement)
+            pieces = raw.split(self.pattern(model), 2)  # one scan (count, then replace: two)
+            if len(pieces) == 2:
+                return self.replacement.join(pieces)
         parsed["model"] = self.virtual
         return orjson.dumps(parsed)
