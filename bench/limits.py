@@ -37,11 +37,11 @@ PROCESSES = {
 }
 
 
-def compare_limits(folder: Path, quick: bool) -> dict[str, Any]:
+def compare_limits(folder: Path, quick: bool, rounds: int | None = None) -> dict[str, Any]:
     modes = LIMIT_MODES
     levels = [1, 64]
     duration = 3.0 if quick else 6.0
-    rounds = 3 if quick else 4
+    rounds = rounds or (3 if quick else 4)
     called = [limited_mode(m, arm) for m in modes for arm in LIMIT_ARMS]
     info = machine()
     _pin_redis()

@@ -83,10 +83,12 @@ MARKDOWN = {
 }
 
 
-def compare_llmrelay(folder: Path, modes: Sequence[str], quick: bool) -> dict[str, Any]:
+def compare_llmrelay(
+    folder: Path, modes: Sequence[str], quick: bool, rounds: int | None = None
+) -> dict[str, Any]:
     levels = [1, 64] if quick else [1, 8, 64, 256]
     duration = 3.0 if quick else 6.0
-    rounds = 2 if quick else 3
+    rounds = rounds or (2 if quick else 3)
     marks = (10_000, 30_000, 50_000) if quick else (10_000, 50_000, 100_000, 200_000)
     soak_modes = ["plain", "sse-paced" if "sse-paced" in modes else "sse"]
     info = machine()  # now: the commit and source hash of the code about to be started
@@ -318,6 +320,12 @@ def main() -> None:
         help="--instructions: only these comma-separated MODE:ARM counts (MODE plain or sse;"
         " ARM bare, off, all, key or anthropic), e.g. sse:off,sse:anthropic",
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        help="rounds (the medians' sample) for the comparison, --translation and --limits: more"
+        " rounds of the same windows when the machine is noisy",
+    )
     parser.add_argument("--rows", type=int, default=2_000_000, help="--usage-api: records")
     parser.add_argument(
         "--modes", help=f"comma-separated subset of {','.join(ALL_MODES)} (not --translation)"
@@ -356,7 +364,7 @@ def main() -> None:
             data = compare_routing(folder, modes, args.quick)
             kind = "routing-quick" if args.quick else "routing"
         elif args.limits:
-            data = compare_limits(folder, args.quick)
+            data = compare_limits(folder, args.quick, args.rounds)
             kind = "limits-quick" if args.quick else "limits"
         elif args.instructions:
             cells = frozenset(args.cells.split(",")) if args.cells else None
@@ -366,10 +374,10 @@ def main() -> None:
             data = compare_recording(folder, args.quick)
             kind = "recording-quick" if args.quick else "recording"
         elif args.translation:
-            data = compare_translation(folder, args.quick)
+            data = compare_translation(folder, args.quick, args.rounds)
             kind = "translation-quick" if args.quick else "translation"
         else:
-            data = compare_llmrelay(folder, modes, args.quick)
+            data = compare_llmrelay(folder, modes, args.quick, args.rounds)
             kind = "compare-quick" if args.quick else "compare"
         print(f"\nresults: {save(kind, data)}")
     finally:

@@ -49,11 +49,11 @@ TRANSLATION_MODES = ("plain", "sse")
 TARGET_PCT = 85.0  # anthropic throughput as a share of openai throughput
 
 
-def compare_translation(folder: Path, quick: bool) -> dict[str, Any]:
+def compare_translation(folder: Path, quick: bool, rounds: int | None = None) -> dict[str, Any]:
     modes = TRANSLATION_MODES
     levels = [1, 64]
     duration = 3.0 if quick else 10.0
-    rounds = 3 if quick else 5
+    rounds = rounds or (3 if quick else 5)
     called = [translated_mode(m, api) for m in modes for api in TRANSLATION_ARMS]
     info = machine()  # now: the commit and source hash of the code about to be started
     relay: System | None = None

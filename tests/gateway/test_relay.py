@@ -90,12 +90,17 @@ def _usage_event(*, spaced: bool = False) -> bytes:
 async def _relay(
     chunks: list[bytes], rename: ModelRename | None = None, *, client_asked: bool = True
 ) -> tuple[bytes, CallRecord, int]:
+    """The client's stream as the gateway sends it: whole when priming read all of it
+    (`whole`), else event by event; either way the record is ended once and the upstream
+    response released."""
     loop = asyncio.get_running_loop()
     record = CallRecord("req", "chat.completions", 0.0)
     malformed: list[int] = []
+    ended: list[CallRecord] = []
+    body = ChunkedBody(chunks)
     relay = ChatStreamRelay(
         ROUTE,
-        ChunkedBody(chunks),
+        body,
         request_id="req",
         choices=1,
         usage_requested=client_asked,
@@ -103,10 +108,12 @@ async def _relay(
         record=record,
         rename=rename or ModelRename(VIRTUAL),
         on_malformed=lambda: malformed.append(1),
-        on_end=lambda r: None,
+        on_end=ended.append,
     )
     await relay.prime(Deadlines(loop))
-    out = b"".join([part async for part in relay.events()])
+    whole = relay.whole()
+    out = b"".join([part async for part in relay.events()]) if whole is None else whole
+    assert ended == [record] and body.released
     return out, record, len(malformed)
 
 
@@ -221,6 +228,42 @@ async def test_usage_the_gateway_asked_for_is_recorded_but_not_passed_on() -> No
         assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
         assert out.endswith(b"data: [DONE]\n\n") and malformed == 0
         assert record.prompt_tokens in (3, 5) and record.completion_tokens in (2, 1)
+
+
+async def test_a_stream_read_whole_while_priming_is_answered_whole() -> None:
+    stream = b"".join(STREAM_PARTS)
+    record = CallRecord("req", "chat.completions", 0.0)
+    relay = ChatStreamRelay(
+        ROUTE,
+        ChunkedBody([stream]),
+        request_id="req",
+        choices=1,
+        usage_requested=True,
+        record=record,
+        rename=ModelRename(VIRTUAL),
+        on_malformed=lambda: None,
+        on_end=lambda r: None,
+    )
+    await relay.prime(Deadlines(asyncio.get_running_loop()))
+    whole = relay.whole()
+    assert whole is not None and relay.ended
+    assert _events(whole) == _reference(stream)[0]
+    assert whole.endswith(b"data: [DONE]\n\n") and whole.count(b"[DONE]") == 1
+    assert record.delivered_events > 0
+    # One chunk short of the end: more is to come, so the stream goes event by event.
+    relay = ChatStreamRelay(
+        ROUTE,
+        ChunkedBody([b"".join(STREAM_PARTS[:3]), b"".join(STREAM_PARTS[3:])]),
+        request_id="req",
+        choices=1,
+        usage_requested=True,
+        record=CallRecord("req", "chat.completions", 0.0),
+        rename=ModelRename(VIRTUAL),
+        on_malformed=lambda: None,
+        on_end=lambda r: None,
+    )
+    await relay.prime(Deadlines(asyncio.get_running_loop()))
+    assert relay.whole() is None and not relay.ended
 
 
 async def test_events_after_completion_are_not_passed_on() -> None:

@@ -45,6 +45,7 @@ from llmrelay.providers.base import Operation, UpstreamResponse
 from llmrelay.providers.errors import UpstreamProtocolError
 from llmrelay.providers.headers import forwardable
 from llmrelay.providers.presets import reports_stream_usage, speaks_responses
+from llmrelay.providers.translated import TranslatedResponse
 from llmrelay.snapshot.holder import SnapshotHolder
 from llmrelay.snapshot.model import KeySnap, ModelSnap, PolicySnap, RouteSnap, Snapshot
 
@@ -375,6 +376,8 @@ class Answer:
 async def read_json(route: RouteSnap, response: UpstreamResponse) -> Answer:
     raw = await response.read()
     response.release()
+    if type(response) is TranslatedResponse and response.completion is not None:
+        return Answer(route, raw, response.completion)  # parsed already: it wrote `raw`
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:

@@ -32,6 +32,19 @@ _USAGE_KEYS = (
 _PLACEHOLDER_IDS = itertools.count(1)
 
 
+#: Finish reasons as JSON (a handful of names: serialised once each).
+_REASON_JSON: dict[str, bytes] = {}
+
+
+def _reason_json(reason: str) -> bytes:
+    found = _REASON_JSON.get(reason)
+    if found is None:
+        found = orjson.dumps(reason)
+        if len(_REASON_JSON) < 64:
+            _REASON_JSON[reason] = found
+    return found
+
+
 class StreamError(Exception):
     """Anthropic sent an `error` event after the 200 (typically overloaded_error): the
     stream cannot go on, and the gateway renders it in the client's protocol."""
@@ -112,7 +125,7 @@ class AnthropicStreamToChat:
         template = self._text_template
         if template is None or template[0] is not self._id or template[1] is not self.model:
             template = self._build_template()
-        reason = b"null" if finish_reason is None else orjson.dumps(finish_reason)
+        reason = b"null" if finish_reason is None else _reason_json(finish_reason)
         return template[2] + delta + b',"logprobs":null,"finish_reason":' + reason + template[3]
 
     def _build_template(self) -> tuple[str, str, bytes, bytes, bytes, bytes]:

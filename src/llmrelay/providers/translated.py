@@ -121,6 +121,9 @@ class TranslatedResponse:
         self._retry_after: str | None = None
         self._facts: StreamFacts | None = None
         self.status = inner.status
+        #: The chat completion `read` wrote (a successful answer), so the reader need not
+        #: parse the bytes it was just serialised to.
+        self.completion: dict[str, Any] | None = None
 
     def direct(self, terms: StreamTerms) -> StreamFacts | None:
         """Have the decoder write the client's chat events by `terms`, if it can; then
@@ -154,7 +157,8 @@ class TranslatedResponse:
         if not isinstance(body, dict):
             raise UpstreamProtocolError("the answer is not a JSON object")
         try:
-            return orjson.dumps(self._decoder.completion(body))
+            self.completion = completion = self._decoder.completion(body)
+            return orjson.dumps(completion)
         except (KeyError, TypeError, ValueError) as exc:
             raise UpstreamProtocolError(
                 f"the answer is not in the provider's shape: {exc}"
