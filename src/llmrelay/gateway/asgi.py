@@ -76,7 +76,10 @@ async def send_sse(
     finished its record: one write instead of two (uvicorn writes the chunk and the chunked
     terminator together), and no disconnect watch left open once the answer is complete.
     Not when the answer is captured (gateway/capture.py): its last chunk goes out before the
-    record is finished, so the capture queued with the record is whole."""
+    record is finished, so the capture queued with the record is whole.
+
+    A stream that priming already read to its end (`StreamRelay.whole`) goes out as one body,
+    with no event loop over it and no watch."""
     start = {"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *headers]}
     whole = None if relay.captured else relay.whole()
     if whole is not None:
