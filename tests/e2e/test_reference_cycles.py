@@ -4,12 +4,14 @@ Objects in a cycle are freed only by the garbage collector, which then runs ever
 requests and walks every young object: one stream relay holding its decoder while the
 decoder held a method of the relay cost a translated stream about 20,000 instructions
 (bench/instructions.py). Here a real gateway process (the CLI, started through a wrapper
-that adds two signal handlers, nothing else) serves every kind of call; then the collector
-keeps what it finds (gc.DEBUG_SAVEALL) and the wrapper writes the type names down.
+that adds two signal handlers, nothing else) serves every kind of call, failures included;
+then the collector keeps what it finds (gc.DEBUG_SAVEALL) and the wrapper writes the type
+names down.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import time
@@ -25,6 +27,7 @@ from tests.support.gateway_process import GatewayProcess
 from tests.support.mock_upstream import MockUpstream
 
 KEY = "e2e-cycles-key-0123456789"
+LIMITED_KEY = "e2e-cycles-limited-0123456789"
 SECRET = "sk-provider-secret-cycles"
 
 #: `llmrelay serve`, with SIGUSR1 collecting and then keeping what later collections find,
@@ -72,9 +75,19 @@ models:
     routes: [{{provider: google, upstream_model: gemini-test}}]
   - name: azure
     routes: [{{provider: azure, upstream_model: my-deployment}}]
+  - name: failing
+    routes: [{{provider: compat, upstream_model: status-500}}]
+  - name: failover
+    routes:
+      - {{provider: compat, upstream_model: status-500, priority: 0}}
+      - {{provider: compat, upstream_model: echo, priority: 1}}
+  - name: rejects
+    routes: [{{provider: compat, upstream_model: status-400}}]
 projects:
   - name: cycles
-    keys: [{{name: k, key: {KEY}}}]
+    keys:
+      - {{name: k, key: {KEY}}}
+      - {{name: limited, key: {LIMITED_KEY}, limits: {{rpm: 1}}}}
 """
 
 
@@ -113,6 +126,20 @@ def _calls(chat: openai.OpenAI, messages: anthropic.Anthropic) -> None:
         assert message.content
         with messages.messages.stream(model=model, max_tokens=50, messages=said) as events:
             assert events.get_final_text()
+    # Failures too: every route failing (502), a provider's rejection passed on (400), an
+    # unknown model (404), a limit refusing (429), and a failover that ends well.
+    for model in ("failing", "rejects", "nope"):
+        with pytest.raises(openai.APIStatusError):
+            chat.chat.completions.create(model=model, messages=hello)
+    with openai.OpenAI(
+        api_key=LIMITED_KEY, base_url=chat.base_url, max_retries=0, timeout=15
+    ) as limited:
+        # The minute's one request (refused as well when an earlier pass took it).
+        with contextlib.suppress(openai.RateLimitError):
+            limited.chat.completions.create(model="compat", messages=hello)
+        with pytest.raises(openai.RateLimitError):
+            limited.chat.completions.create(model="compat", messages=hello)
+    assert chat.chat.completions.create(model="failover", messages=hello).choices
     response = chat.responses.create(model="compat", input="one two three")
     assert response.output_text
     assert list(chat.responses.create(model="compat", input="one two three", stream=True))

@@ -273,7 +273,12 @@ class Executor:
             raise NoCandidate("no enabled route for this model")
         if hint is not None and not last.headers:  # "retry after" where a provider said when
             last.headers = {"Retry-After": str(max(1, math.ceil(hint)))}
-        raise last
+        try:
+            raise last
+        finally:
+            # The traceback keeps this frame: with the error still among its locals, each
+            # failed request would be a reference cycle left to the garbage collector.
+            del last
 
     def _log(
         self, record: CallRecord, kind: str, status: int | None, outcome: str, started: float
