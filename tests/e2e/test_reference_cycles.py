@@ -83,6 +83,8 @@ models:
       - {{provider: compat, upstream_model: echo, priority: 1}}
   - name: rejects
     routes: [{{provider: compat, upstream_model: status-400}}]
+  - name: drop
+    routes: [{{provider: compat, upstream_model: drop-after-2}}]
 projects:
   - name: cycles
     keys:
@@ -140,6 +142,8 @@ def _calls(chat: openai.OpenAI, messages: anthropic.Anthropic) -> None:
         with pytest.raises(openai.RateLimitError):
             limited.chat.completions.create(model="compat", messages=hello)
     assert chat.chat.completions.create(model="failover", messages=hello).choices
+    with pytest.raises(openai.APIError):  # the provider drops the stream after two events
+        list(chat.chat.completions.create(model="drop", messages=hello, stream=True))
     response = chat.responses.create(model="compat", input="one two three")
     assert response.output_text
     assert list(chat.responses.create(model="compat", input="one two three", stream=True))

@@ -45,7 +45,7 @@ class HttpUpstreamResponse:
                 raise UpstreamTimeoutError("response_body", deadline.limit_s) from None
             raise
         except (aiohttp.ClientError, ConnectionError) as exc:
-            raise UpstreamConnectError(f"connection lost while reading: {_describe(exc)}") from None
+            raise UpstreamConnectError(f"connection lost while reading: {_lost(exc)}") from None
         finally:
             deadline.pause()
 
@@ -53,7 +53,7 @@ class HttpUpstreamResponse:
         try:
             return await self._response.content.readany()
         except (aiohttp.ClientError, ConnectionError) as exc:
-            raise UpstreamConnectError(f"connection lost while reading: {_describe(exc)}") from None
+            raise UpstreamConnectError(f"connection lost while reading: {_lost(exc)}") from None
 
     def release(self) -> None:
         """Keep the connection for reuse when the body was read to its end, else drop it."""
@@ -106,12 +106,26 @@ class HttpTransport:
             raise UpstreamTimeoutError("connect", provider.connect_timeout_s) from None
         except (aiohttp.ClientError, ConnectionError) as exc:
             deadline.stop()
-            raise UpstreamConnectError(_describe(exc)) from None
+            raise UpstreamConnectError(_lost(exc)) from None
         deadline.pause()
         return HttpUpstreamResponse(response, provider, deadline)
 
     async def close(self) -> None:
         await self._session.close()
+
+
+def _lost(exc: BaseException) -> str:
+    """`_describe`, with the tracebacks of the error and its causes dropped: aiohttp keeps a
+    failed read's error on the response's stream reader, and a traceback's frames hold that
+    reader (and its protocol), so each failed call would otherwise stay in a reference cycle
+    until the garbage collector ran."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # the chain is short; a bound in case of a loop in it
+        if seen is None:
+            break
+        seen.__traceback__ = None
+        seen = seen.__cause__ or seen.__context__
+    return _describe(exc)
 
 
 def _describe(exc: BaseException) -> str:
