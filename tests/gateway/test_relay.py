@@ -4,6 +4,7 @@ reach the client, whatever way the provider's bytes are split into chunks."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from types import MappingProxyType
 from typing import Any
 
@@ -87,6 +88,29 @@ def _usage_event(*, spaced: bool = False) -> bytes:
     return b"data: " + text + b"\n\n"
 
 
+def _chat_relay(
+    body: ChunkedBody,
+    record: CallRecord,
+    *,
+    rename: ModelRename | None = None,
+    client_asked: bool = True,
+    on_malformed: Callable[[], None] = lambda: None,
+    on_end: Callable[[CallRecord], None] = lambda r: None,
+) -> ChatStreamRelay:
+    return ChatStreamRelay(
+        ROUTE,
+        body,
+        request_id="req",
+        choices=1,
+        usage_requested=client_asked,
+        usage_coming=True,
+        record=record,
+        rename=rename or ModelRename(VIRTUAL),
+        on_malformed=on_malformed,
+        on_end=on_end,
+    )
+
+
 async def _relay(
     chunks: list[bytes], rename: ModelRename | None = None, *, client_asked: bool = True
 ) -> tuple[bytes, CallRecord, int]:
@@ -98,15 +122,11 @@ async def _relay(
     malformed: list[int] = []
     ended: list[CallRecord] = []
     body = ChunkedBody(chunks)
-    relay = ChatStreamRelay(
-        ROUTE,
+    relay = _chat_relay(
         body,
-        request_id="req",
-        choices=1,
-        usage_requested=client_asked,
-        usage_coming=True,
-        record=record,
-        rename=rename or ModelRename(VIRTUAL),
+        record,
+        rename=rename,
+        client_asked=client_asked,
         on_malformed=lambda: malformed.append(1),
         on_end=ended.append,
     )
@@ -233,17 +253,7 @@ async def test_usage_the_gateway_asked_for_is_recorded_but_not_passed_on() -> No
 async def test_a_stream_read_whole_while_priming_is_answered_whole() -> None:
     stream = b"".join(STREAM_PARTS)
     record = CallRecord("req", "chat.completions", 0.0)
-    relay = ChatStreamRelay(
-        ROUTE,
-        ChunkedBody([stream]),
-        request_id="req",
-        choices=1,
-        usage_requested=True,
-        record=record,
-        rename=ModelRename(VIRTUAL),
-        on_malformed=lambda: None,
-        on_end=lambda r: None,
-    )
+    relay = _chat_relay(ChunkedBody([stream]), record)
     await relay.prime(Deadlines(asyncio.get_running_loop()))
     whole = relay.whole()
     assert whole is not None and relay.ended
@@ -251,17 +261,8 @@ async def test_a_stream_read_whole_while_priming_is_answered_whole() -> None:
     assert whole.endswith(b"data: [DONE]\n\n") and whole.count(b"[DONE]") == 1
     assert record.delivered_events > 0
     # One chunk short of the end: more is to come, so the stream goes event by event.
-    relay = ChatStreamRelay(
-        ROUTE,
-        ChunkedBody([b"".join(STREAM_PARTS[:3]), b"".join(STREAM_PARTS[3:])]),
-        request_id="req",
-        choices=1,
-        usage_requested=True,
-        record=CallRecord("req", "chat.completions", 0.0),
-        rename=ModelRename(VIRTUAL),
-        on_malformed=lambda: None,
-        on_end=lambda r: None,
-    )
+    parts = [b"".join(STREAM_PARTS[:3]), b"".join(STREAM_PARTS[3:])]
+    relay = _chat_relay(ChunkedBody(parts), CallRecord("req", "chat.completions", 0.0))
     await relay.prime(Deadlines(asyncio.get_running_loop()))
     assert relay.whole() is None and not relay.ended
 

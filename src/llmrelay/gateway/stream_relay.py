@@ -130,11 +130,16 @@ class StreamRelay:
         out.append(self._closing())
         self.ended = True
         self._record.delivered_events = self._taken
+        self._close()
+        return b"".join(out)
+
+    def _close(self) -> None:
+        """However the stream ended: no more deadline, the upstream released, the record
+        ended (once)."""
         if self._deadline is not None:
             self._deadline.stop()
         self._response.release()
         self._on_end(self._record)
-        return b"".join(out)
 
     async def events(self) -> AsyncGenerator[bytes, None]:
         """The client's stream; always ends the call record, however the stream ends.
@@ -176,10 +181,7 @@ class StreamRelay:
             record.fail(CLIENT_CLOSED_REQUEST, "client_disconnected")
             raise
         finally:
-            if self._deadline is not None:
-                self._deadline.stop()
-            self._response.release()
-            self._on_end(record)
+            self._close()
 
 
 class ParsedEventRelay(StreamRelay):

@@ -82,10 +82,6 @@ def plain_data(text: bytes) -> list[bytes] | None:
     return None if LF in b"".join(datas) else datas
 
 
-def is_plain_data(text: bytes) -> bool:
-    return plain_data(text) is not None
-
-
 def event_data(text: bytes) -> list[bytes]:
     if not text:
         return []
