@@ -9,27 +9,45 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint setup bench clean
 
+# The data plane's hot path is compiled with mypyc (setup.py), which type-checks it against
+# the dependencies: they are installed first (a plain build), then the package is built again
+# in place, compiled. `make setup` rebuilds when a compiled module's source has changed;
+# until then llmrelay runs the sources (llmrelay/_compiled.py).
+COMPILED_SOURCES := $(shell $(or $(wildcard $(BIN)/python),python3) -c "import runpy; \
+	m = runpy.run_path('src/llmrelay/compiled_modules.py'); \
+	print(' '.join('src/' + n.replace('.', '/') + '.py' for n in m['COMPILED']))")
+BUILT := $(VENV)/.compiled
+
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --upgrade pip 'setuptools>=77' wheel
+	LLMRELAY_PURE_PYTHON=1 $(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-setup: $(STAMP)
+$(BUILT): $(STAMP) setup.py src/llmrelay/compiled_modules.py $(COMPILED_SOURCES)
+	$(BIN)/python -m pip install --quiet --no-build-isolation --no-deps -e . || { \
+	    rm -f src/llmrelay/compiled.json; \
+	    echo "!!! the compiled build failed (a C compiler and Python's headers are needed):"; \
+	    echo "!!! llmrelay runs as plain Python (slower; see README, 'Compiled build')"; }
+	touch $(BUILT)
 
-demo: $(STAMP)
+setup: $(BUILT)
+
+demo: $(BUILT)
 	$(BIN)/llmrelay serve --demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench setup.py
+	$(BIN)/ruff format --check src tests bench setup.py
 	$(BIN)/mypy
 
-test: lint
+test: lint $(BUILT)
 	$(BIN)/pytest
 
-bench: $(STAMP)
+bench: $(BUILT)
 	$(BIN)/python -m bench.run
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build
+	find src -name '*.so' -delete
+	rm -f src/llmrelay/compiled.json

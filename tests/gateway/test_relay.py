@@ -132,7 +132,7 @@ async def _relay(
     )
     await relay.prime(Deadlines(loop))
     whole = relay.whole()
-    out = b"".join([part async for part in relay.events()]) if whole is None else whole
+    out = await relay.read_rest() if whole is None else whole
     assert ended == [record] and body.released
     return out, record, len(malformed)
 

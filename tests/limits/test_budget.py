@@ -11,7 +11,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.gateway.call import CallRecord
 from llmrelay.gateway.recorder import Recorder
-from llmrelay.limits.base import Demand, LimitExceeded, LimitKind, Scope, ScopeKind, month_of
+from llmrelay.limits.base import Demand, LimitKind, Scope, ScopeKind, month_of
+from llmrelay.limits.errors import LimitExceeded
 from llmrelay.limits.local import LocalLimiter
 from llmrelay.limits.spend import month_spend, seed
 from llmrelay.metering.cost import Price

@@ -16,15 +16,14 @@ from redis.asyncio import Redis
 from llmrelay.limits.base import (
     LEASE_TTL_S,
     Admission,
-    BackendUnavailable,
     Demand,
-    LimitExceeded,
     LimitKind,
     Scope,
     ScopeKind,
     month_of,
     seconds_to_next_month,
 )
+from llmrelay.limits.errors import BackendUnavailable, LimitExceeded
 from llmrelay.limits.local import LocalLimiter
 from llmrelay.limits.redis import RedisLimiter, RedisProgram
 from tests.conftest import need_redis

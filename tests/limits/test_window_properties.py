@@ -21,13 +21,13 @@ from llmrelay.limits.base import (
     Admission,
     Demand,
     Limiter,
-    LimitExceeded,
     LimitKind,
     Quota,
     Scope,
     ScopeKind,
     month_of,
 )
+from llmrelay.limits.errors import LimitExceeded
 from llmrelay.limits.local import LocalLimiter
 from llmrelay.limits.redis import RedisLimiter
 from tests.conftest import need_redis

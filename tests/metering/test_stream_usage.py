@@ -30,7 +30,7 @@ def _named(kind: str, event: dict[str, Any]) -> bytes:
 
 async def _run(relay: StreamRelay) -> bytes:
     await relay.prime(Deadlines(asyncio.get_running_loop()))
-    return b"".join([part async for part in relay.events()])
+    return await relay.read_rest()
 
 
 def _chat(record: CallRecord, chunks: list[bytes], *, usage_coming: bool) -> ChatStreamRelay:

@@ -141,7 +141,7 @@ async def _client(response: UpstreamResponse, client_asked: bool) -> Outcome:
         await relay.prime(Deadlines(asyncio.get_running_loop()))
     except UpstreamError as exc:
         return type(exc).__name__, (None, None), len(malformed), None
-    out = b"".join([part async for part in relay.events()])
+    out = await relay.read_rest()
     events: list[dict[str, Any]] = []
     for data in SSEParser().feed_data(out):
         event = orjson.loads(data) if data != b"[DONE]" else {"done": True}

@@ -70,7 +70,7 @@ async def send_sse(
     watches: ClientWatches,
 ) -> None:
     """Stream the relay's events to the client as they come; stop the moment the client
-    disconnects. The events are always closed here, so their cleanup runs at once.
+    disconnects. The relay is always closed here, so its cleanup runs at once.
 
     The last chunk of a normal end goes out with the end of the body, after the relay has
     finished its record: one write instead of two (uvicorn writes the chunk and the chunked
@@ -89,19 +89,18 @@ async def send_sse(
         except (ClientDisconnected, OSError):
             pass  # nothing more can reach the client
         return
-    await send(start)
-    events = relay.events()
-    join_last = not relay.captured
-    last = b""
     try:
+        await send(start)
+        join_last = not relay.captured
+        last = b""
         with watches.watch(receive):
-            async for chunk in events:
+            while (part := await relay.next_part()) is not None:
                 if relay.ended and join_last:
-                    last = chunk  # the generator ends at the next step
+                    last = part  # the relay's next call ends it
                 else:
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    await send({"type": "http.response.body", "body": part, "more_body": True})
         await send({"type": "http.response.body", "body": last, "more_body": False})
     except (ClientDisconnected, OSError):
         pass  # nothing more can reach the client
     finally:
-        await events.aclose()
+        relay.abandon()  # nothing, once the stream is over

@@ -34,7 +34,8 @@ from llmrelay.gateway.recorder import Recorder
 from llmrelay.gateway.relay import ChatStreamRelay
 from llmrelay.gateway.responses_relay import ResponsesStreamRelay
 from llmrelay.gateway.watch import ClientWatches
-from llmrelay.limits.base import Limiter, LimitExceeded, LimitsUnavailable, Plan
+from llmrelay.limits.base import Limiter, Plan
+from llmrelay.limits.errors import LimitExceeded, LimitsUnavailable
 from llmrelay.limits.estimate import estimate_tokens
 from llmrelay.limits.local import LocalLimiter
 from llmrelay.limits.scopes import ScopeCache

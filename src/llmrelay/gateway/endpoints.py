@@ -154,10 +154,11 @@ class DataPlane(Dispatcher):
                 record.answer_tokens = answer_tokens(answer.body)
             self.served_headers(headers, served, record)
             await send_json(send, 200, body, headers)
-        except UpstreamRejected as error:
+        except UpstreamRejected as rejected:
             streaming = False
-            record.fail(error.status, error.code)
-            await send_json(send, error.status, _rejection_body(error, context.request_id), headers)
+            record.fail(rejected.status, rejected.code)
+            body = _rejection_body(rejected, context.request_id)
+            await send_json(send, rejected.status, body, headers)
         except GatewayError as error:
             streaming = False
             record.fail(error.status, error.code)

@@ -236,13 +236,13 @@ class Executor:
                     self._log(record, kind, failure.status, failure.error.code, started)
                     last = failure.error
                     break
-                except _Retry as failure:
-                    self._log(record, kind, failure.status, failure.error.code, started)
-                    last = failure.error
-                    hint = failure.wait_s if failure.wait_s is not None else hint
+                except _Retry as again:
+                    self._log(record, kind, again.status, again.error.code, started)
+                    last = again.error
+                    hint = again.wait_s if again.wait_s is not None else hint
                     if attempt >= model.retry_attempts:
                         break
-                    wait = failure.wait_s
+                    wait = again.wait_s
                     if wait is None:
                         wait = backoff_s(attempt, model.retry_backoff_ms / 1000, self._rng)
                     if self.clock() + wait >= deadline_at:
@@ -305,22 +305,23 @@ class Executor:
         breakers = self.breakers
         try:
             adapter = self.registry.adapter(provider.type)
-        except UnsupportedProvider as exc:
+        except UnsupportedProvider as unsupported:
             breakers.failed(ticket, misconfigured=True)
-            error = UpstreamFailed(f"provider {slug}: {exc}", code="provider_unsupported")
+            error = UpstreamFailed(f"provider {slug}: {unsupported}", code="provider_unsupported")
             raise _NextRoute(error) from None
         try:
             request = build_request(adapter, operation, route, payload, forwarded_headers)
-        except TranslationError as exc:
+        except TranslationError as untranslatable:
             # What the request asks cannot be said in this provider's protocol.
             breakers.abandon(ticket)
             raise InvalidRequest(
-                f"provider {slug} cannot serve this request: {exc.message}", param=exc.param
+                f"provider {slug} cannot serve this request: {untranslatable.message}",
+                param=untranslatable.param,
             ) from None
-        except UnsupportedOperation as exc:
+        except UnsupportedOperation as unserved:
             breakers.abandon(ticket)
             raise _NextRoute(
-                UpstreamFailed(f"provider {slug}: {exc}", code="unsupported")
+                UpstreamFailed(f"provider {slug}: {unserved}", code="unsupported")
             ) from None
         # In-flight counts are kept only for the strategy that reads them.
         counted = strategy == "load_balance"
@@ -333,12 +334,12 @@ class Executor:
                 response = await self.registry.transport(provider.type).send(request, provider)
                 if request.translate is not None:
                     response = request.translate(response)
-            except UpstreamTimeoutError as exc:
+            except UpstreamTimeoutError as timed_out:
                 breakers.failed(ticket)
-                raise _NextRoute(UpstreamTimeout(f"provider {slug}: {exc}")) from None
-            except UpstreamError as exc:
+                raise _NextRoute(UpstreamTimeout(f"provider {slug}: {timed_out}")) from None
+            except UpstreamError as failed:
                 breakers.failed(ticket)
-                error = UpstreamFailed(f"provider {slug}: {exc}", code="upstream_unreachable")
+                error = UpstreamFailed(f"provider {slug}: {failed}", code="upstream_unreachable")
                 raise _Retry(error) from None
             record.mark_first_byte()
             status = response.status
@@ -346,20 +347,20 @@ class Executor:
                 await self._refused(response, slug, ticket)
             try:
                 result = await finish(route, response)
-            except UpstreamTimeoutError as exc:
+            except UpstreamTimeoutError as timed_out:
                 response.release()
                 breakers.failed(ticket)
-                timeout = UpstreamTimeout(f"provider {slug}: {exc}")
+                timeout = UpstreamTimeout(f"provider {slug}: {timed_out}")
                 raise _NextRoute(timeout, status) from None
-            except UpstreamConnectError as exc:
+            except UpstreamConnectError as lost:
                 response.release()
                 breakers.failed(ticket)
-                error = UpstreamFailed(f"provider {slug}: {exc}", code="upstream_error")
+                error = UpstreamFailed(f"provider {slug}: {lost}", code="upstream_error")
                 raise _Retry(error, status=status) from None
-            except UpstreamError as exc:
+            except UpstreamError as failed:
                 response.release()
                 breakers.failed(ticket)
-                error = UpstreamFailed(f"provider {slug}: {exc}", code="upstream_error")
+                error = UpstreamFailed(f"provider {slug}: {failed}", code="upstream_error")
                 raise _NextRoute(error, status) from None
             breakers.succeeded(ticket)
             if counted:

@@ -10,7 +10,7 @@ when the stream is complete, and how its end and its errors are written.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -52,9 +52,10 @@ class StreamRelay:
         #: Upstream events taken so far (`_take` counts them); the record learns how many
         #: reached the client, for an estimate when the usage never comes.
         self._taken = 0
-        #: Set just before the last chunk of a normal end is yielded: the writer can send it
+        #: Set just before the last piece of a normal end is given: the writer can send it
         #: with the end of the body (one write, not two).
         self.ended = False
+        self._state = _STREAMING
 
     @property
     def captured(self) -> bool:
@@ -129,6 +130,7 @@ class StreamRelay:
         self._primed = []
         out.append(self._closing())
         self.ended = True
+        self._state = _OVER
         self._record.delivered_events = self._taken
         self._close()
         return b"".join(out)
@@ -141,11 +143,20 @@ class StreamRelay:
         self._response.release()
         self._on_end(self._record)
 
-    async def events(self) -> AsyncGenerator[bytes, None]:
-        """The client's stream; always ends the call record, however the stream ends.
+    async def next_part(self) -> bytes | None:
+        """The next piece of the client's stream (one per upstream chunk, the protocol's end
+        joined to the last one); None once it is over, the call record then ended.
 
-        One yield per upstream chunk (so one write to the client), with the protocol's end
-        joined to the last one."""
+        A plain coroutine rather than an async generator, so the module compiles (mypyc has
+        no async generators): the relay keeps where it is in `_state`. The record is ended
+        by the call after the last piece, as a generator's `finally` would: a captured
+        answer (gateway/capture.py) has sent its last piece by then."""
+        state = self._state
+        if state:
+            if state != _OVER:
+                self._state = _OVER
+                self._close()
+            return None
         record = self._record
         try:
             out = self._primed
@@ -153,8 +164,7 @@ class StreamRelay:
             while not self._complete:
                 if out:
                     record.delivered_events = self._taken
-                    yield b"".join(out)
-                    out = []
+                    return b"".join(out)
                 chunk = await self._next_chunk()
                 if not chunk:
                     if self._ended_early_is_complete():
@@ -164,10 +174,12 @@ class StreamRelay:
             closing = self._closing()
             if closing:
                 out.append(closing)
-            if out:
-                self.ended = True
-                record.delivered_events = self._taken
-                yield b"".join(out)
+            self._state = _LAST
+            if not out:
+                return await self.next_part()
+            self.ended = True
+            record.delivered_events = self._taken
+            return b"".join(out)
         except UpstreamError as exc:
             error: GatewayError = (
                 UpstreamTimeout(f"stream stalled: {exc}")
@@ -176,12 +188,43 @@ class StreamRelay:
             )
             record.fail(error.status, error.code)
             log.warning("stream_failed", request_id=self._request_id, error=_log_reason(exc))
-            yield self._error_event(error)
-        except (asyncio.CancelledError, GeneratorExit):
+            self._state = _FAILED
+            return self._error_event(error)
+        except asyncio.CancelledError:
             record.fail(CLIENT_CLOSED_REQUEST, "client_disconnected")
-            raise
-        finally:
+            self._state = _OVER
             self._close()
+            raise
+        except BaseException:
+            self._state = _OVER
+            self._close()
+            raise
+
+    def abandon(self) -> None:
+        """The client will take no more (it left, or a write to it failed): the call ends
+        as a client disconnect, unless the stream had already failed, and is closed. Does
+        nothing once the stream is over."""
+        state = self._state
+        if state == _OVER:
+            return
+        if state != _FAILED:
+            self._record.fail(CLIENT_CLOSED_REQUEST, "client_disconnected")
+        self._state = _OVER
+        self._close()
+
+    async def read_rest(self) -> bytes:
+        """The rest of the client's stream as one body (after `prime`)."""
+        parts = []
+        while (part := await self.next_part()) is not None:
+            parts.append(part)
+        return b"".join(parts)
+
+
+#: StreamRelay._state: streaming, the last piece given, the error event given, over.
+_STREAMING = 0
+_LAST = 1
+_FAILED = 2
+_OVER = 3
 
 
 class ParsedEventRelay(StreamRelay):

@@ -28,8 +28,6 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
-from llmrelay.gateway.errors import GatewayError
-
 if TYPE_CHECKING:
     from llmrelay.limits.local import LocalProgram
     from llmrelay.limits.redis import RedisProgram
@@ -137,45 +135,6 @@ class Quota:
             (b"x-ratelimit-remaining", b"%d" % max(0, self.remaining)),
             (b"x-ratelimit-reset", b"%d" % max(1, math.ceil(self.reset_s))),
         ]
-
-
-class LimitExceeded(GatewayError):
-    """429: says which limit of which scope refused, and when to come back."""
-
-    status = 429
-    type = "rate_limit_error"
-
-    def __init__(self, quota: Quota, retry_after_s: float) -> None:
-        what = _WHAT[quota.kind].format(limit=quota.limit, usd=quota.limit / 1_000_000)
-        super().__init__(
-            f"{quota.kind.value} limit of the {quota.scope.value} exceeded: {what}",
-            code=f"{quota.kind.value}_limit_exceeded",
-            headers={
-                "Retry-After": str(max(1, math.ceil(retry_after_s))),
-                **quota.headers(),
-            },
-        )
-        self.quota = quota
-
-
-class BackendUnavailable(Exception):
-    """The shared limiter cannot be reached (Redis down, timed out): resilient.py decides."""
-
-
-class LimitsUnavailable(GatewayError):
-    """503 under `fail_closed` while the shared limiter (Redis) cannot be reached."""
-
-    status = 503
-    type = "service_unavailable"
-    code = "limits_unavailable"
-
-
-_WHAT = {
-    LimitKind.RPM: "at most {limit} requests per minute",
-    LimitKind.TPM: "at most {limit} tokens per minute",
-    LimitKind.CONCURRENCY: "at most {limit} requests at a time",
-    LimitKind.BUDGET: "the monthly budget of {usd:.2f} USD is spent",
-}
 
 
 class Plan:

@@ -19,7 +19,6 @@ from llmrelay.limits.base import (
     WINDOW_S,
     Admission,
     Demand,
-    LimitExceeded,
     LimitKind,
     Months,
     Plan,
@@ -27,6 +26,7 @@ from llmrelay.limits.base import (
     Quota,
     Scope,
 )
+from llmrelay.limits.errors import LimitExceeded
 
 _FAR = float(WINDOW_S)
 _RPM, _TPM, _CONCURRENCY, _BUDGET = 0, 1, 2, 3  # kind indexes (base.KINDS)

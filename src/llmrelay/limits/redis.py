@@ -34,9 +34,7 @@ from llmrelay.limits.base import (
     TPM_BUCKETS,
     WINDOW_S,
     Admission,
-    BackendUnavailable,
     Demand,
-    LimitExceeded,
     LimitKind,
     Months,
     Plan,
@@ -45,6 +43,7 @@ from llmrelay.limits.base import (
     Scope,
     seconds_to_next_month,
 )
+from llmrelay.limits.errors import BackendUnavailable, LimitExceeded
 from llmrelay.limits.redis_scripts import ADMIT, SETTLE
 from llmrelay.limits.resp import (
     Arg,
@@ -209,8 +208,8 @@ class RedisLimiter:
         try:
             try:
                 reply: list[Any] = await self._redis.send(command)
-            except RespError as exc:  # NOSCRIPT: Redis lost the script; else a bug
-                if not str(exc).startswith("NOSCRIPT"):
+            except RespError as refused:  # NOSCRIPT: Redis lost the script; else a bug
+                if not str(refused).startswith("NOSCRIPT"):
                     raise
                 await self._admit.load()
                 reply = await self._redis.send(command)

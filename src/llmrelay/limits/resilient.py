@@ -15,14 +15,8 @@ from collections.abc import Awaitable, Callable, Mapping
 
 import structlog
 
-from llmrelay.limits.base import (
-    Admission,
-    BackendUnavailable,
-    Demand,
-    LimitExceeded,
-    LimitsUnavailable,
-    Plan,
-)
+from llmrelay.limits.base import Admission, Demand, Plan
+from llmrelay.limits.errors import BackendUnavailable, LimitExceeded, LimitsUnavailable
 from llmrelay.limits.local import LocalLimiter
 from llmrelay.limits.redis import RedisLimiter
 from llmrelay.observability.metrics import Metrics

@@ -242,9 +242,9 @@ class RespClient:
         try:
             for reply in hello:
                 await reply
-        except RespError as exc:
-            connection.drop(str(exc))
-            raise RespConnectionError(f"Redis refused the connection: {exc}") from exc
+        except RespError as refused:
+            connection.drop(str(refused))
+            raise RespConnectionError(f"Redis refused the connection: {refused}") from refused
         if self._closed:
             connection.drop("the client is closed")
             raise RespConnectionError("the client is closed")

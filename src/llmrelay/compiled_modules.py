@@ -1,0 +1,85 @@
+"""Which modules the build compiles with mypyc, and the digest that ties a build to them.
+
+Plain standard library only: setup.py reads this file before anything is installed, and
+llmrelay/_compiled.py at every start. The list is the data plane's request path (a module
+off it gains nothing from compiling); see docs/performance.md, "Compiled hot path".
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+COMPILED = (
+    "llmrelay.deadlines",
+    "llmrelay.gateway.asgi",
+    "llmrelay.gateway.auth",
+    "llmrelay.gateway.call",
+    "llmrelay.gateway.capture",
+    "llmrelay.gateway.dispatch",
+    "llmrelay.gateway.ending",
+    "llmrelay.gateway.endpoints",
+    "llmrelay.gateway.executor",
+    "llmrelay.gateway.ids",
+    "llmrelay.gateway.ingress",
+    "llmrelay.gateway.messages",
+    "llmrelay.gateway.messages_relay",
+    "llmrelay.gateway.planner",
+    "llmrelay.gateway.record_writers",
+    "llmrelay.gateway.recorder",
+    "llmrelay.gateway.relay",
+    "llmrelay.gateway.requests",
+    "llmrelay.gateway.responses",
+    "llmrelay.gateway.responses_relay",
+    "llmrelay.gateway.row_queue",
+    "llmrelay.gateway.stream_relay",
+    "llmrelay.gateway.watch",
+    "llmrelay.limits.base",
+    "llmrelay.limits.estimate",
+    "llmrelay.limits.local",
+    "llmrelay.limits.redis",
+    "llmrelay.limits.resilient",
+    "llmrelay.limits.resp",
+    "llmrelay.limits.scopes",
+    "llmrelay.metering.cost",
+    "llmrelay.metering.estimate",
+    "llmrelay.metering.usage",
+    "llmrelay.observability.request_stats",
+    "llmrelay.protocols.anthropic",
+    "llmrelay.protocols.anthropic_chat_messages",
+    "llmrelay.protocols.chat_anthropic",
+    "llmrelay.protocols.chat_anthropic_messages",
+    "llmrelay.protocols.chat_anthropic_stream",
+    "llmrelay.protocols.openai",
+    "llmrelay.protocols.sse",
+    "llmrelay.providers.anthropic",
+    "llmrelay.providers.anthropic_stream",
+    "llmrelay.providers.base",
+    "llmrelay.providers.bridges",
+    "llmrelay.providers.headers",
+    "llmrelay.providers.http",
+    "llmrelay.providers.messages_bridge",
+    "llmrelay.providers.openai",
+    "llmrelay.providers.presets",
+    "llmrelay.providers.registry",
+    "llmrelay.providers.translated",
+    "llmrelay.routing.affinity",
+    "llmrelay.routing.breaker",
+    "llmrelay.routing.strategies",
+    "llmrelay.snapshot.holder",
+    "llmrelay.snapshot.model",
+)
+
+
+def source_path(src: Path, module: str) -> Path:
+    return src.joinpath(*module.split(".")).with_suffix(".py")
+
+
+def source_digest(src: Path) -> str:
+    """SHA-256 over the compiled modules' names and sources (`src`: the folder holding the
+    `llmrelay` package)."""
+    digest = hashlib.sha256()
+    for module in COMPILED:
+        digest.update(module.encode() + b"\0")
+        digest.update(source_path(src, module).read_bytes() + b"\0")
+    return digest.hexdigest()
