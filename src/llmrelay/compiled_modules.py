@@ -3,6 +3,16 @@
 Plain standard library only: setup.py reads this file before anything is installed, and
 llmrelay/_compiled.py at every start. The list is the data plane's request path (a module
 off it gains nothing from compiling); see docs/performance.md, "Compiled hot path".
+
+What these modules' source keeps to, because mypyc compiles it differently from CPython
+(tests/test_compiled_modules.py checks the first three):
+- no async generators (mypyc has none);
+- one exception type per `except ... as name` within a function (a second type under the
+  same name raises TypeError);
+- no class attributes set in the body of a class that extends a class outside this list
+  (they are not seen: such classes, the gateway's errors among them, live elsewhere);
+- a class built per request is a plain class with `__slots__`, not a dataclass: mypyc keeps
+  a dataclass's generated `__init__` in Python (several times the cost of a compiled one).
 """
 
 from __future__ import annotations

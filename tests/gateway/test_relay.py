@@ -314,3 +314,85 @@ async def test_a_later_stream_renames_from_what_an_earlier_one_learnt_or_learns_
     no_role = b"".join(STREAM_PARTS[1:]).replace(REPORTED.encode(), b"gpt-up-2026-01-01")
     fourth, _, _ = await _relay([no_role], rename)
     assert {e["model"] for e in _events(fourth)} == {VIRTUAL}
+
+
+# -- bursts: a whole answer in one read, its leading run of deltas taken in one piece ----------
+
+
+def _burst(*middle: bytes, opening: bool = True, usage: bool = True) -> list[bytes]:
+    """A stream as a provider writes it: the opening delta, content deltas, `middle`, the
+    finish, the usage chunk and [DONE]."""
+    head = [_event({"role": "assistant", "content": ""})] if opening else []
+    words = [_event({"content": w}) for w in ("Hel", "lo", " the", "re")]
+    tail = [_event({}, "stop"), *([_usage_event()] if usage else []), b"data: [DONE]\n\n"]
+    return [*head, *words[:2], *middle, *words[2:], *tail]
+
+
+BURSTS = {
+    "plain": _burst(),
+    "no opening": _burst(opening=False),
+    "no usage chunk": _burst(usage=False),
+    "a comment in the run": _burst(b": keep-alive\n\n"),
+    "a spaced delta in the run": _burst(_event({"content": "!"}, spaced=True)),
+    "a tool call in the run": _burst(_event({"tool_calls": [{"index": 0, "id": "t"}]})),
+    "malformed in the run": _burst(b"data: {not json\n\n"),
+    "two lines in one event": _burst(b'data: {"a":\ndata: 1}\n\n'),
+    "after the end": [*_burst()[:-1], _event({"content": "late"}), b"data: [DONE]\n\n"],
+    "usage on the finish": [
+        *_burst(usage=False)[:-2],
+        _event({}, "stop").replace(
+            b'"choices"', b'"usage":{"prompt_tokens":3,"completion_tokens":2},"choices"'
+        ),
+        b"data: [DONE]\n\n",
+    ],
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(sorted(BURSTS)),
+    st.lists(st.integers(min_value=1, max_value=3000), max_size=4),
+    st.booleans(),
+    st.booleans(),
+)
+def test_a_burst_reads_as_its_events_read_one_by_one(
+    name: str, cuts: list[int], client_asked: bool, learnt: bool
+) -> None:
+    """Whole or cut anywhere, asked for usage or not, with the provider's name for the model
+    known from an earlier stream or not: the client gets what a plain reading gives."""
+    stream = b"".join(BURSTS[name])
+    rename = ModelRename(VIRTUAL)
+    if learnt:
+        rename.reported[UPSTREAM] = rename.pattern(REPORTED)
+    out, record, malformed = asyncio.run(
+        _relay(_split(stream, cuts), rename, client_asked=client_asked)
+    )
+    expected, expected_malformed = _reference(stream)
+    if not client_asked:  # the gateway's own usage chunk is not passed on
+        expected = [e for e in expected if e.get("choices") or not e.get("usage")]
+        for event in expected:
+            event.pop("usage", None)
+        for event in (got := _events(out)):
+            event.pop("usage", None)
+    else:
+        got = _events(out)
+    assert got == expected
+    assert out.endswith(b"data: [DONE]\n\n") and out.count(b"[DONE]") == 1
+    assert malformed == expected_malformed
+    if name != "no usage chunk":
+        assert (record.prompt_tokens, record.completion_tokens) == (3, 2)
+
+
+def test_a_plain_burst_is_taken_as_one_run() -> None:
+    """The standard burst goes through `_take_run` (not the per-event loop), and a run with
+    anything unusual in it does not."""
+    rename = ModelRename(VIRTUAL)
+    rename.reported[UPSTREAM] = pattern = rename.pattern(REPORTED)
+    for name, expected in (("plain", True), ("a comment in the run", False)):
+        text = b"".join(BURSTS[name])
+        renamed = text.count(pattern)
+        text = text.replace(pattern, rename.replacement)
+        relay = _chat_relay(ChunkedBody([]), CallRecord("req", "chat.completions", 0.0))
+        out: list[bytes] = []
+        assert relay._take_run(text, renamed, out, True) is expected
+        assert bool(out) is expected

@@ -74,22 +74,48 @@ class Runtime:
     capture_max_bytes: int = DEFAULT_MAX_BYTES
 
 
-@dataclass(slots=True)
 class ModelCall:
-    """One model call's inputs, as the planner's attempts need them."""
+    """One model call's inputs, as the planner's attempts need them. (A plain class: one is
+    built per call, and under mypyc a dataclass keeps a Python `__init__`.)"""
 
-    runtime: Runtime
-    operation: Operation
-    payload: dict[str, Any]
-    forwarded: dict[str, str]
-    record: CallRecord
-    route_tag: str | None
-    session_id: str | None
-    policy: PolicySnap | None
-    #: What the request uses (examined only when a route declares capabilities).
-    needs: Needs | None
-    #: The limits the call is admitted by (None: none apply).
-    plan: Plan | None = None
+    __slots__ = (
+        "forwarded",
+        "needs",
+        "operation",
+        "payload",
+        "plan",
+        "policy",
+        "record",
+        "route_tag",
+        "runtime",
+        "session_id",
+    )
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        operation: Operation,
+        payload: dict[str, Any],
+        forwarded: dict[str, str],
+        record: CallRecord,
+        route_tag: str | None,
+        session_id: str | None,
+        policy: PolicySnap | None,
+        needs: Needs | None,
+        plan: Plan | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self.operation = operation
+        self.payload = payload
+        self.forwarded = forwarded
+        self.record = record
+        self.route_tag = route_tag
+        self.session_id = session_id
+        self.policy = policy
+        #: What the request uses (examined only when a route declares capabilities).
+        self.needs = needs
+        #: The limits the call is admitted by (None: none apply).
+        self.plan = plan
 
 
 class Dispatcher:
@@ -367,11 +393,15 @@ def bind(record: CallRecord, principal: KeySnap) -> None:
         record.policy_id = policy.id
 
 
-@dataclass(slots=True)
 class Answer:
-    route: RouteSnap
-    raw: bytes
-    body: dict[str, Any]
+    """A JSON answer: its bytes and their parse."""
+
+    __slots__ = ("body", "raw", "route")
+
+    def __init__(self, route: RouteSnap, raw: bytes, body: dict[str, Any]) -> None:
+        self.route = route
+        self.raw = raw
+        self.body = body
 
 
 async def read_json(route: RouteSnap, response: UpstreamResponse) -> Answer:

@@ -10,7 +10,6 @@ import ipaddress
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -24,17 +23,30 @@ _CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
-@dataclass(slots=True)
 class RequestContext:
-    request_id: str
-    client_ip: str | None
-    started: float
-    #: `x-llmrelay-route-tag`, for the `tag` routing strategy
-    route_tag: str | None = None
-    #: `x-llmrelay-session-id`: keeps a conversation on the route that served it
-    session_id: str | None = None
-    #: The client's User-Agent (first 200 characters), for its records
-    user_agent: str | None = None
+    """What ingress learnt of a request. (A plain class: one per request, and under mypyc a
+    dataclass keeps a Python `__init__`.)"""
+
+    __slots__ = ("client_ip", "request_id", "route_tag", "session_id", "started", "user_agent")
+
+    def __init__(
+        self,
+        request_id: str,
+        client_ip: str | None,
+        started: float,
+        route_tag: str | None = None,
+        session_id: str | None = None,
+        user_agent: str | None = None,
+    ) -> None:
+        self.request_id = request_id
+        self.client_ip = client_ip
+        self.started = started
+        #: `x-llmrelay-route-tag`, for the `tag` routing strategy
+        self.route_tag = route_tag
+        #: `x-llmrelay-session-id`: keeps a conversation on the route that served it
+        self.session_id = session_id
+        #: The client's User-Agent (first 200 characters), for its records
+        self.user_agent = user_agent
 
 
 def choose_request_id(client_value: bytes | None) -> str:

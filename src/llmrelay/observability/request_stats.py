@@ -2,12 +2,11 @@
 
 prometheus_client's Counter/Histogram children cost several microseconds per update (locks,
 per-bucket loops). Updates here happen on the event loop thread only and cost a few dict
-updates and two bisects; the Prometheus families are built when /metrics is scraped.
+updates and two short scans; the Prometheus families are built when /metrics is scraped.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,7 +25,15 @@ class _Histogram:
         self.total = 0.0
 
     def observe(self, seconds: float) -> None:
-        self.counts[bisect_left(LATENCY_BUCKETS_S, seconds)] += 1
+        # A loop, not bisect: compiled by mypyc the bounds are native floats, and passing
+        # them to bisect would box them into a new tuple at every call (most requests stop
+        # within the first few bounds).
+        bucket = 0
+        for bound in LATENCY_BUCKETS_S:
+            if seconds <= bound:
+                break
+            bucket += 1
+        self.counts[bucket] += 1
         self.total += seconds
 
     def cumulative(self) -> list[tuple[str, float]]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -29,15 +28,28 @@ class UnsupportedOperation(LookupError):
     """The provider has no such endpoint (embeddings on a chat-only API): the next route."""
 
 
-@dataclass(frozen=True, slots=True)
 class UpstreamRequest:
-    url: str
-    headers: Mapping[str, str]
-    body: bytes
-    #: For a provider that does not speak the client's protocol: wraps its response so it
-    #: reads as the client's protocol (bodies, stream chunks and errors alike).
-    translate: Callable[[UpstreamResponse], UpstreamResponse] | None = None
-    method: str = "POST"
+    """What to send a provider. Never changed once built; a plain class, not a dataclass,
+    because one is built per call and under mypyc a dataclass keeps a Python `__init__`
+    (llmrelay/compiled_modules.py)."""
+
+    __slots__ = ("body", "headers", "method", "translate", "url")
+
+    def __init__(
+        self,
+        url: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        translate: Callable[[UpstreamResponse], UpstreamResponse] | None = None,
+        method: str = "POST",
+    ) -> None:
+        self.url = url
+        self.headers = headers
+        self.body = body
+        #: For a provider that does not speak the client's protocol: wraps its response so
+        #: it reads as the client's protocol (bodies, stream chunks and errors alike).
+        self.translate = translate
+        self.method = method
 
 
 class UpstreamResponse(Protocol):

@@ -11,7 +11,6 @@ the chat protocol's shape: the gateway reads only their message, which both shap
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -59,7 +58,7 @@ def over_chat(
             response = inner(response)
         return wrap(response, model=model, stream=stream)
 
-    return dataclasses.replace(request, translate=translate)
+    return UpstreamRequest(request.url, request.headers, request.body, translate, request.method)
 
 
 class MessagesFromChat(FromChat):

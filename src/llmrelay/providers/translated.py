@@ -15,7 +15,6 @@ the stream is complete), it writes the final chat events and reports what they h
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 import orjson
@@ -66,36 +65,49 @@ class ChatDecoder(Protocol):
         ...
 
 
-@dataclass(slots=True)
 class StreamFacts:
     """What the chat events written so far hold, as the chat relay would have read them.
-    Cumulative: the relay reads them after every chunk (and at the end of the stream)."""
+    Cumulative: the relay reads them after every chunk (and at the end of the stream).
+    (Plain classes here, not dataclasses: one of each per stream; see UpstreamRequest.)"""
 
-    #: Chat events written (the record's count of events delivered).
-    events: int = 0
-    #: Whether any event carried content: text, a tool call, a finish reason or usage (the
-    #: first one commits the stream to its route).
-    content: bool = False
-    #: Whether the finish reason was written.
-    finished: bool = False
-    #: Whether the stream is complete (finish reason, and the usage when it is wanted):
-    #: nothing more is written after it.
-    complete: bool = False
+    __slots__ = ("complete", "content", "events", "finished")
+
+    def __init__(self) -> None:
+        #: Chat events written (the record's count of events delivered).
+        self.events = 0
+        #: Whether any event carried content: text, a tool call, a finish reason or usage
+        #: (the first one commits the stream to its route).
+        self.content = False
+        #: Whether the finish reason was written.
+        self.finished = False
+        #: Whether the stream is complete (finish reason, and the usage when it is wanted):
+        #: nothing more is written after it.
+        self.complete = False
 
 
-@dataclass(frozen=True, slots=True)
 class StreamTerms:
     """What the chat relay would do to a translated stream, for a decoder to do it first."""
 
-    #: The name every chunk carries (the virtual model's).
-    model: str
-    #: Whether the usage chunk reaches the client (it always reaches `on_usage`).
-    forward_usage: bool
-    #: Whether the stream is complete at its finish reason (no usage awaited).
-    end_at_finish: bool
-    on_usage: Callable[[dict[str, Any]], None]
-    #: An upstream event that could not be read (dropped and counted).
-    on_malformed: Callable[[], None]
+    __slots__ = ("end_at_finish", "forward_usage", "model", "on_malformed", "on_usage")
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        forward_usage: bool,
+        end_at_finish: bool,
+        on_usage: Callable[[dict[str, Any]], None],
+        on_malformed: Callable[[], None],
+    ) -> None:
+        #: The name every chunk carries (the virtual model's).
+        self.model = model
+        #: Whether the usage chunk reaches the client (it always reaches `on_usage`).
+        self.forward_usage = forward_usage
+        #: Whether the stream is complete at its finish reason (no usage awaited).
+        self.end_at_finish = end_at_finish
+        self.on_usage = on_usage
+        #: An upstream event that could not be read (dropped and counted).
+        self.on_malformed = on_malformed
 
 
 class DirectChatDecoder(ChatDecoder, Protocol):
