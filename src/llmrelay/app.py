@@ -23,19 +23,18 @@ from llmrelay.admin.cors import with_cors
 from llmrelay.admin.identity.bootstrap import ensure_bootstrap_admin
 from llmrelay.admin.state import AdminState, SessionPolicy
 from llmrelay.deadlines import Deadlines
-from llmrelay.gateway.asgi import send_json
 from llmrelay.gateway.endpoints import DataPlane, Runtime
-from llmrelay.gateway.endpoints import Handler as DataHandler
+from llmrelay.gateway.entry import GatewayApp
 from llmrelay.gateway.errors import GatewayError, NotFound
 from llmrelay.gateway.executor import Executor
-from llmrelay.gateway.ingress import IngressMiddleware, RequestContext, begin, refuse_too_large
+from llmrelay.gateway.ingress import IngressMiddleware, RequestContext
 from llmrelay.gateway.recorder import Recorder
 from llmrelay.gateway.watch import ClientWatches
 from llmrelay.limits.base import Limiter
 from llmrelay.limits.local import LocalLimiter
 from llmrelay.limits.spend import seed as seed_spend
 from llmrelay.observability.health import Health
-from llmrelay.observability.logging import REQUEST_ID, configure_logging
+from llmrelay.observability.logging import configure_logging
 from llmrelay.observability.metrics import Metrics
 from llmrelay.observability.tracing import from_environment as tracing_from_environment
 from llmrelay.protocols.openai import error_body
@@ -101,49 +100,6 @@ class _Refused:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         raise HTTPException(404)
-
-
-class GatewayApp:
-    """The ASGI entry point. Data-plane routes are dispatched from a dict, with ingress done
-    inline (request id, client IP, body cap): no middleware stack, no route matching by
-    pattern. Everything else (health, metrics, lifespan, later the admin API and console)
-    goes to the Starlette app."""
-
-    def __init__(
-        self,
-        handlers: dict[tuple[str, str], DataHandler],
-        fallback: Starlette,
-        settings: Settings,
-        prefixed: dict[str, DataHandler] | None = None,
-    ) -> None:
-        self._handlers = handlers
-        self._prefixed = tuple((prefixed or {}).items())
-        self._fallback = fallback
-        self._trusted = settings.trusted_proxies
-        self._max_body = settings.max_body_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        handler = self._handlers.get((scope.get("method", ""), scope.get("path", "")))
-        if handler is None and scope.get("type") == "http":
-            path = scope.get("path", "")
-            handler = next((h for p, h in self._prefixed if path.startswith(p)), None)
-        if handler is None:  # not a data-plane call (or lifespan, websocket)
-            await self._fallback(scope, receive, send)
-            return
-        context, declared = begin(scope, self._trusted)
-        # Every line logged while handling it carries its id (~0.2 us: see REQUEST_ID).
-        REQUEST_ID.set(context.request_id)
-        if declared is not None and declared > self._max_body:
-            await refuse_too_large(context.request_id, self._max_body, send)
-            return
-        try:
-            await handler(scope, receive, send, context)
-        except Exception:  # process boundary: a bug must not take the connection silently
-            log.exception("unhandled_error", request_id=context.request_id)
-            error = GatewayError("internal error")
-            body = error_body(error, context.request_id)
-            with contextlib.suppress(Exception):  # fails if the answer had already started
-                await send_json(send, 500, body, ((b"x-request-id", context.request_id.encode()),))
 
 
 def create_app(settings: Settings) -> GatewayApp:
@@ -281,7 +237,13 @@ def create_app(settings: Settings) -> GatewayApp:
         exception_handlers={HTTPException: _http_error},
         lifespan=lifespan,
     )
-    return GatewayApp(handlers, fallback, settings, dataplane.prefixed())
+    return GatewayApp(
+        handlers,
+        fallback,
+        trusted_proxies=settings.trusted_proxies,
+        max_body_bytes=settings.max_body_bytes,
+        prefixed=dataplane.prefixed(),
+    )
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -28,6 +28,7 @@ COMPILED = (
     "llmrelay.gateway.capture",
     "llmrelay.gateway.dispatch",
     "llmrelay.gateway.ending",
+    "llmrelay.gateway.entry",
     "llmrelay.gateway.endpoints",
     "llmrelay.gateway.executor",
     "llmrelay.gateway.ids",

@@ -10,8 +10,7 @@ renamed to the virtual model, and queue one record. Errors are rendered in one p
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
-from functools import partial
+from collections.abc import Awaitable
 
 import orjson
 from starlette.types import Receive, Scope, Send
@@ -22,6 +21,7 @@ from llmrelay.gateway.auth import authenticate
 from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
 from llmrelay.gateway.capabilities import needs_of
 from llmrelay.gateway.dispatch import Dispatcher, Runtime, bind
+from llmrelay.gateway.entry import Handler
 from llmrelay.gateway.errors import ClientDisconnected, GatewayError
 from llmrelay.gateway.executor import UpstreamRejected
 from llmrelay.gateway.ingress import RequestContext
@@ -36,21 +36,19 @@ from llmrelay.snapshot.model import ModelSnap
 
 __all__ = ["DataPlane", "Handler", "Runtime"]
 
-Handler = Callable[[Scope, Receive, Send, RequestContext], Awaitable[None]]
 
 
 class DataPlane(Dispatcher):
     """OpenAI's routes: chat completions, embeddings, the model list."""
 
     def handlers(self) -> dict[tuple[str, str], Handler]:
-        """(method, path) -> handler, for the app's direct dispatch (partials: no wrapper
-        coroutine per call)."""
+        """(method, path) -> handler, for the app's direct dispatch."""
         anthropic = MessagesRoutes(self)
         responses = ResponsesRoutes(self)
         stored = StoredResponses(self)
         return {
-            ("POST", "/v1/chat/completions"): partial(self.model_call, operation=Operation.CHAT),
-            ("POST", "/v1/embeddings"): partial(self.model_call, operation=Operation.EMBEDDINGS),
+            ("POST", "/v1/chat/completions"): self.chat_completions,
+            ("POST", "/v1/embeddings"): self.embeddings,
             ("GET", "/v1/models"): self.list_models,
             ("POST", "/v1/messages"): anthropic.messages,
             ("POST", "/v1/messages/count_tokens"): anthropic.count_tokens,
@@ -99,6 +97,17 @@ class DataPlane(Dispatcher):
         await send_json(send, 200, body, (id_header,))
 
     # -- the model call ------------------------------------------------------------------
+
+    def chat_completions(
+        self, scope: Scope, receive: Receive, send: Send, context: RequestContext
+    ) -> Awaitable[None]:
+        """(Not a partial with a keyword: compiled, this is a direct call.)"""
+        return self.model_call(scope, receive, send, context, _CHAT)
+
+    def embeddings(
+        self, scope: Scope, receive: Receive, send: Send, context: RequestContext
+    ) -> Awaitable[None]:
+        return self.model_call(scope, receive, send, context, _EMBEDDINGS)
 
     async def model_call(
         self,
@@ -173,6 +182,8 @@ class DataPlane(Dispatcher):
 
 
 _ENDPOINTS = {Operation.CHAT: "chat.completions", Operation.EMBEDDINGS: "embeddings"}
+_CHAT = Operation.CHAT
+_EMBEDDINGS = Operation.EMBEDDINGS
 
 
 def _name(model: ModelSnap) -> str:

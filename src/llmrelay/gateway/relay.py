@@ -220,6 +220,12 @@ class ChatStreamRelay(StreamRelay):
         by_ending = self._choices == 1 and self._model_known
         for position, data in enumerate(datas):
             passed: bytes | None = data
+            if data == b"[DONE]":
+                self._done = True
+                content = True
+                if kept is None and position < len(datas) - 1:
+                    kept = datas[:position]
+                break
             if by_ending and data.endswith(_DELTA_ENDINGS) and (content or _delta_text(data)):
                 content = True
             elif not content and by_ending and data.endswith(_DELTA_ENDINGS) and _opening(data):
@@ -228,12 +234,6 @@ class ChatStreamRelay(StreamRelay):
             elif by_ending and data.endswith(_FINISH_ENDINGS) and data.find(_USAGE) < 0:
                 self._finished.add(0)
                 content = True
-            elif data == b"[DONE]":
-                self._done = True
-                content = True
-                if kept is None and position < len(datas) - 1:
-                    kept = datas[:position]
-                break
             else:
                 passed, carried = self._parse(data, datas, position)
                 content = content or carried
@@ -345,9 +345,13 @@ def _malformed(count: Callable[[], None], request_id: str) -> None:
 
 
 def _delta_text(data: bytes) -> bool:
-    """A delta with non-empty `content` (the first such event commits a stream). `find`, not
-    `in`: see protocols.sse.LF."""
-    return data.find(b'"content":"') >= 0 and data.find(b'"content":""') < 0
+    """A delta with non-empty `content` (the first such event commits a stream): one search,
+    then the byte after the key's opening quote. `find`, not `in`: see protocols.sse.LF."""
+    at = data.find(_CONTENT_KEY)
+    return at >= 0 and not data.startswith(b'"', at + len(_CONTENT_KEY))
+
+
+_CONTENT_KEY = b'"content":"'
 
 
 def _opening(data: bytes) -> bool:

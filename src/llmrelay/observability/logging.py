@@ -19,7 +19,7 @@ from structlog.typing import EventDict, Processor, WrappedLogger
 
 from llmrelay.observability.redact import redact_processor
 
-#: The id of the request being handled, set once at ingress (app.GatewayApp for the data
+#: The id of the request being handled, set once at ingress (gateway.entry.GatewayApp for the data
 #: plane, gateway.ingress.IngressMiddleware for the rest) and read by `add_request_id`.
 #:
 #: A ContextVar of our own rather than `structlog.contextvars.bind_contextvars`: setting it
