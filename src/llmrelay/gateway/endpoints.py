@@ -37,7 +37,6 @@ from llmrelay.snapshot.model import ModelSnap
 __all__ = ["DataPlane", "Handler", "Runtime"]
 
 
-
 class DataPlane(Dispatcher):
     """OpenAI's routes: chat completions, embeddings, the model list."""
 

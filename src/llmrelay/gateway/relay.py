@@ -45,6 +45,7 @@ _END = b"\n\n"
 _DONE_EVENT = b"data: [DONE]\n\n"
 #: How a content delta of a one-choice stream in compact JSON ends, with its separator.
 _RUN_END = b'"finish_reason":null}]}\n\n'
+_FINISH_KEY = b'"finish_reason":"'
 _USAGE = b'"usage":{'
 #: The opening delta as OpenAI-compatible servers write it (no content yet).
 _OPENING_DELTA = b'"delta":{"role":"assistant","content":""}'
@@ -168,10 +169,12 @@ class ChatStreamRelay(StreamRelay):
         """The chunk's leading run of content deltas, taken without a step per event: True
         when it was (then the events after it went through `_take_each`), False when this
         chunk is not such (nothing taken). The same events pass, and the same are examined,
-        as `_take_each` would pass and examine them one by one: the run's events are each a
-        single `data:` line ending in `_RUN_END` (one split, one memchr over the run),
-        after the content is known (not priming, or the run opens with a text delta, or with
-        the opening delta and then one), with every event naming the model."""
+        as `_take_each` would pass and examine them once the stream's content is known: the
+        run's events are each a single `data:` line ending in `_RUN_END` (one split, one
+        memchr over the run), with every event naming the model. While priming, the content
+        is a finish after the run, else a text delta opening it (after the opening delta or
+        not); only in the first case may delta-shaped events before the first text go
+        unparsed, as they do after it."""
         pieces = text.split(_RUN_END)
         run = len(pieces) - 1
         if not run or not text.startswith(_DATA):
@@ -179,8 +182,15 @@ class ChatStreamRelay(StreamRelay):
         tail = pieces.pop()
         if LF in b"".join(pieces):  # a line other than one `data:` per event in the run
             return False
-        if priming and not (
-            _delta_text(pieces[0]) or (run > 1 and _opening(pieces[0]) and _delta_text(pieces[1]))
+        # While priming, the content must be known: from the finish that follows (the events
+        # after the run are looked at one by one), else from how the run opens.
+        if (
+            priming
+            and tail.find(_FINISH_KEY) < 0
+            and not (
+                _delta_text(pieces[0])
+                or (run > 1 and _opening(pieces[0]) and _delta_text(pieces[1]))
+            )
         ):
             return False
         datas = plain_data(tail) if tail else []
