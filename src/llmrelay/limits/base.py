@@ -253,7 +253,7 @@ class Admission:
         if top < 0:
             return ()
         left, reset = self.left, self.reset
-        seconds = reset.__trunc__()  # int(), at a third of the cost
+        seconds = int(reset)
         if seconds < reset:
             seconds += 1  # math.ceil, without the call
         return (

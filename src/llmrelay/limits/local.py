@@ -156,7 +156,7 @@ class LocalLimiter:
             if not months.start <= now < months.end:
                 self._turn_month(now)
         spend = self._spend
-        second = now.__trunc__()  # int(now), at a third of the cost
+        second = int(now)
         # Check every limit before taking from any: a refused request takes nothing.
         for slot in program.slots:
             limit = slot.rpm
@@ -182,8 +182,11 @@ class LocalLimiter:
         if lease is None and program.leased:
             lease = next(self._leases)
         # Take, and find the tightest limit: the smallest share left (left / limit), the
-        # first on ties.
-        best_left, best_limit, top = 1, 0, -1
+        # first on ties. As floats: an exact cross-multiplication of large limits (budgets
+        # in micro-USD) overflows compiled code's machine integers into slow big ones, and
+        # equal ratios of integers below 2**53 divide to equal floats. (Every limit is >= 1
+        # here: a zero budget refuses above.)
+        best_left, best_share, top = 1, 2.0, -1
         for slot in program.slots:
             limit = slot.rpm
             if limit is not None:
@@ -193,8 +196,8 @@ class LocalLimiter:
                 else:
                     admitted.append(now)
                 left = limit - len(admitted)
-                if top < 0 or left * best_limit < best_left * limit:
-                    best_left, best_limit, top = left, limit, slot.at
+                if left / limit < best_share:
+                    best_left, best_share, top = left, left / limit, slot.at
             limit = slot.tpm
             if limit is not None:
                 reserve = tokens if tokens < limit else limit
@@ -208,20 +211,20 @@ class LocalLimiter:
                     buckets[second] = reserve
                 used = state.tpm_used = state.tpm_used + reserve
                 left = limit - used
-                if top < 0 or left * best_limit < best_left * limit:
-                    best_left, best_limit, top = left, limit, slot.at + _TPM
+                if left / limit < best_share:
+                    best_left, best_share, top = left, left / limit, slot.at + _TPM
             limit = slot.concurrency
             if limit is not None:
                 leases = slot.leases
                 leases.add(lease)  # made above when None
                 left = limit - len(leases)
-                if top < 0 or left * best_limit < best_left * limit:
-                    best_left, best_limit, top = left, limit, slot.at + _CONCURRENCY
+                if left / limit < best_share:
+                    best_left, best_share, top = left, left / limit, slot.at + _CONCURRENCY
             limit = slot.budget
             if limit is not None:
                 left = limit - spend.get(slot.name, 0)
-                if top < 0 or left * best_limit < best_left * limit:
-                    best_left, best_limit, top = left, limit, slot.at + _BUDGET
+                if left / limit < best_share:
+                    best_left, best_share, top = left, left / limit, slot.at + _BUDGET
         admission = Admission()
         admission.program, admission.tokens, admission.now = program, tokens, now
         admission.lease, admission.settled = lease, False
@@ -284,7 +287,7 @@ class LocalLimiter:
             for leases in program.leased:
                 leases.discard(lease)
         if tokens is not None:  # None from the gateway when nothing has tpm
-            second = admission.now.__trunc__()
+            second = int(admission.now)
             asked = admission.tokens
             for state, limit in program.tpm:
                 buckets = state.buckets

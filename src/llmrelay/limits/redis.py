@@ -221,24 +221,24 @@ class RedisLimiter:
             raise LimitExceeded(quota, quota.reset_s)
         # The tightest limit, as local.py picks it (the smallest share left; ties: the
         # first, in the order rpm, tpm, concurrency, budget of each scope).
-        best_left, best_limit, top = 1, 0, -1
+        best_left, best_share, top = 1, 2.0, -1
         for at, index, rpm, tpm, conc, budget in program.figures:
             if rpm is not None:
                 left = rpm - reply[at]
-                if top < 0 or left * best_limit < best_left * rpm:
-                    best_left, best_limit, top = left, rpm, index
+                if left / rpm < best_share:
+                    best_left, best_share, top = left, left / rpm, index
             if tpm is not None:
                 left = tpm - reply[at + 2]
-                if top < 0 or left * best_limit < best_left * tpm:
-                    best_left, best_limit, top = left, tpm, index + 1
+                if left / tpm < best_share:
+                    best_left, best_share, top = left, left / tpm, index + 1
             if conc is not None:
                 left = conc - reply[at + 4]
-                if top < 0 or left * best_limit < best_left * conc:
-                    best_left, best_limit, top = left, conc, index + 2
+                if left / conc < best_share:
+                    best_left, best_share, top = left, left / conc, index + 2
             if budget is not None:
                 left = budget - int(reply[at + 5])
-                if top < 0 or left * best_limit < best_left * budget:
-                    best_left, best_limit, top = left, budget, index + 3
+                if left / budget < best_share:
+                    best_left, best_share, top = left, left / budget, index + 3
         if program.leases:
             self._live[lease] = program.leases
         admission = Admission()  # every field set here (see Admission)
@@ -314,7 +314,7 @@ class RedisLimiter:
             now, asked = admission.now, admission.tokens
             month = month_of_(now)
             assert admission.lease is not None  # always, for Redis
-            args += (admission.lease, now.__trunc__(), len(program.scopes))
+            args += (admission.lease, int(now), len(program.scopes))
             for k, scope in zip(program.keys, program.scopes, strict=True):
                 keys.append(k.of_month(month).settle)
                 tpm = scope.tpm
