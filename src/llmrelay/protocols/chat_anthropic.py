@@ -169,7 +169,8 @@ def chat_request_to_anthropic(
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    kind = type(value)  # (not isinstance with `int | float`: that builds a union per call)
+    return kind is int or kind is float or (kind is not bool and isinstance(value, (int, float)))
 
 
 def _chat_max_tokens(payload: dict[str, Any]) -> int:

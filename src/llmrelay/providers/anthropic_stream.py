@@ -53,8 +53,24 @@ _EMPTY_TEXT_START = (
 )
 _ROLE_DELTA = b'{"role":"assistant","content":""}'
 #: Events with nothing to say in chat (named as Anthropic names every event).
-_SILENT = (b"event: ping\n", b"event: content_block_stop\n")
+_PING = b"event: ping\n"
+_BLOCK_STOP = b"event: content_block_stop\n"
+_SILENT = (_PING, _BLOCK_STOP)
 _BACKSLASH = ord("\\")
+_MESSAGE_STOP = b'{"type":"message_stop"}'
+#: The `event:` lines of Anthropic's events, named without a decode each time.
+_EVENT_NAMES = {
+    f"event: {name}".encode(): name
+    for name in (
+        "message_start",
+        "message_delta",
+        "message_stop",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "error",
+    )
+}
 
 
 class AnthropicChatDecoder:
@@ -160,11 +176,16 @@ class AnthropicChatDecoder:
         """Complete events (from `write`) one at a time; nothing after completion."""
         facts = self._facts
         for block in text[:-2].split(b"\n\n"):
-            if block.startswith(_SILENT) or block == _EMPTY_TEXT_START:
+            # (Two starts, not one with a tuple: compiled, these are direct calls.)
+            if (
+                block.startswith(_PING)
+                or block.startswith(_BLOCK_STOP)
+                or block == _EMPTY_TEXT_START
+            ):
                 continue  # nothing to say in chat
             head, found, data = block.partition(b"\ndata: ")
             if found and head.startswith(b"event: ") and LF not in head and LF not in data:
-                name: str | None = head[7:].decode()
+                name: str | None = _EVENT_NAMES.get(head) or head[7:].decode()
             else:
                 event = parse_block(block)
                 if event is None:
@@ -179,11 +200,14 @@ class AnthropicChatDecoder:
         translated as `chunks` does."""
         terms = self._terms
         assert terms is not None
-        try:
-            event = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            terms.on_malformed()
-            return
+        if data == _MESSAGE_STOP:  # its usual form: nothing in it to read
+            event: Any = {"type": "message_stop"}
+        else:
+            try:
+                event = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                terms.on_malformed()
+                return
         if type(event) is not dict:
             return
         facts = self._facts
