@@ -212,6 +212,12 @@ app = BareProxy(
     os.environ.get("BARE_UPSTREAM", "http://127.0.0.1:8081"),
     os.environ.get("BARE_CLIENT", "aiohttp"),
 )
+# The same server as llmrelay's: uvicorn with its response heads written by llmrelay's
+# compiled code (src/llmrelay/server_head.py), so the comparison leaves the server out.
+if os.environ.get("BARE_STOCK_UVICORN") != "1":
+    from llmrelay.server_head import install
+
+    install()
 
 
 # -- starting a server ------------------------------------------------------------------

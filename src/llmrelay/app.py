@@ -320,5 +320,9 @@ def settle_garbage_collector() -> None:
 
 
 def app_from_env() -> GatewayApp:
-    """Factory for `uvicorn --factory` and worker processes: settings from the environment."""
+    """Factory for `uvicorn --factory` and worker processes: settings from the environment.
+    Each serving process writes its response heads with compiled code (server_head.py)."""
+    from llmrelay.server_head import install
+
+    install()
     return create_app(Settings())

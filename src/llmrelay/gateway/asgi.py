@@ -5,6 +5,7 @@ objects and no middleware wrappers."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Final
 
 from starlette.types import Receive, Send
 
@@ -12,8 +13,8 @@ from llmrelay.gateway.errors import ClientDisconnected, PayloadTooLarge
 from llmrelay.gateway.stream_relay import StreamRelay
 from llmrelay.gateway.watch import ClientWatches
 
-JSON_TYPE = (b"content-type", b"application/json")
-SSE_HEADERS = (
+JSON_TYPE: Final = (b"content-type", b"application/json")
+SSE_HEADERS: Final = (
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
+from typing import Final
 
 from llmrelay import apikeys
 from llmrelay.gateway.errors import AuthenticationFailed, PermissionDenied
 from llmrelay.snapshot.model import KeySnap, Snapshot
 
-_BEARER = b"bearer "
+_BEARER: Final = b"bearer "
 #: Presented key -> its SHA-256 digest. Hashing is the largest part of authentication and a
 #: handful of keys make most requests; bounded (emptied when full) so garbage keys cannot
 #: grow it. It holds keys in memory that the process saw anyway, never writes them out.
-_DIGESTS: dict[str, str] = {}
-_DIGESTS_MAX = 4096
+_DIGESTS: Final[dict[str, str]] = {}
+_DIGESTS_MAX: Final = 4096
 
 
 def key_digest(key: str) -> str:

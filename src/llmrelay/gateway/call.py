@@ -14,7 +14,7 @@ How a request's usage is settled when it ends (docs/metering.md has the operator
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from llmrelay.metering import usage as usage_of
 from llmrelay.metering.catalogue import bundled
@@ -27,17 +27,17 @@ if TYPE_CHECKING:
     from llmrelay.limits.base import Admission
     from llmrelay.metering.cost import Price
 
-CLIENT_CLOSED_REQUEST = 499
+CLIENT_CLOSED_REQUEST: Final = 499
 
-USAGE_REPORTED = "reported"
-USAGE_ESTIMATED = "estimated"
-USAGE_NONE = "none"
+USAGE_REPORTED: Final = "reported"
+USAGE_ESTIMATED: Final = "estimated"
+USAGE_NONE: Final = "none"
 
 #: Endpoints that generate nothing (their records carry no usage).
-_COUNTING_ENDPOINTS = frozenset({"messages.count_tokens"})
+_COUNTING_ENDPOINTS: Final = frozenset({"messages.count_tokens"})
 
 #: The order of `CallRecord.row()`; the recorder inserts rows as tuples in this order.
-RECORD_COLUMNS = (
+RECORD_COLUMNS: Final = (
     "request_id",
     "created_at",
     "tenant_id",
@@ -76,7 +76,7 @@ RECORD_COLUMNS = (
 )
 
 #: The order of the attempt rows a record carries (see CallRecord.log_attempt).
-ATTEMPT_COLUMNS = (
+ATTEMPT_COLUMNS: Final = (
     "request_id",
     "attempt",
     "created_at",
@@ -329,4 +329,4 @@ class CallRecord:
 
 
 #: The client protocol of each endpoint that is not OpenAI's.
-_PROTOCOLS = {"messages": "anthropic", "messages.count_tokens": "anthropic"}
+_PROTOCOLS: Final = {"messages": "anthropic", "messages.count_tokens": "anthropic"}

@@ -15,12 +15,12 @@ own so that nothing reading records for usage or analytics ever reads a body.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from starlette.types import Message, Receive, Send
 
 #: The order of `Capture.row()`; the recorder inserts payload rows as tuples in this order.
-PAYLOAD_COLUMNS = (
+PAYLOAD_COLUMNS: Final = (
     "request_id",
     "created_at",
     "request_body",
@@ -31,7 +31,7 @@ PAYLOAD_COLUMNS = (
     "response_bytes",
 )
 
-DEFAULT_MAX_BYTES = 1024 * 1024
+DEFAULT_MAX_BYTES: Final = 1024 * 1024
 
 
 class _Capped:

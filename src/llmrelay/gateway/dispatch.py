@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from time import time as now
-from typing import Any
+from typing import Any, Final
 
 import orjson
 from starlette.types import Receive, Send
@@ -430,10 +430,10 @@ def _route_id(route: RouteSnap) -> str:
 
 
 #: Looked up once (an enum member read from its class costs a microsecond).
-_COUNT_TOKENS = Operation.COUNT_TOKENS
+_COUNT_TOKENS: Final = Operation.COUNT_TOKENS
 
 #: Response ids remembered per process for GET and cancel (like session affinity).
-STORED_RESPONSES_MAX = 100_000
+STORED_RESPONSES_MAX: Final = 100_000
 
 
 def response_session(response_id: str) -> str:

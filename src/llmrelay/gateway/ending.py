@@ -4,7 +4,7 @@ exported. Everything a finished request costs happens here, once."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from llmrelay.gateway import spans
 from llmrelay.gateway.call import RECORD_COLUMNS, CallRecord
@@ -12,8 +12,8 @@ from llmrelay.gateway.call import RECORD_COLUMNS, CallRecord
 if TYPE_CHECKING:
     from llmrelay.gateway.dispatch import Runtime
 
-COST_COLUMN = RECORD_COLUMNS.index("cost_micros")
-PROTOCOL_COLUMN = RECORD_COLUMNS.index("protocol")
+COST_COLUMN: Final = RECORD_COLUMNS.index("cost_micros")
+PROTOCOL_COLUMN: Final = RECORD_COLUMNS.index("protocol")
 
 
 def end_call(runtime: Runtime, record: CallRecord) -> None:

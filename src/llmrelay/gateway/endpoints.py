@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable
+from typing import Final
 
 import orjson
 from starlette.types import Receive, Scope, Send
@@ -180,9 +181,9 @@ class DataPlane(Dispatcher):
                 self.finish(record)
 
 
-_ENDPOINTS = {Operation.CHAT: "chat.completions", Operation.EMBEDDINGS: "embeddings"}
-_CHAT = Operation.CHAT
-_EMBEDDINGS = Operation.EMBEDDINGS
+_ENDPOINTS: Final = {Operation.CHAT: "chat.completions", Operation.EMBEDDINGS: "embeddings"}
+_CHAT: Final = Operation.CHAT
+_EMBEDDINGS: Final = Operation.EMBEDDINGS
 
 
 def _name(model: ModelSnap) -> str:

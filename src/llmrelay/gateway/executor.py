@@ -24,7 +24,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from email.utils import parsedate_to_datetime
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from llmrelay.gateway.call import CallRecord
 from llmrelay.gateway.capabilities import Needs, capable
@@ -50,16 +50,16 @@ from llmrelay.routing.breaker import Breakers
 from llmrelay.routing.strategies import Router
 from llmrelay.snapshot.model import ModelSnap, PolicySnap, RouteSnap
 
-_CLIENT_FAULT = frozenset({400, 413, 422})
-_MISCONFIGURED = frozenset({401, 403, 404})
-_SECRETISH = re.compile(
+_CLIENT_FAULT: Final = frozenset({400, 413, 422})
+_MISCONFIGURED: Final = frozenset({401, 403, 404})
+_SECRETISH: Final = re.compile(
     r"\b((sk|pk|key|token|bearer)[-_ ]?[A-Za-z0-9*._-]{6,}|AIza[A-Za-z0-9_-]{20,})", re.IGNORECASE
 )
-_MESSAGE_LIMIT = 300
+_MESSAGE_LIMIT: Final = 300
 #: The shortest wait between two attempts on one route.
-MIN_RETRY_GAP_S = 0.25
+MIN_RETRY_GAP_S: Final = 0.25
 #: The longest backoff between two attempts on one route (before the deadline check).
-MAX_BACKOFF_S = 10.0
+MAX_BACKOFF_S: Final = 10.0
 
 
 class UpstreamRejected(GatewayError):

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Final
 
-_RANDOM_HEX = 20  # 80 bits
-_REFILL_BYTES = 4096
+_RANDOM_HEX: Final = 20  # 80 bits
+_REFILL_BYTES: Final = 4096
 
 
 class RequestIds:
@@ -45,5 +46,5 @@ class RequestIds:
         return self._prefix + self._hex[offset : offset + _RANDOM_HEX]
 
 
-REQUEST_IDS = RequestIds()
+REQUEST_IDS: Final = RequestIds()
 os.register_at_fork(after_in_child=REQUEST_IDS.reset)

@@ -10,6 +10,7 @@ import ipaddress
 import re
 import time
 from collections.abc import Sequence
+from typing import Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -18,7 +19,7 @@ from llmrelay.gateway.ids import REQUEST_IDS
 from llmrelay.observability.logging import REQUEST_ID
 from llmrelay.protocols.openai import error_body
 
-_CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_CLIENT_REQUEST_ID: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 

@@ -11,7 +11,7 @@ fails the route before the first byte or reaches the client as the error after i
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import orjson
 import structlog
@@ -22,8 +22,8 @@ from llmrelay.protocols import anthropic
 
 log = structlog.get_logger(__name__)
 
-_CONTENT_BLOCKS = frozenset({"tool_use", "server_tool_use"})
-_CONTENT_DELTAS = ("text", "partial_json", "thinking")
+_CONTENT_BLOCKS: Final = frozenset({"tool_use", "server_tool_use"})
+_CONTENT_DELTAS: Final = ("text", "partial_json", "thinking")
 
 
 class MessagesStreamRelay(ParsedEventRelay):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from llmrelay.gateway.capabilities import CapabilityMissing, Needs
 from llmrelay.gateway.errors import GatewayError, NoCandidate, UpstreamFailed, UpstreamTimeout
@@ -25,7 +25,7 @@ T = TypeVar("T")
 #: Serves the request from one model's candidate routes (raises the executor's errors).
 Attempt = Callable[[ModelSnap, Sequence[RouteSnap]], Awaitable[T]]
 
-_ALL_FAILED = (UpstreamFailed, UpstreamTimeout, NoCandidate)
+_ALL_FAILED: Final = (UpstreamFailed, UpstreamTimeout, NoCandidate)
 
 
 async def serve(

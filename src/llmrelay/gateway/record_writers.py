@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from itertools import chain
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -28,13 +28,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 #: only this many distinct statements exist (each distinct SQL text is a prepared statement in
 #: sqlite3's cache, and one with thousands of parameters is big: one text per batch size once
 #: cost about 100 MB of memory). 256 rows take about a millisecond to insert.
-SQLITE_STATEMENT_ROWS = (256, 64, 16, 4, 1)
+SQLITE_STATEMENT_ROWS: Final = (256, 64, 16, 4, 1)
 #: The longest the SQLite writer runs before it lets the event loop serve requests again.
-SLICE_S = 0.002
+SLICE_S: Final = 0.002
 #: How long a locked database (another process applying config, say) is waited for, in
 #: pauses that leave the event loop free, before the batch counts as failed.
 LOCKED_WAIT_S = 30.0
-_LOCKED_PAUSE_S = 0.05
+_LOCKED_PAUSE_S: Final = 0.05
 #: Rows written between two WAL checkpoints (on the engine's thread).
 CHECKPOINT_ROWS = 8192
 

@@ -27,6 +27,7 @@ import contextlib
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Final
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -49,21 +50,21 @@ from llmrelay.store.models import RequestAttempt, RequestPayload, RequestRecord
 
 log = structlog.get_logger(__name__)
 
-_CREATED_AT = RECORD_COLUMNS.index("created_at")
-_REQUEST_BODY = PAYLOAD_COLUMNS.index("request_body")
-_RESPONSE_BODY = PAYLOAD_COLUMNS.index("response_body")
+_CREATED_AT: Final = RECORD_COLUMNS.index("created_at")
+_REQUEST_BODY: Final = PAYLOAD_COLUMNS.index("request_body")
+_RESPONSE_BODY: Final = PAYLOAD_COLUMNS.index("response_body")
 #: The most captured body bytes held in memory on their way to the database.
 MAX_QUEUED_PAYLOAD_BYTES = 64 * 1024 * 1024
 
 #: Pauses before retrying a failed batch: one quick retry rides out a dropped connection;
 #: past that the batch goes to the spool rather than holding up the batches behind it.
-_RETRY_DELAYS_S = (0.5,)
+_RETRY_DELAYS_S: Final[tuple[float, ...]] = (0.5,)
 #: How often the spool is replayed while it holds anything.
-_REPLAY_EVERY_S = 1.0
+_REPLAY_EVERY_S: Final = 1.0
 #: The longest one write to a network database may take before it counts as failed: a lost
 #: network can leave a connect or a query hanging for minutes. (SQLite bounds its own wait
 #: for a lock, `record_writers.LOCKED_WAIT_S`.)
-_WRITE_TIMEOUT_S = 10.0
+_WRITE_TIMEOUT_S: Final = 10.0
 
 
 class Recorder:

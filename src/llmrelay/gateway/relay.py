@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, Final
 
 import orjson
 import structlog
@@ -39,20 +39,20 @@ from llmrelay.snapshot.model import RouteSnap
 
 log = structlog.get_logger(__name__)
 
-_CONTENT_FIELDS = ("content", "tool_calls", "function_call", "refusal", "reasoning_content")
-_DATA = b"data: "
-_END = b"\n\n"
-_DONE_EVENT = b"data: [DONE]\n\n"
+_CONTENT_FIELDS: Final = ("content", "tool_calls", "function_call", "refusal", "reasoning_content")
+_DATA: Final = b"data: "
+_END: Final = b"\n\n"
+_DONE_EVENT: Final = b"data: [DONE]\n\n"
 #: How a content delta of a one-choice stream in compact JSON ends, with its separator.
-_RUN_END = b'"finish_reason":null}]}\n\n'
-_FINISH_KEY = b'"finish_reason":"'
-_USAGE = b'"usage":{'
+_RUN_END: Final = b'"finish_reason":null}]}\n\n'
+_FINISH_KEY: Final = b'"finish_reason":"'
+_USAGE: Final = b'"usage":{'
 #: The opening delta as OpenAI-compatible servers write it (no content yet).
-_OPENING_DELTA = b'"delta":{"role":"assistant","content":""}'
+_OPENING_DELTA: Final = b'"delta":{"role":"assistant","content":""}'
 #: How a content delta, and a plain finish, of a one-choice stream end in compact JSON.
 #: These keys cannot occur inside a JSON string (its quotes are escaped there).
-_DELTA_ENDINGS = (b'"finish_reason":null}]}', b'"finish_reason":null}],"usage":null}')
-_FINISH_ENDINGS = tuple(
+_DELTA_ENDINGS: Final = (b'"finish_reason":null}]}', b'"finish_reason":null}],"usage":null}')
+_FINISH_ENDINGS: Final = tuple(
     f'"finish_reason":"{reason}"}}]{tail}}}'.encode()
     for reason in ("stop", "length", "tool_calls", "content_filter", "function_call")
     for tail in ("", ',"usage":null')
@@ -361,7 +361,7 @@ def _delta_text(data: bytes) -> bool:
     return at >= 0 and not data.startswith(b'"', at + len(_CONTENT_KEY))
 
 
-_CONTENT_KEY = b'"content":"'
+_CONTENT_KEY: Final = b'"content":"'
 
 
 def _opening(data: bytes) -> bool:

@@ -12,7 +12,7 @@ fails the route before the first byte and reaches the client after it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import orjson
 import structlog
@@ -25,7 +25,7 @@ from llmrelay.snapshot.model import RouteSnap
 
 log = structlog.get_logger(__name__)
 
-_CONTENT_DELTAS = frozenset(
+_CONTENT_DELTAS: Final = frozenset(
     {
         "response.output_text.delta",
         "response.function_call_arguments.delta",
@@ -33,7 +33,7 @@ _CONTENT_DELTAS = frozenset(
         "response.reasoning_summary_text.delta",
     }
 )
-_ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+_ENDS: Final = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
 class ResponsesStreamRelay(ParsedEventRelay):

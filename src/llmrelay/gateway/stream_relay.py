@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import orjson
 import structlog
@@ -221,10 +221,10 @@ class StreamRelay:
 
 
 #: StreamRelay._state: streaming, the last piece given, the error event given, over.
-_STREAMING = 0
-_LAST = 1
-_FAILED = 2
-_OVER = 3
+_STREAMING: Final = 0
+_LAST: Final = 1
+_FAILED: Final = 2
+_OVER: Final = 3
 
 
 class ParsedEventRelay(StreamRelay):

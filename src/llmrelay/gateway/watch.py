@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 from types import TracebackType
+from typing import Final
 
 from starlette.types import Receive
 
 from llmrelay.gateway.errors import ClientDisconnected
 
-CLIENT_WATCH_DELAY_S = 0.05
+CLIENT_WATCH_DELAY_S: Final = 0.05
 
 
 class ClientWatch:

@@ -26,17 +26,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 if TYPE_CHECKING:
     from llmrelay.limits.local import LocalProgram
     from llmrelay.limits.redis import RedisProgram
 
-WINDOW_S = 60
+WINDOW_S: Final = 60
 #: tpm buckets: the current second and the 60 before it.
-TPM_BUCKETS = WINDOW_S + 1
+TPM_BUCKETS: Final = WINDOW_S + 1
 #: A concurrency lease lives this long unless renewed (renewed every third of it).
-LEASE_TTL_S = 30.0
+LEASE_TTL_S: Final = 30.0
 
 
 class LimitKind(StrEnum):
@@ -180,11 +180,13 @@ class Program:
 
 
 #: The kinds in the order each scope's limits are checked (`Admission.top` indexes it).
-KINDS = (LimitKind.RPM, LimitKind.TPM, LimitKind.CONCURRENCY, LimitKind.BUDGET)
+KINDS: Final = (LimitKind.RPM, LimitKind.TPM, LimitKind.CONCURRENCY, LimitKind.BUDGET)
 #: X-RateLimit-Reset values up to a little over a minute (rpm and tpm), formatted once.
-_RESET_MAX = TPM_BUCKETS + 1
-_RESETS = tuple(b"%d" % max(1, n) for n in range(_RESET_MAX + 1))
-_LIMIT, _REMAINING, _RESET = b"x-ratelimit-limit", b"x-ratelimit-remaining", b"x-ratelimit-reset"
+_RESET_MAX: Final = TPM_BUCKETS + 1
+_RESETS: Final = tuple(b"%d" % max(1, n) for n in range(_RESET_MAX + 1))
+_LIMIT: Final = b"x-ratelimit-limit"
+_REMAINING: Final = b"x-ratelimit-remaining"
+_RESET: Final = b"x-ratelimit-reset"
 
 
 class Admission:

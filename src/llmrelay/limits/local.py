@@ -10,9 +10,9 @@ made only with a concurrency limit; the tightest limit is kept as figures, not a
 from __future__ import annotations
 
 import bisect
-import itertools
 from collections import deque
 from collections.abc import Mapping
+from typing import Final
 
 from llmrelay.limits.base import (
     TPM_BUCKETS,
@@ -28,23 +28,38 @@ from llmrelay.limits.base import (
 )
 from llmrelay.limits.errors import LimitExceeded
 
-_FAR = float(WINDOW_S)
-_RPM, _TPM, _CONCURRENCY, _BUDGET = 0, 1, 2, 3  # kind indexes (base.KINDS)
+_FAR: Final = float(WINDOW_S)
+_RPM: Final = 0  # kind indexes (base.KINDS)
+_TPM: Final = 1
+_CONCURRENCY: Final = 2
+_BUDGET: Final = 3
 
 
 class _State:
     """One scope's counters."""
 
-    __slots__ = ("admitted", "buckets", "first", "leases", "tpm_used")
+    __slots__ = (
+        *("admitted", "buckets", "counted", "first", "leases", "open_second", "open_tokens"),
+        *("spent", "tpm_used"),
+    )
 
     def __init__(self) -> None:
         self.admitted: deque[float] = deque()  # rpm: admission times, oldest first
-        #: tpm: second -> tokens, oldest first (insertion order; a second that a stepped-back
-        #: clock adds late leaves late: counted longer, never shorter)
+        #: tpm: the seconds before the open one -> tokens, oldest first (insertion order; a
+        #: second that a stepped-back clock adds late leaves late: counted longer, never
+        #: shorter).
         self.buckets: dict[int, int] = {}
-        self.first = 0  # the first key of `buckets` (when not empty): what expires next
-        self.tpm_used = 0  # the sum of `buckets`
+        #: tpm: the latest second taken from and its tokens (-1: none; times are after the
+        #: epoch), kept out of `buckets` as machine integers: the admissions and settles of a
+        #: busy key mostly fall in the second of the one before, and then touch no dict.
+        #: It is later than every second in `buckets`.
+        self.open_second = -1
+        self.open_tokens = 0
+        self.first = 0  # the oldest second counted (when any): what expires next
+        self.tpm_used = 0  # the sum of `buckets` and `open_tokens`
         self.leases: set[str | int | None] = set()  # concurrency: lease ids (never None)
+        self.spent = 0  # budget: micro-USD spent in the limiter's month
+        self.counted = False  # whether `spent` is known for that month (seeded or added)
 
     def rpm_reset(self, now: float) -> float:
         return self.admitted[0] + WINDOW_S - now if self.admitted else _FAR
@@ -52,11 +67,52 @@ class _State:
     def tpm_reset(self, now: float) -> float:
         """When the first second still counted leaves the window (`first`, kept by the
         expiry, not a walk of the buckets)."""
-        return self.first + TPM_BUCKETS - now if self.buckets else _FAR
+        counting = self.buckets or self.open_second >= 0
+        return self.first + TPM_BUCKETS - now if counting else _FAR
+
+    def take_tpm(self, second: int, tokens: int) -> None:
+        opened = self.open_second
+        if second == opened:
+            self.open_tokens += tokens
+        elif second > opened:  # a new second: the open one joins the closed ones
+            if opened >= 0:
+                self.buckets[opened] = self.open_tokens
+            elif not self.buckets:
+                self.first = second
+            self.open_second, self.open_tokens = second, tokens
+        else:  # the clock stepped back
+            buckets = self.buckets
+            if second in buckets:
+                buckets[second] += tokens
+            else:
+                if not buckets:
+                    self.first = second
+                buckets[second] = tokens
+        self.tpm_used += tokens
+
+    def expire_tpm(self, oldest: int) -> None:
+        """Drop the seconds below `oldest` (the first inserted first; see `buckets`)."""
+        buckets = self.buckets
+        while buckets:
+            second = next(iter(buckets))
+            if second >= oldest:
+                self.first = second
+                return
+            self.tpm_used -= buckets.pop(second)
+        opened = self.open_second
+        if opened >= oldest:
+            self.first = opened
+        elif opened >= 0:
+            self.tpm_used -= self.open_tokens
+            self.open_second, self.open_tokens = -1, 0
+
+
+_NONE: Final = -1  # a slot's limit it does not have
 
 
 class _Slot:
-    """One scope of a program: its counters and its (shared) limits, None where it has none."""
+    """One scope of a program: its counters and its (shared) limits, as machine integers
+    (_NONE where it has none: an `int | None` is a boxed object in compiled code)."""
 
     __slots__ = (
         *("admitted", "at", "budget", "buckets", "concurrency", "leases", "name", "rpm"),
@@ -68,8 +124,10 @@ class _Slot:
         self.scope, self.name, self.state = scope, scope.name, state
         # The state's containers (never replaced), one attribute read closer.
         self.admitted, self.buckets, self.leases = state.admitted, state.buckets, state.leases
-        self.rpm, self.tpm = scope.rpm, scope.tpm
-        self.concurrency, self.budget = scope.concurrency, scope.budget_micros
+        self.rpm: int = _NONE if scope.rpm is None else scope.rpm
+        self.tpm: int = _NONE if scope.tpm is None else scope.tpm
+        self.concurrency: int = _NONE if scope.concurrency is None else scope.concurrency
+        self.budget: int = _NONE if scope.budget_micros is None else scope.budget_micros
 
 
 class LocalProgram(Program):
@@ -80,31 +138,16 @@ class LocalProgram(Program):
     def __init__(self, owner: LocalLimiter, scopes: tuple[Scope, ...]) -> None:
         super().__init__(owner, scopes, owner.degraded)
         self.key = owner.key
-        states = owner.states
-        self.slots = tuple(
-            _Slot(4 * i, s, states.get(s.name) or states.setdefault(s.name, _State()))
-            for i, s in enumerate(scopes)
-        )
+        self.slots = tuple(_Slot(4 * i, s, owner.state(s.name)) for i, s in enumerate(scopes))
         #: What a settle touches: leases to free, tpm to reconcile, spend to add.
-        self.leased = tuple(x.state.leases for x in self.slots if x.concurrency is not None)
-        self.tpm = tuple((x.state, x.tpm) for x in self.slots if x.tpm is not None)
-        self.budget = tuple(x.name for x in self.slots if x.budget is not None)
+        self.leased = tuple(x.state.leases for x in self.slots if x.concurrency >= 0)
+        self.tpm = tuple((x.state, x.tpm) for x in self.slots if x.tpm >= 0)
+        self.budget = tuple(x.state for x in self.slots if x.budget >= 0)
 
 
 def _expire_rpm(admitted: deque[float], cutoff: float) -> None:
     while admitted and admitted[0] <= cutoff:
         admitted.popleft()
-
-
-def _expire_tpm(state: _State, oldest: int) -> None:
-    """Drop the seconds below `oldest` (the first inserted first; see _State.buckets)."""
-    buckets = state.buckets
-    while buckets:
-        second = next(iter(buckets))
-        if second >= oldest:
-            state.first = second
-            return
-        state.tpm_used -= buckets.pop(second)
 
 
 class LocalLimiter:
@@ -118,11 +161,11 @@ class LocalLimiter:
         self.key = object()
         #: Whether this is a replica's fallback while Redis is unreachable (its answers say so).
         self.degraded = degraded
+        #: Scope name -> its counters, its month's spend among them (`_month`).
         self.states: dict[str, _State] = {}
-        self._spend: dict[str, int] = {}  # scope name -> micro-USD spent in `_month`
         self._month = ""
         self._months = Months()
-        self._leases = itertools.count()
+        self._lease_seq = 0  # the last lease id made (an int: no object per admission)
 
     @property
     def share(self) -> int:
@@ -132,6 +175,13 @@ class LocalLimiter:
     def share(self, share: int) -> None:
         if share != self._share:
             self._share, self.key = share, object()
+
+    def state(self, name: str) -> _State:
+        states = self.states
+        found = states.get(name)
+        if found is None:
+            found = states[name] = _State()
+        return found
 
     async def admit(self, demand: Demand) -> Admission:
         return self.admit_now(demand)
@@ -155,32 +205,32 @@ class LocalLimiter:
             months = self._months
             if not months.start <= now < months.end:
                 self._turn_month(now)
-        spend = self._spend
         second = int(now)
         # Check every limit before taking from any: a refused request takes nothing.
         for slot in program.slots:
             limit = slot.rpm
-            if limit is not None:
+            if limit >= 0:
                 admitted = slot.admitted
                 if admitted and admitted[0] <= now - WINDOW_S:
                     _expire_rpm(admitted, now - WINDOW_S)
                 if len(admitted) >= limit:
                     raise self._refusal(slot, _RPM, now)
             limit = slot.tpm
-            if limit is not None:
+            if limit >= 0:
                 state = slot.state
-                if state.first <= second - TPM_BUCKETS and slot.buckets:
-                    _expire_tpm(state, second - TPM_BUCKETS + 1)
+                if state.first <= second - TPM_BUCKETS and (slot.buckets or state.open_second >= 0):
+                    state.expire_tpm(second - TPM_BUCKETS + 1)
                 if state.tpm_used + (tokens if tokens < limit else limit) > limit:
                     raise self._refusal(slot, _TPM, now)
             limit = slot.concurrency
-            if limit is not None and len(slot.leases) >= limit:
+            if limit >= 0 and len(slot.leases) >= limit:
                 raise self._refusal(slot, _CONCURRENCY, now)
             limit = slot.budget
-            if limit is not None and spend.get(slot.name, 0) >= limit:
+            if limit >= 0 and slot.state.spent >= limit:
                 raise self._refusal(slot, _BUDGET, now)
         if lease is None and program.leased:
-            lease = next(self._leases)
+            self._lease_seq += 1
+            lease = self._lease_seq
         # Take, and find the tightest limit: the smallest share left (left / limit), the
         # first on ties. As floats: an exact cross-multiplication of large limits (budgets
         # in micro-USD) overflows compiled code's machine integers into slow big ones, and
@@ -189,7 +239,7 @@ class LocalLimiter:
         best_left, best_share, top = 1, 2.0, -1
         for slot in program.slots:
             limit = slot.rpm
-            if limit is not None:
+            if limit >= 0:
                 admitted = slot.admitted
                 if admitted and now < admitted[-1]:  # the clock stepped back: keep the order
                     bisect.insort(admitted, now)
@@ -199,30 +249,22 @@ class LocalLimiter:
                 if left / limit < best_share:
                     best_left, best_share, top = left, left / limit, slot.at
             limit = slot.tpm
-            if limit is not None:
-                reserve = tokens if tokens < limit else limit
-                buckets = slot.buckets
+            if limit >= 0:
                 state = slot.state
-                if second in buckets:
-                    buckets[second] += reserve
-                else:
-                    if not buckets:
-                        state.first = second
-                    buckets[second] = reserve
-                used = state.tpm_used = state.tpm_used + reserve
-                left = limit - used
+                state.take_tpm(second, tokens if tokens < limit else limit)
+                left = limit - state.tpm_used
                 if left / limit < best_share:
                     best_left, best_share, top = left, left / limit, slot.at + _TPM
             limit = slot.concurrency
-            if limit is not None:
+            if limit >= 0:
                 leases = slot.leases
                 leases.add(lease)  # made above when None
                 left = limit - len(leases)
                 if left / limit < best_share:
                     best_left, best_share, top = left, left / limit, slot.at + _CONCURRENCY
             limit = slot.budget
-            if limit is not None:
-                left = limit - spend.get(slot.name, 0)
+            if limit >= 0:
+                left = limit - slot.state.spent
                 if left / limit < best_share:
                     best_left, best_share, top = left, left / limit, slot.at + _BUDGET
         admission = Admission()
@@ -259,21 +301,17 @@ class LocalLimiter:
         """The 429 of limit `kind` of `slot`, which refuses (the refused path: no hurry)."""
         state, holder = slot.state, slot.scope.kind
         if kind == _RPM:
-            assert slot.rpm is not None
             reset = state.rpm_reset(now)
             return LimitExceeded(Quota(LimitKind.RPM, holder, slot.rpm, 0, reset), reset)
         if kind == _TPM:
-            assert slot.tpm is not None
             reset = state.tpm_reset(now)
             left = slot.tpm - state.tpm_used
             return LimitExceeded(Quota(LimitKind.TPM, holder, slot.tpm, left, reset), reset)
         if kind == _CONCURRENCY:
-            assert slot.concurrency is not None
             quota = Quota(LimitKind.CONCURRENCY, holder, slot.concurrency, 0, 1.0)
             return LimitExceeded(quota, 1.0)
-        assert slot.budget is not None
         reset = self._budget_reset(now)
-        left = slot.budget - self._spend.get(slot.name, 0)
+        left = slot.budget - state.spent
         return LimitExceeded(Quota(LimitKind.BUDGET, holder, slot.budget, left, reset), reset)
 
     def settle(self, admission: Admission, tokens: int | None, cost_micros: int) -> None:
@@ -290,11 +328,14 @@ class LocalLimiter:
             second = int(admission.now)
             asked = admission.tokens
             for state, limit in program.tpm:
-                buckets = state.buckets
-                if second in buckets:  # else it has left the window already
-                    delta = tokens - (asked if asked < limit else limit)
-                    buckets[second] += delta
-                    state.tpm_used += delta
+                delta = tokens - (asked if asked < limit else limit)
+                if second == state.open_second:
+                    state.open_tokens += delta
+                elif second in state.buckets:
+                    state.buckets[second] += delta
+                else:
+                    continue  # its second has left the window already
+                state.tpm_used += delta
         if cost_micros and program.budget:
             # A request admitted last month and settled in this one: Redis charges the month
             # it was admitted in, which here is already gone.
@@ -302,27 +343,31 @@ class LocalLimiter:
             if (months.start <= now < months.end and months.name == self._month) or months.of(
                 now
             ) == self._turn_month(now):
-                spend = self._spend
-                for name in program.budget:
-                    spend[name] = spend.get(name, 0) + cost_micros
+                for state in program.budget:
+                    state.spent += cost_micros
+                    state.counted = True
 
     def add_spend(self, name: str, cost_micros: int, now: float) -> None:
         """Spend taken elsewhere (a request admitted by Redis, settled while Redis was
         down): counted here too, so the fallback does not overspend."""
         if self._months.of(now) == self._turn_month(now):
-            self._spend[name] = self._spend.get(name, 0) + cost_micros
+            state = self.state(name)
+            state.spent += cost_micros
+            state.counted = True
 
     def seed_spend(self, month: str, spend: Mapping[str, int]) -> None:
         if month < self._month:
             return
         if month > self._month:
-            self._month = month
-            self._spend = {}
+            self._new_month(month)
         for name, micros in spend.items():
-            self._spend.setdefault(name, micros)
+            state = self.state(name)
+            if not state.counted:
+                state.spent, state.counted = micros, True
 
     def spent(self, name: str) -> int:
-        return self._spend.get(name, 0)
+        state = self.states.get(name)
+        return 0 if state is None else state.spent
 
     def in_flight(self, name: str) -> int:
         state = self.states.get(name)
@@ -333,9 +378,13 @@ class LocalLimiter:
         settle must not turn it back."""
         month = self._months.of(now)
         if month > self._month:
-            self._month = month
-            self._spend = {}
+            self._new_month(month)
         return self._month
+
+    def _new_month(self, month: str) -> None:
+        self._month = month
+        for state in self.states.values():
+            state.spent, state.counted = 0, False
 
     async def start(self) -> None:
         return None

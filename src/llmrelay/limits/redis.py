@@ -24,7 +24,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import structlog
 
@@ -57,24 +57,24 @@ from llmrelay.limits.resp import (
 log = structlog.get_logger(__name__)
 
 #: Key lifetimes: a little longer than the data in them matters, so idle keys go away.
-RPM_TTL_MS = (WINDOW_S + 1) * 1000
-TPM_TTL_MS = (TPM_BUCKETS + 1) * 1000
-LEASES_TTL_MS = int((LEASE_TTL_S + 10) * 1000)
-SPEND_TTL_S = 40 * 86400
+RPM_TTL_MS: Final = (WINDOW_S + 1) * 1000
+TPM_TTL_MS: Final = (TPM_BUCKETS + 1) * 1000
+LEASES_TTL_MS: Final = int((LEASE_TTL_S + 10) * 1000)
+SPEND_TTL_S: Final = 40 * 86400
 #: A replica that misses this many seconds of heartbeats no longer counts for the share.
-HEARTBEAT_TTL_S = 15.0
-RENEW_EVERY_S = LEASE_TTL_S / 3
+HEARTBEAT_TTL_S: Final = 15.0
+RENEW_EVERY_S: Final = LEASE_TTL_S / 3
 #: Settles sent per script call (one round trip for a burst of finished requests).
-SETTLE_BATCH = 64
-CLOSE_DRAIN_S = 2.0
+SETTLE_BATCH: Final = 64
+CLOSE_DRAIN_S: Final = 2.0
 #: Scopes whose key names are kept (more: the cache starts again, it only saves CPU).
-KEYS_CACHED = 100_000
-_ERRORS = (RespError, RespConnectionError)
-_FIGURES = 6  # per scope: rpm count, oldest, tpm used, oldest second, leases, spent
-_NONE = b""  # a limit the scope does not have, or a settle figure with nothing to do
+KEYS_CACHED: Final = 100_000
+_ERRORS: Final = (RespError, RespConnectionError)
+_FIGURES: Final = 6  # per scope: rpm count, oldest, tpm used, oldest second, leases, spent
+_NONE: Final = b""  # a limit the scope does not have, or a settle figure with nothing to do
 
 #: The ttls, packed once: the same in every admission.
-_TTLS = pack_args((RPM_TTL_MS, TPM_TTL_MS, LEASES_TTL_MS))
+_TTLS: Final = pack_args((RPM_TTL_MS, TPM_TTL_MS, LEASES_TTL_MS))
 #: The admission time travels as the 8 bytes of a double (see redis_scripts.ADMIT).
 _pack_double = struct.Struct("<d").pack
 

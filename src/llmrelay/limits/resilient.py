@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Final
 
 import structlog
 
@@ -24,7 +25,7 @@ from llmrelay.settings import RedisFailurePolicy
 
 log = structlog.get_logger(__name__)
 
-PROBE_S = 1.0
+PROBE_S: Final = 1.0
 
 
 class ResilientLimiter:

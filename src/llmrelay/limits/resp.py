@@ -21,7 +21,7 @@ import hashlib
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Final, cast
 from urllib.parse import unquote, urlsplit
 
 import hiredis
@@ -30,7 +30,7 @@ import hiredis
 Arg = bytes | str | int | float
 
 #: How often the watchdog looks at the oldest pending call (at most; less for tiny timeouts).
-WATCH_EVERY_S = 0.05
+WATCH_EVERY_S: Final = 0.05
 
 
 class RespError(Exception):

@@ -3,10 +3,12 @@ snapshot: the request path only looks it up."""
 
 from __future__ import annotations
 
+from typing import Final
+
 from llmrelay.limits.base import Plan, Scope, ScopeKind
 from llmrelay.snapshot.model import KeySnap, Limits
 
-_MEMO_MAX = 100_000
+_MEMO_MAX: Final = 100_000
 
 
 class ScopeCache:

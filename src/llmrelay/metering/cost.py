@@ -12,15 +12,16 @@ cost unknown: recorded as 0 with `price_source = "unknown"`, never left out.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from llmrelay.metering.usage import Usage
 
-MICROS_PER_USD = 1_000_000
-_PER_MTOK = 1_000_000
-_HALF = _PER_MTOK // 2  # rounding half up
+MICROS_PER_USD: Final = 1_000_000
+_PER_MTOK: Final = 1_000_000
+_HALF: Final = _PER_MTOK // 2  # rounding half up
 
 #: Where a price came from, as the record stores it.
-SOURCE_UNKNOWN = "unknown"
+SOURCE_UNKNOWN: Final = "unknown"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +71,7 @@ class Cost:
         )
 
 
-UNKNOWN = Cost()
+UNKNOWN: Final = Cost()
 
 
 def cost_of(usage: Usage | None, price: Price | None) -> Cost:

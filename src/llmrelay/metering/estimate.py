@@ -12,16 +12,16 @@ Only for records; the tpm admission keeps its cheaper characters/4 (limits/estim
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Final
 
-_PIECES = re.compile(r"[A-Za-z]+|\d{1,3}|[^\sA-Za-z\d]|\s+", re.ASCII)
+_PIECES: Final = re.compile(r"[A-Za-z]+|\d{1,3}|[^\sA-Za-z\d]|\s+", re.ASCII)
 #: Fields holding images or files (URLs, base64): their length says nothing about tokens.
-_SKIPPED = frozenset({"data", "url", "image_url", "file_data", "source", "b64_json"})
+_SKIPPED: Final = frozenset({"data", "url", "image_url", "file_data", "source", "b64_json"})
 #: Per-message framing tokens (role and separators), as OpenAI documents for chat.
-_PER_MESSAGE = 3
+_PER_MESSAGE: Final = 3
 #: Words up to this long are usually one token; longer ones split into ~5-character pieces.
-_WHOLE_WORD = 6
-_CHARS_PER_SUBWORD = 5
+_WHOLE_WORD: Final = 6
+_CHARS_PER_SUBWORD: Final = 5
 
 
 def count_tokens(text: str) -> int:
@@ -54,7 +54,7 @@ def text_of(value: Any, depth: int = 0) -> list[str]:
     return out
 
 
-_PROMPT_FIELDS = ("system", "instructions", "input", "prompt", "tools", "functions")
+_PROMPT_FIELDS: Final = ("system", "instructions", "input", "prompt", "tools", "functions")
 
 
 def prompt_tokens(payload: dict[str, Any]) -> int:
@@ -70,7 +70,7 @@ def prompt_tokens(payload: dict[str, Any]) -> int:
     return count
 
 
-_ANSWER_FIELDS = ("choices", "content", "output", "candidates")
+_ANSWER_FIELDS: Final = ("choices", "content", "output", "candidates")
 
 
 def answer_tokens(body: dict[str, Any]) -> int:

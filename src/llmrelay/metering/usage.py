@@ -18,7 +18,7 @@ prompt (a provider bug) is clamped so no bucket goes negative.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 
 class Usage:
@@ -75,7 +75,7 @@ def _split_prompt(prompt: int, cached: int, written: int) -> tuple[int, int, int
 
 
 #: Chat usage fields that split the prompt or the output into buckets.
-_DETAILED = frozenset(
+_DETAILED: Final = frozenset(
     {
         "prompt_tokens_details",
         "completion_tokens_details",

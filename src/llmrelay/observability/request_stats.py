@@ -9,16 +9,32 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Final
 
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 
-LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+LATENCY_BUCKETS_S: Final[tuple[float, ...]] = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+    120,
+    300,
+)
 #: The bounds as a list for bisect: compiled by mypyc, a tuple of floats is kept unboxed and
 #: would be boxed into a new tuple at every call.
-_BOUNDS = list(LATENCY_BUCKETS_S)
+_BOUNDS: Final = list(LATENCY_BUCKETS_S)
 #: The usage buckets of a record (metering/usage.py), as `bucket` label values.
-TOKEN_BUCKETS = ("input", "cached_input", "cache_write", "output", "reasoning")
+TOKEN_BUCKETS: Final = ("input", "cached_input", "cache_write", "output", "reasoning")
 
 
 class _Histogram:

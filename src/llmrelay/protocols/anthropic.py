@@ -6,13 +6,13 @@ this module knowing the gateway's exception tree.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
 #: Anthropic `stop_reason` -> Chat `finish_reason`. `pause_turn` only happens with server
 #: tools (which a Chat client cannot have asked for): the turn simply ended for the client.
-FINISH_REASON_BY_STOP_REASON: dict[str, str] = {
+FINISH_REASON_BY_STOP_REASON: Final[dict[str, str]] = {
     "end_turn": "stop",
     "stop_sequence": "stop",
     "pause_turn": "stop",
@@ -24,7 +24,7 @@ FINISH_REASON_BY_STOP_REASON: dict[str, str] = {
 
 #: Chat `finish_reason` -> Anthropic `stop_reason` (`function_call` is the legacy name of a
 #: tool call). Chat does not say whether a stop sequence matched, so `stop` is `end_turn`.
-STOP_REASON_BY_FINISH_REASON: dict[str, str] = {
+STOP_REASON_BY_FINISH_REASON: Final[dict[str, str]] = {
     "stop": "end_turn",
     "length": "max_tokens",
     "tool_calls": "tool_use",
@@ -33,7 +33,7 @@ STOP_REASON_BY_FINISH_REASON: dict[str, str] = {
 }
 
 #: The documented status of each error type (https://docs.claude.com/en/api/errors).
-STATUS_BY_ERROR_TYPE: dict[str, int] = {
+STATUS_BY_ERROR_TYPE: Final[dict[str, int]] = {
     "invalid_request_error": 400,
     "authentication_error": 401,
     "billing_error": 402,
@@ -46,7 +46,7 @@ STATUS_BY_ERROR_TYPE: dict[str, int] = {
     "overloaded_error": 529,
 }
 
-_ERROR_TYPE_BY_STATUS: dict[int, str] = {
+_ERROR_TYPE_BY_STATUS: Final[dict[int, str]] = {
     status: error_type for error_type, status in STATUS_BY_ERROR_TYPE.items()
 }
 # 503 is how most proxies say "overloaded"; Anthropic's SDKs retry overloaded_error.

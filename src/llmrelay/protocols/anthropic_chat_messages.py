@@ -7,7 +7,7 @@ The forward direction, and the conventions shared by both, are in `chat_anthropi
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -15,7 +15,7 @@ from llmrelay.protocols.chat_anthropic_messages import Block, fail, note
 
 #: Prefixed to a tool result Anthropic marked `is_error`: Chat has no such flag, and the
 #: model should still be told the tool failed.
-TOOL_ERROR_PREFIX = "[tool error] "
+TOOL_ERROR_PREFIX: Final = "[tool error] "
 
 
 def anthropic_system_to_chat(system: Any, dropped: list[str]) -> dict[str, Any] | None:

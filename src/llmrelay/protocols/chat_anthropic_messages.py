@@ -10,14 +10,14 @@ raises TranslationError naming the client's field; what is harmless to lose is n
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
 from llmrelay.protocols.translation import TranslationError
 
 #: Image types Anthropic accepts in a base64 source.
-IMAGE_MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+IMAGE_MEDIA_TYPES: Final = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 
 Block = dict[str, Any]
 

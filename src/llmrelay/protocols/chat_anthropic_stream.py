@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -22,18 +22,18 @@ from llmrelay.protocols.chat_anthropic import anthropic_usage_from_chat, chat_us
 __all__ = ["AnthropicStreamToChat", "ChatStreamToAnthropic", "StreamError"]
 
 Event = tuple[str, dict[str, Any]]
-_USAGE_KEYS = (
+_USAGE_KEYS: Final = (
     "input_tokens",
     "output_tokens",
     "cache_creation_input_tokens",
     "cache_read_input_tokens",
 )
 
-_PLACEHOLDER_IDS = itertools.count(1)
+_PLACEHOLDER_IDS: Final = itertools.count(1)
 
 
 #: Finish reasons as JSON (a handful of names: serialised once each).
-_REASON_JSON: dict[str, bytes] = {}
+_REASON_JSON: Final[dict[str, bytes]] = {}
 
 
 def _reason_json(reason: str) -> bytes:

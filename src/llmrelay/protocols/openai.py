@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
 from llmrelay.gateway.errors import GatewayError
 
-DONE = b"data: [DONE]\n\n"
+DONE: Final = b"data: [DONE]\n\n"
 
 
 def error_payload(error: GatewayError) -> dict[str, Any]:

@@ -8,16 +8,18 @@ fields are ignored; multi-line `data` is joined with newlines as the spec says.
 
 from __future__ import annotations
 
+from typing import Final
+
 SSEEvent = tuple[str | None, bytes]
 #: Single bytes as ints, for `in` tests on the hot paths: CPython 3.11 looks an int up with
 #: memchr, but a bytes needle first fails as an index (a TypeError raised, formatted and
 #: cleared: about 1,900 instructions a test). For longer needles use `.find(...) >= 0`.
-LF = ord("\n")
-CR = ord("\r")
-_DATA = b"data: "
-_EVENT = b"event: "
+LF: Final = ord("\n")
+CR: Final = ord("\r")
+_DATA: Final = b"data: "
+_EVENT: Final = b"event: "
 #: Event names seen (a stream repeats a handful): bytes -> str without decoding each time.
-_NAMES: dict[bytes, str] = {}
+_NAMES: Final[dict[bytes, str]] = {}
 
 
 def _all_start(lines: list[bytes], prefix: bytes) -> bool:

@@ -9,7 +9,7 @@ providers.anthropic_stream for the stream): `x-api-key` and
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 import orjson
 import structlog
@@ -22,8 +22,8 @@ from llmrelay.snapshot.model import ProviderSnap, RouteSnap
 
 log = structlog.get_logger(__name__)
 
-ANTHROPIC_VERSION = "2023-06-01"
-_NO_HEADERS: Mapping[str, str] = {}
+ANTHROPIC_VERSION: Final = "2023-06-01"
+_NO_HEADERS: Final[Mapping[str, str]] = {}
 
 
 class AnthropicAdapter:
@@ -66,7 +66,10 @@ class AnthropicAdapter:
         )
 
 
-_NATIVE = {Operation.MESSAGES: "/v1/messages", Operation.COUNT_TOKENS: "/v1/messages/count_tokens"}
+_NATIVE: Final = {
+    Operation.MESSAGES: "/v1/messages",
+    Operation.COUNT_TOKENS: "/v1/messages/count_tokens",
+}
 
 
 def headers_for(provider: ProviderSnap, forwarded: Mapping[str, str]) -> dict[str, str]:

@@ -20,7 +20,7 @@ shortcuts to.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -34,32 +34,32 @@ from llmrelay.providers.translated import StreamFacts, StreamTerms, context_code
 Chunk = dict[str, Any] | bytes | None
 
 #: How a text delta of the first content block starts (its JSON string follows).
-_TEXT_HEAD = (
+_TEXT_HEAD: Final = (
     b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
     b'"delta":{"type":"text_delta","text":"'
 )
-_TEXT_HEAD_LEN = len(_TEXT_HEAD) - 1  # the string's opening quote belongs to it
+_TEXT_HEAD_LEN: Final = len(_TEXT_HEAD) - 1  # the string's opening quote belongs to it
 #: What precedes the JSON string of such a delta, from the blank line that ends the block
 #: before it (`write` puts one before the first block).
-_DELTA_HEAD = b"\n\n" + _TEXT_HEAD[:_TEXT_HEAD_LEN]
+_DELTA_HEAD: Final = b"\n\n" + _TEXT_HEAD[:_TEXT_HEAD_LEN]
 #: The rest of each of those blocks, joined by newlines (which a block's rest cannot hold):
 #: a plain non-empty JSON string (no escape, no control character) and the two braces. A
 #: piece holding more (another event after the delta, a field after the text) fails it.
-_TEXTS = re.compile(rb'"[^"\\\x00-\x1f]+"\}\}(?:\n"[^"\\\x00-\x1f]+"\}\})*')
+_TEXTS: Final = re.compile(rb'"[^"\\\x00-\x1f]+"\}\}(?:\n"[^"\\\x00-\x1f]+"\}\})*')
 #: content_block_start of an empty text block 0 (every text answer's): no chat event.
-_EMPTY_TEXT_START = (
+_EMPTY_TEXT_START: Final = (
     b'event: content_block_start\ndata: {"type":"content_block_start","index":0,'
     b'"content_block":{"type":"text","text":""}}'
 )
-_ROLE_DELTA = b'{"role":"assistant","content":""}'
+_ROLE_DELTA: Final = b'{"role":"assistant","content":""}'
 #: Events with nothing to say in chat (named as Anthropic names every event).
-_PING = b"event: ping\n"
-_BLOCK_STOP = b"event: content_block_stop\n"
-_SILENT = (_PING, _BLOCK_STOP)
-_BACKSLASH = ord("\\")
-_MESSAGE_STOP = b'{"type":"message_stop"}'
+_PING: Final = b"event: ping\n"
+_BLOCK_STOP: Final = b"event: content_block_stop\n"
+_SILENT: Final = (_PING, _BLOCK_STOP)
+_BACKSLASH: Final = ord("\\")
+_MESSAGE_STOP: Final = b'{"type":"message_stop"}'
 #: The `event:` lines of Anthropic's events, named without a decode each time.
-_EVENT_NAMES = {
+_EVENT_NAMES: Final = {
     f"event: {name}".encode(): name
     for name in (
         "message_start",

@@ -11,10 +11,11 @@ list is also cheap: upstream request headers cost CPU per header in the HTTP cli
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Final
 
 #: Lower-case names forwarded to the provider.
-FORWARDED = frozenset({"openai-beta", "anthropic-version", "anthropic-beta"})
-_FORWARDED_RAW = frozenset(name.encode() for name in FORWARDED)
+FORWARDED: Final = frozenset({"openai-beta", "anthropic-version", "anthropic-beta"})
+_FORWARDED_RAW: Final = frozenset(name.encode() for name in FORWARDED)
 
 
 def forwardable(headers: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:

@@ -4,7 +4,7 @@ only `model` rewritten."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -12,7 +12,7 @@ from llmrelay.providers.base import Operation, UnsupportedOperation, UpstreamReq
 from llmrelay.providers.presets import reports_stream_usage, speaks_responses
 from llmrelay.snapshot.model import ProviderSnap, RouteSnap
 
-_PATHS = {
+_PATHS: Final = {
     Operation.CHAT: "/chat/completions",
     Operation.EMBEDDINGS: "/embeddings",
     Operation.RESPONSES: "/responses",  # for providers that serve it (presets.py)

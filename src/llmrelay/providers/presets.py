@@ -9,6 +9,7 @@ somewhere other than localhost, DashScope's China region). Imports nothing of ou
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,7 +21,7 @@ class Preset:
     stream_usage: bool
 
 
-PRESETS: dict[str, Preset] = {
+PRESETS: Final[dict[str, Preset]] = {
     "deepseek": Preset("https://api.deepseek.com/v1", responses_api=False, stream_usage=True),
     # DashScope's compatible mode, international endpoint (China: dashscope.aliyuncs.com).
     "qwen": Preset(

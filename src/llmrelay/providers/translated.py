@@ -15,7 +15,7 @@ the stream is complete), it writes the final chat events and reports what they h
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol, cast
+from typing import Any, Final, Protocol, cast
 
 import orjson
 import structlog
@@ -25,9 +25,9 @@ from llmrelay.providers.errors import UpstreamProtocolError
 
 log = structlog.get_logger(__name__)
 
-_CONTEXT_TOO_LONG = "context_length_exceeded"
+_CONTEXT_TOO_LONG: Final = "context_length_exceeded"
 #: Not JSON: what the relay drops and counts as a malformed event.
-_MALFORMED = b"data: !\n\n"
+_MALFORMED: Final = b"data: !\n\n"
 
 
 def _render(chunk: dict[str, Any] | bytes | None) -> bytes:

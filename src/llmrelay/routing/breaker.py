@@ -30,7 +30,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Final, Literal
 
 import structlog
 
@@ -39,14 +39,14 @@ from llmrelay.snapshot.model import BreakerSettings
 log = structlog.get_logger(__name__)
 
 State = Literal["closed", "open", "half_open"]
-CLOSED: State = "closed"
-OPEN: State = "open"
-HALF_OPEN: State = "half_open"
+CLOSED: Final[State] = "closed"
+OPEN: Final[State] = "open"
+HALF_OPEN: Final[State] = "half_open"
 
 #: `on_transition(route_id, from_state, to_state)`; called after the state has changed.
 TransitionHook = Callable[[str, str, str], None]
 
-_NEVER = float("-inf")
+_NEVER: Final = float("-inf")
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Collection, Hashable, Sequence
 from itertools import accumulate
 from operator import is_
+from typing import Final
 
 from llmrelay.snapshot.model import ModelSnap, RouteSnap
 
@@ -27,16 +28,16 @@ PriceOf = Callable[[RouteSnap], tuple[int | None, int | None]]
 #: What one call brings to ordering: (route tag, expected (input, output) tokens, price_of).
 _Call = tuple[str | None, tuple[int, int], PriceOf | None]
 
-STRATEGIES = frozenset(
+STRATEGIES: Final = frozenset(
     {"priority", "fixed", "weighted", "least_time", "cost_first", "load_balance", "tag"}
 )
 #: Plans are per `ModelSnap`; a new snapshot brings new models, so the cache is simply
 #: emptied when it reaches this size instead of tracking which generation is still in use.
-_MAX_PLANS = 1024
+_MAX_PLANS: Final = 1024
 
 
 #: How often (seconds) least_time sorts a model's routes by their averages again.
-LEAST_TIME_REFRESH_S = 0.1
+LEAST_TIME_REFRESH_S: Final = 0.1
 
 
 class _Stat:
@@ -360,7 +361,7 @@ class Router:
 
 
 _Orderer = Callable[[Router, _Plan, _Call], list[RouteSnap]]
-_ORDERERS: dict[str, _Orderer] = {
+_ORDERERS: Final[dict[str, _Orderer]] = {
     "priority": Router._priority,
     "fixed": Router._fixed,
     "weighted": Router._weighted,

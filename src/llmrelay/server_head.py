@@ -1,0 +1,70 @@
+"""uvicorn's httptools protocol with the response head written by compiled code
+(gateway/response_head.py): the same bytes, for a tenth of the instructions.
+
+uvicorn makes a `RequestResponseCycle` per request by its module's name for the class, so
+`install` replaces that name with a subclass whose `send` writes the head of a response and
+leaves everything else (bodies, flow control, errors, a head it cannot vouch for) to
+uvicorn. The subclass sets the cycle's own fields as uvicorn's `send` does, so it is tied to
+uvicorn's internals: it is installed only for the uvicorn versions it was checked against
+(tests/test_server_head.py fails when the installed uvicorn is not one of them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import uvicorn
+from uvicorn.protocols.http import httptools_impl
+
+from llmrelay.gateway.response_head import response_head
+
+#: The uvicorn releases (major.minor) whose RequestResponseCycle this was checked against.
+CHECKED_VERSIONS = ("0.55",)
+
+_Base = httptools_impl.RequestResponseCycle
+_STATUS_LINES: dict[int, bytes] = httptools_impl.STATUS_LINE
+
+
+class FastHeadCycle(_Base):
+    async def send(self, message: Any) -> None:
+        if (
+            not self.response_started
+            and message["type"] == "http.response.start"
+            and not self.disconnected
+            and not self.flow.write_paused
+            and not self.access_log
+        ):
+            headers = message.get("headers", [])
+            if self.default_headers:
+                headers = self.default_headers + list(headers)
+            elif type(headers) is not list:
+                headers = list(headers)
+            head = response_head(
+                _STATUS_LINES,
+                message["status"],
+                headers,
+                self.keep_alive,
+                self.scope["method"] == "HEAD",
+            )
+            if head is not None:
+                self.response_started = True
+                self.waiting_for_100_continue = False
+                self.keep_alive = head.keep_alive
+                if head.chunked is not None:
+                    self.chunked_encoding = head.chunked
+                    self.expected_content_length = head.length
+                self.transport.write(head.data)
+                return
+        await super().send(message)
+
+
+def supported(version: str = uvicorn.__version__) -> bool:
+    return ".".join(version.split(".")[:2]) in CHECKED_VERSIONS
+
+
+def install() -> bool:
+    """Use FastHeadCycle for the requests this process serves (True), where uvicorn is a
+    version it was checked against."""
+    if not supported():
+        return False
+    httptools_impl.RequestResponseCycle = FastHeadCycle  # type: ignore[misc]
+    return True
