@@ -1,5 +1,6 @@
 """uvicorn's httptools protocol with the response head written by compiled code
-(gateway/response_head.py): the same bytes, for a tenth of the instructions.
+(gateway/response_head.py): the same bytes, for about a quarter of the instructions
+(some 1.3k a header against uvicorn's 5k, by callgrind).
 
 uvicorn makes a `RequestResponseCycle` per request by its module's name for the class, so
 `install` replaces that name with a subclass whose `send` writes the head of a response and
