@@ -15,6 +15,7 @@ from uvicorn.protocols.http import httptools_impl
 
 from llmrelay.gateway import response_head
 from llmrelay.server_head import CHECKED_VERSIONS, FastHeadCycle, supported
+from llmrelay.server_head import _Base as StockCycle  # uvicorn's own, even once installed
 
 _JSON = [(b"content-type", b"application/json"), (b"Content-Length", b"2")]
 #: path -> (status, headers, body chunks)
@@ -121,7 +122,7 @@ def _serve_with(cycle: Cycle, requests: list[bytes]) -> list[bytes]:
 
 def test_every_answer_is_written_as_stock_uvicorn_writes_it() -> None:
     requests = [request for path in ANSWERS for request in _requests(path)]
-    stock = _serve_with(httptools_impl.RequestResponseCycle, requests)
+    stock = _serve_with(StockCycle, requests)
     response_head._NAMES.clear()
     fast = _serve_with(FastHeadCycle, requests)
     for request, a, b in zip(requests, stock, fast, strict=True):
@@ -142,7 +143,7 @@ def _index(requests: list[bytes], path: str) -> int:
 
 def test_keep_alive_carries_several_answers_on_one_connection() -> None:
     two = b"GET /json HTTP/1.1\r\nHost: t\r\n\r\nGET /sse HTTP/1.1\r\nHost: t\r\n\r\n"
-    stock = _serve_with(httptools_impl.RequestResponseCycle, [two])
+    stock = _serve_with(StockCycle, [two])
     fast = _serve_with(FastHeadCycle, [two])
     assert fast == stock
     assert fast[0].count(b"HTTP/1.1 200 OK") == 2
