@@ -141,8 +141,21 @@ def rotate_secret(
 
 @app.command()
 def worker() -> None:
-    """Run background jobs only (none exist yet in this version)."""
-    _fail("no background jobs exist in this version; `serve` runs everything", code=1)
+    """Run the durable background jobs only (no HTTP listener), beside `serve` replicas."""
+    from llmrelay.database_setup import prepare_for_serving
+    from llmrelay.stack import SchemaOutOfDate
+    from llmrelay.worker import run_worker
+
+    settings = _settings()
+    try:
+        resolve_secret_key(settings)
+        asyncio.run(prepare_for_serving(settings.database_url))
+    except Exception as exc:  # noqa: BLE001 - start-up failure: say why and stop
+        _fail(f"cannot prepare the database: {exc}", code=1)
+    try:
+        asyncio.run(run_worker(settings))
+    except SchemaOutOfDate as exc:
+        _fail(str(exc), code=1)
 
 
 def _apply_file(settings: Settings, file: Path) -> None:

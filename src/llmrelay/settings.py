@@ -93,6 +93,15 @@ class Settings(BaseSettings):
     login_max_failures_per_account: int = Field(default=5, ge=1)
     login_max_failures_per_ip: int = Field(default=20, ge=1)
     login_throttle_window_s: float = Field(default=900.0, gt=0)
+    #: Durable jobs (jobs/): `serve` runs them in process unless this is false (then run
+    #: `llmrelay worker` beside it); how many at once per process; a claim's lease (a worker
+    #: silent this long is taken for dead and its job is run again); how often idle runners
+    #: look for due jobs; how long finished jobs are kept.
+    jobs_in_process: bool = True
+    jobs_concurrency: int = Field(default=4, ge=1)
+    jobs_lease_s: float = Field(default=60.0, ge=1)
+    jobs_poll_s: float = Field(default=1.0, gt=0)
+    jobs_keep_finished_s: float = Field(default=7 * 86400.0, gt=0)
 
     @field_validator("trusted_proxies", mode="before")
     @classmethod

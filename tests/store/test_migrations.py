@@ -44,7 +44,8 @@ _DROPPED_IN_0010 = {
 
 
 #: What revisions after 0010 add: a database stopped at an earlier revision lacks them, and
-#: only them, compared with the models (0011 console identity and audit, 0012 resource versions).
+#: only them, compared with the models (0011 console identity and audit, 0012 resource versions,
+#: 0013 durable jobs).
 _TABLES_ADDED_AFTER_0010 = {
     "users",
     "memberships",
@@ -52,11 +53,15 @@ _TABLES_ADDED_AFTER_0010 = {
     "recovery_codes",
     "login_failures",
     "audit_log",
+    "jobs",
+    "provider_health",
+    "webhook_deliveries",
 }
 _COLUMNS_ADDED_AFTER_0010 = {
     ("tenants", "require_2fa"),
     ("tenants", "version"),
     ("providers", "model_inventory"),
+    ("projects", "webhook_secret_sealed"),
     *(
         (table, "version")
         for table in (

@@ -68,6 +68,9 @@ async def test_old_values_are_resealed_once_and_the_generation_moves(
     assert [(c.column, c.resealed, c.current) for c in report.columns] == [
         ("providers.credentials_sealed", 1, 1),
         ("users.totp_secret_sealed", 0, 0),  # no console user has TOTP here
+        ("projects.webhook_secret_sealed", 0, 0),  # nor any webhook a secret, nor a job a body
+        ("jobs.payload_sealed", 0, 0),
+        ("jobs.result_sealed", 0, 0),
     ]
     assert report.generation == generation + 1 == await _generation(engine)
     after = await _rows(engine)

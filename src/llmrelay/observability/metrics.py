@@ -115,6 +115,26 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.jobs_finished = Counter(
+            "llmrelay_jobs_finished",
+            "Job attempts this process ran, by kind and how they ended (succeeded, failed, "
+            "retry, rescheduled, cancelled, lost).",
+            ("kind", "outcome"),
+            registry=self.registry,
+        )
+        self.jobs_running = Gauge(
+            "llmrelay_jobs_running",
+            "Jobs this process is running now.",
+            registry=self.registry,
+        )
+        self.jobs_leases_repaired = Counter(
+            "llmrelay_jobs_leases_repaired",
+            "Jobs whose worker stopped (lease expired): queued again, or failed with no "
+            "attempts left.",
+            ("to",),
+            registry=self.registry,
+        )
+
     def watch_breakers(self, states: Callable[[], Mapping[str, str]]) -> None:
         """`llmrelay_breaker_state{route}`: 0 closed, 1 half-open, 2 open (routes that ever
         failed; the rest are closed)."""

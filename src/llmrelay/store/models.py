@@ -109,6 +109,9 @@ class Project(Versioned, Timestamped, Base):
     #: The project's routing policy binding. No ON DELETE action: a bound policy cannot be
     #: deleted (unbinding it silently would widen the keys' routes).
     routing_policy_id: Mapped[str | None] = mapped_column(ForeignKey("routing_policies.id"))
+    #: The secret that signs the project's webhook events (jobs/webhooks.py), sealed
+    #: (context = the project id); made on first use, rotated through the admin API (0013).
+    webhook_secret_sealed: Mapped[str | None] = mapped_column(Text)
 
 
 class ApiKey(Versioned, Timestamped, Base):
@@ -418,3 +421,4 @@ class UsageRollupDirty(Base):
 # Console identity and the audit log live in their own module on the same Base (0011); imported
 # here so that Base.metadata, and so Alembic, always sees the whole schema.
 from llmrelay.store import models_access as models_access  # noqa: E402
+from llmrelay.store import models_jobs as models_jobs  # noqa: E402

@@ -57,4 +57,18 @@ SEALED_COLUMNS: tuple[SealedColumn, ...] = (
         sealed_column="totp_secret_sealed",
         context=context_is_id,
     ),
+    # Webhook signing secrets, one per project (jobs/webhooks.py; context: the project id).
+    SealedColumn(
+        table="projects",
+        id_column="id",
+        sealed_column="webhook_secret_sealed",
+        context=context_is_id,
+    ),
+    # Durable jobs' request bodies and answers (jobs/; context: the job id).
+    SealedColumn(
+        table="jobs", id_column="id", sealed_column="payload_sealed", context=context_is_id
+    ),
+    SealedColumn(
+        table="jobs", id_column="id", sealed_column="result_sealed", context=context_is_id
+    ),
 )

@@ -1,0 +1,16 @@
+"""Every kind of job this version runs, and the periodic ones' schedules: the one list a
+runner is built from (stack.py), so `serve` and `llmrelay worker` run the same jobs."""
+
+from __future__ import annotations
+
+from llmrelay.jobs.kinds import JobKind
+from llmrelay.jobs.runner import Schedule
+from llmrelay.settings import Settings
+
+
+def job_kinds() -> list[JobKind]:
+    return []
+
+
+def schedules(settings: Settings) -> list[Schedule]:
+    return []

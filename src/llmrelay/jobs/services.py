@@ -1,0 +1,24 @@
+"""What the process offers the jobs it runs: settings, the database, the sealer, the data
+plane's dispatcher (a job that calls a model goes through the same admission, routing,
+metering and recording as a served request) and the provider registry (probes and discovery
+call providers through its transports)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from llmrelay.gateway.dispatch import Dispatcher
+from llmrelay.providers.registry import ProviderRegistry
+from llmrelay.settings import Settings
+from llmrelay.store.crypto import Sealer
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    settings: Settings
+    engine: AsyncEngine
+    sealer: Sealer
+    dispatcher: Dispatcher
+    registry: ProviderRegistry

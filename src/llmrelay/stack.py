@@ -1,0 +1,217 @@
+"""What every process that calls models builds at start and takes down at exit: the engine,
+the config snapshot with live reload, the provider registry and executor, the recorder, the
+limiter, tracing, and the durable job runner. `serve` (app.py's lifespan) adds the HTTP side;
+`llmrelay worker` (worker.py) runs this alone with the runner.
+
+One order for both, so a worker's model calls are admitted, routed, metered and recorded
+exactly as a served request's are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from llmrelay.deadlines import Deadlines
+from llmrelay.gateway.dispatch import Dispatcher, Runtime
+from llmrelay.gateway.executor import Executor
+from llmrelay.gateway.recorder import Recorder
+from llmrelay.gateway.watch import ClientWatches
+from llmrelay.jobs.runner import JobRunner, RunnerOptions
+from llmrelay.jobs.services import Services
+from llmrelay.limits.base import Limiter
+from llmrelay.limits.local import LocalLimiter
+from llmrelay.limits.spend import seed as seed_spend
+from llmrelay.observability.metrics import Metrics
+from llmrelay.observability.tracing import Tracing
+from llmrelay.observability.tracing import from_environment as tracing_from_environment
+from llmrelay.providers.http import HttpTransport
+from llmrelay.providers.registry import ProviderRegistry
+from llmrelay.routing.breaker import Breakers
+from llmrelay.routing.strategies import Router
+from llmrelay.settings import Settings
+from llmrelay.snapshot.holder import SnapshotHolder
+from llmrelay.snapshot.model import Snapshot
+from llmrelay.snapshot.reload import LiveReload
+from llmrelay.store import migrate, rollups
+from llmrelay.store.crypto import Sealer, sealer_for
+from llmrelay.store.db import create_engine, session_factory
+
+log = structlog.get_logger(__name__)
+
+
+class SchemaOutOfDate(RuntimeError):
+    """The database schema is not at the version this program needs."""
+
+
+@dataclass(slots=True)
+class Stack:
+    settings: Settings
+    engine: AsyncEngine
+    sealer: Sealer
+    snapshots: SnapshotHolder
+    registry: ProviderRegistry
+    recorder: Recorder
+    limiter: Limiter
+    tracing: Tracing | None
+    live_reload: LiveReload
+    runtime: Runtime
+    #: The job runner (None: this process runs no jobs, LLMRELAY_JOBS_IN_PROCESS=false).
+    runner: JobRunner | None = None
+
+    @classmethod
+    async def open(
+        cls, settings: Settings, metrics: Metrics, dispatcher: Dispatcher, *, jobs: bool
+    ) -> Stack:
+        """Everything up, in order; `dispatcher.runtime` set. Raises SchemaOutOfDate."""
+        engine = create_engine(settings.database_url)
+        try:
+            if not await migrate.is_up_to_date(engine):
+                raise SchemaOutOfDate(
+                    "the database schema is not up to date: run `llmrelay migrate`"
+                )
+            sealer = sealer_for(settings)
+            snapshots = SnapshotHolder(session_factory(engine), sealer)
+            await snapshots.load()
+            loop = asyncio.get_running_loop()
+            deadlines = Deadlines(loop)
+            registry = ProviderRegistry(HttpTransport(deadlines))
+            recorder = Recorder(
+                engine,
+                max_queue=settings.record_queue_size,
+                spool_dir=settings.spool_path,
+                metrics=metrics,
+            )
+        except BaseException:
+            await engine.dispose()
+            raise
+        recorder.start()
+        limiter = _limiter(settings, metrics, engine)
+        tracing = tracing_from_environment()
+        await limiter.start()
+        await rollups.refresh_all(engine)  # budgets below read the rollups
+        await seed_spend(limiter, engine, time.time())
+        runtime = Runtime(
+            snapshots,
+            _executor(registry, snapshots, metrics),
+            recorder,
+            metrics,
+            settings.max_body_bytes,
+            ClientWatches(loop),
+            deadlines,
+            limiter,
+            settings.tpm_default_output_tokens,
+            tracing,
+            settings.record_requests,
+            capture_max_bytes=settings.capture_max_bytes,
+        )
+        dispatcher.runtime = runtime
+        live_reload = LiveReload(
+            snapshots,
+            engine=engine,
+            database_url=settings.database_url,
+            redis_url=settings.redis_url,
+            metrics=metrics,
+        )
+        live_reload.start()
+        stack = cls(
+            settings,
+            engine,
+            sealer,
+            snapshots,
+            registry,
+            recorder,
+            limiter,
+            tracing,
+            live_reload,
+            runtime,
+        )
+        if jobs:
+            stack.runner = _runner(stack, dispatcher, metrics)
+            stack.runner.start()
+        return stack
+
+    async def close(self) -> None:
+        """Everything down, in the reverse order: jobs first (their calls finish or go back
+        to the queue), then the records they and the requests left are flushed."""
+        settings = self.settings
+        if self.runner is not None:
+            await self.runner.stop(timeout_s=settings.drain_timeout_s)
+        await self.live_reload.stop()
+        await self.recorder.stop(timeout_s=max(settings.drain_timeout_s, 5.0))
+        await self.limiter.close()
+        if self.tracing is not None:
+            await self.tracing.close(timeout_s=5)
+        await self.registry.close()
+        await self.engine.dispose()
+
+
+def _runner(stack: Stack, dispatcher: Dispatcher, metrics: Metrics) -> JobRunner:
+    from llmrelay.jobs.registry import job_kinds, schedules
+
+    settings = stack.settings
+    services = Services(settings, stack.engine, stack.sealer, dispatcher, stack.registry)
+    return JobRunner(
+        stack.engine,
+        job_kinds(),
+        sealer=stack.sealer,
+        services=services,
+        options=RunnerOptions(
+            concurrency=settings.jobs_concurrency,
+            lease_s=settings.jobs_lease_s,
+            poll_s=settings.jobs_poll_s,
+            keep_finished_s=settings.jobs_keep_finished_s,
+        ),
+        schedules=schedules(settings),
+        metrics=metrics,
+    )
+
+
+def _limiter(settings: Settings, metrics: Metrics, engine: AsyncEngine) -> Limiter:
+    """Redis when configured (with the failure policy); else in process, each of
+    `serve --workers N` enforcing 1/N of every limit so N never multiply them."""
+    if settings.redis_url is None:
+        if settings.workers > 1:
+            log.info("limits_divided_among_workers", workers=settings.workers)
+        return LocalLimiter(share=settings.workers)
+    from llmrelay.limits.resilient import ResilientLimiter  # imports redis: only when used
+
+    limiter: ResilientLimiter | None = None
+
+    async def reseed() -> None:
+        assert limiter is not None
+        await seed_spend(limiter, engine, time.time())
+
+    limiter = ResilientLimiter(
+        settings.redis_url, settings.limits_on_redis_failure, metrics, on_recovered=reseed
+    )
+    return limiter
+
+
+def _executor(registry: ProviderRegistry, snapshots: SnapshotHolder, metrics: Metrics) -> Executor:
+    """The executor with its breakers and router; both follow config reloads."""
+
+    def count(route: str, from_state: str, to_state: str) -> None:
+        metrics.breaker_transitions.labels(route, from_state, to_state).inc()
+
+    breakers = Breakers(snapshots.current.breaker, on_transition=count)
+    router = Router()
+    metrics.watch_breakers(breakers.states)
+
+    def follow(snapshot: Snapshot) -> None:
+        breakers.update_settings(snapshot.breaker)
+        routes = {
+            route.id
+            for models in snapshot.models.values()
+            for model in models.values()
+            for route in model.routes
+        }
+        breakers.forget(routes)
+        router.latency.forget(routes)
+
+    snapshots.listeners.append(follow)
+    return Executor(registry, breakers, router)
