@@ -27,6 +27,7 @@ from llmrelay.gateway.ingress import IngressMiddleware, RequestContext
 from llmrelay.observability.health import Health
 from llmrelay.observability.logging import configure_logging
 from llmrelay.observability.metrics import Metrics
+from llmrelay.protocols.anthropic_models import error_body as anthropic_error_body
 from llmrelay.protocols.openai import error_body
 from llmrelay.settings import Settings
 from llmrelay.stack import Stack
@@ -164,7 +165,8 @@ def create_app(settings: Settings) -> GatewayApp:
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
-    """Unknown paths and wrong methods, in the OpenAI error shape."""
+    """Unknown paths and wrong methods, in the OpenAI error shape (Anthropic's under
+    /v1/messages)."""
     assert isinstance(exc, HTTPException)
     context: RequestContext | None = request.scope.get("llmrelay")
     request_id = context.request_id if context else ""
@@ -173,7 +175,11 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     if exc.status_code == 405:
         error.code = "method_not_allowed"
         error.message = f"{request.method} is not allowed on {request.url.path}"
-    return Response(error_body(error, request_id), exc.status_code, media_type="application/json")
+    if request.url.path.startswith("/v1/messages"):  # Anthropic's routes: Anthropic's shape
+        body = anthropic_error_body(error, request_id)
+    else:
+        body = error_body(error, request_id)
+    return Response(body, exc.status_code, media_type="application/json")
 
 
 def settle_garbage_collector() -> None:

@@ -150,6 +150,31 @@ def test_chunked_body_over_the_cap_is_413(gateway: GatewayProcess) -> None:
     _assert_openai_error(response, 413, "request_too_large")
 
 
+def _assert_anthropic_error(response: httpx.Response, status: int, kind: str) -> None:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert body["type"] == "error" and set(body) == {"type", "error", "request_id"}
+    assert body["error"]["type"] == kind and body["error"]["message"]
+    assert body["request_id"] == response.headers["x-request-id"]
+
+
+def test_bodies_over_the_cap_on_anthropic_routes_are_413_in_anthropic_shape(
+    gateway: GatewayProcess,
+) -> None:
+    headers = {"x-api-key": KEY, "anthropic-version": "2023-06-01"}
+    for path in ("/v1/messages", "/v1/messages/count_tokens"):
+        declared = httpx.post(f"{gateway.url}{path}", headers=headers, content=b"x" * 200_000)
+        _assert_anthropic_error(declared, 413, "request_too_large")
+        chunked = httpx.post(
+            f"{gateway.url}{path}", headers=headers, content=iter([b"x" * 1024] * 200)
+        )
+        _assert_anthropic_error(chunked, 413, "request_too_large")
+    wrong_method = httpx.get(f"{gateway.url}/v1/messages", headers=headers)
+    _assert_anthropic_error(wrong_method, 405, "invalid_request_error")
+    unknown = httpx.post(f"{gateway.url}/v1/messages/nothing-here", headers=headers)
+    _assert_anthropic_error(unknown, 404, "not_found_error")
+
+
 def test_a_body_under_the_cap_is_served(gateway: GatewayProcess) -> None:
     text = "y" * 60_000
     response = _post(gateway, {"model": "chat", "messages": [{"role": "user", "content": text}]})

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from redis.asyncio import Redis
@@ -23,8 +23,10 @@ from llmrelay.limits.resp import (
 )
 from tests.conftest import need_redis
 from tests.support.ports import free_port
+from tests.support.redis_server import RedisServer
 from tests.support.services import REDIS_URL
 from tests.support.silent_server import silent_server
+from tests.support.tls import make_certificates
 
 pytestmark = pytest.mark.redis
 
@@ -199,5 +201,59 @@ def test_urls() -> None:
     bare = parse_url("redis://127.0.0.1")
     assert (bare.port, bare.db, bare.username, bare.password) == (6379, 0, None, None)
     assert parse_url("redis://:secret@h:1/0").password == "secret"
+    assert not bare.tls
+    secure = parse_url("rediss://:pw@cache.example.com:6380/1?ssl_ca_certs=/etc/ca.pem")
+    assert (secure.tls, secure.ca_file, secure.verify, secure.db) == (True, "/etc/ca.pem", True, 1)
+    assert not parse_url("rediss://h/0?ssl_cert_reqs=none").verify
     with pytest.raises(ValueError, match="scheme"):
-        parse_url("rediss://h:1/0")
+        parse_url("http://h:1/0")
+    with pytest.raises(ValueError, match="ssl_cert_reqs"):
+        parse_url("rediss://h/0?ssl_cert_reqs=maybe")
+    with pytest.raises(ValueError, match="cannot read"):
+        RespClient("rediss://h/0?ssl_ca_certs=/nonexistent/ca.pem")
+
+
+@pytest.fixture(scope="module")
+def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A Redis server that speaks TLS only and wants a password, as managed services do."""
+    certificates = make_certificates(tmp_path_factory.mktemp("redis-tls"))
+    server = RedisServer(tls=certificates, password="s3cret p@ss").start()
+    yield server
+    server.stop()
+
+
+async def test_tls_with_a_password(tls_redis: RedisServer) -> None:
+    client = RespClient(tls_redis.url, timeout_s=2.0)
+    try:
+        assert await client.ping()
+        assert await client.call(b"SET", b"k", b"v") == b"OK"
+        assert await client.call(b"GET", b"k") == b"v"
+    finally:
+        await client.close()
+    # The same URL serves redis-py (the config signals' connections).
+    other = Redis.from_url(tls_redis.url)
+    try:
+        assert await other.get("k") == b"v"
+    finally:
+        await other.aclose()
+
+
+async def test_tls_refusals(tls_redis: RedisServer) -> None:
+    assert tls_redis.tls is not None
+    wrong = tls_redis.url.replace("s3cret%20p%40ss", "wrong")
+    unverified = tls_redis.url.split("?")[0]  # the system's CAs do not know the test CA
+    plain = f"redis://:x@127.0.0.1:{tls_redis.port}/0"
+    for url, reason in ((wrong, "refused"), (unverified, "CERTIFICATE_VERIFY_FAILED")):
+        client = RespClient(url, timeout_s=2.0)
+        with pytest.raises(RespConnectionError, match=reason):
+            await client.ping()
+        await client.close()
+    client = RespClient(plain, timeout_s=1.0)
+    with pytest.raises(RespConnectionError):
+        await client.ping()
+    await client.close()
+    insecure = RespClient(unverified + "?ssl_cert_reqs=none", timeout_s=2.0)
+    try:
+        assert await insecure.ping()
+    finally:
+        await insecure.close()

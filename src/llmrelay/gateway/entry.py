@@ -17,6 +17,7 @@ from llmrelay.gateway.asgi import send_json
 from llmrelay.gateway.errors import GatewayError
 from llmrelay.gateway.ingress import IPNetwork, RequestContext, begin, refuse_too_large
 from llmrelay.observability.logging import REQUEST_ID
+from llmrelay.protocols.anthropic_models import error_body as anthropic_error_body
 from llmrelay.protocols.openai import error_body
 
 #: A data-plane handler: the ASGI triple and the context ingress made.
@@ -56,13 +57,17 @@ class GatewayApp:
         # Every line logged while handling it carries its id (~0.2 us: see REQUEST_ID).
         REQUEST_ID.set(context.request_id)
         if declared is not None and declared > self._max_body:
-            await refuse_too_large(context.request_id, self._max_body, send)
+            anthropic = str(scope.get("path", "")).startswith("/v1/messages")
+            await refuse_too_large(context.request_id, self._max_body, send, anthropic)
             return
         try:
             await handler(scope, receive, send, context)
         except Exception:  # process boundary: a bug must not take the connection silently
             log.exception("unhandled_error", request_id=context.request_id)
             error = GatewayError("internal error")
-            body = error_body(error, context.request_id)
+            if str(scope.get("path", "")).startswith("/v1/messages"):
+                body = anthropic_error_body(error, context.request_id)
+            else:
+                body = error_body(error, context.request_id)
             with contextlib.suppress(Exception):  # fails if the answer had already started
                 await send_json(send, 500, body, ((b"x-request-id", context.request_id.encode()),))

@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from llmrelay.gateway.errors import PayloadTooLarge
 from llmrelay.gateway.ids import REQUEST_IDS
 from llmrelay.observability.logging import REQUEST_ID
+from llmrelay.protocols.anthropic_models import error_body as anthropic_error_body
 from llmrelay.protocols.openai import error_body
 
 _CLIENT_REQUEST_ID: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -176,9 +177,13 @@ def _too_large_message(limit: int) -> str:
     return f"request body is larger than the limit of {limit} bytes"
 
 
-async def refuse_too_large(request_id: str, limit: int, send: Send) -> None:
-    """Answer 413 from the Content-Length alone, without reading the body."""
-    body = error_body(PayloadTooLarge(_too_large_message(limit)), request_id)
+async def refuse_too_large(
+    request_id: str, limit: int, send: Send, anthropic: bool = False
+) -> None:
+    """Answer 413 from the Content-Length alone, without reading the body, in the error
+    shape of the route's protocol (Anthropic's on its routes)."""
+    error = PayloadTooLarge(_too_large_message(limit))
+    body = anthropic_error_body(error, request_id) if anthropic else error_body(error, request_id)
     await send(
         {
             "type": "http.response.start",

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import ssl
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import hiredis
 
@@ -48,13 +49,29 @@ class Address:
     db: int
     username: str | None
     password: str | None = field(repr=False)
+    #: `rediss://`: TLS, as managed Redis services require; the server's certificate is
+    #: checked against `ca_file` (else the system's CAs) unless `verify` is off.
+    tls: bool = False
+    ca_file: str | None = None
+    verify: bool = True
+
+
+#: The query parameters read from a Redis URL (the names redis-py uses, so the one URL
+#: serves both this client and the config signals' redis-py connections).
+_CERT_REQS: Final = {"required": True, "optional": True, "none": False}
 
 
 def parse_url(url: str) -> Address:
-    """`redis://[[user]:password@]host[:port][/db]`."""
+    """`redis[s]://[[user]:password@]host[:port][/db][?ssl_ca_certs=FILE&ssl_cert_reqs=none]`."""
     parts = urlsplit(url)
-    if parts.scheme != "redis":
-        raise ValueError(f"unsupported Redis URL scheme {parts.scheme!r} (only redis://)")
+    if parts.scheme not in ("redis", "rediss"):
+        raise ValueError(
+            f"unsupported Redis URL scheme {parts.scheme!r} (redis://, or rediss:// for TLS)"
+        )
+    query = parse_qs(parts.query)
+    reqs = query.get("ssl_cert_reqs", ["required"])[-1].lower()
+    if reqs not in _CERT_REQS:
+        raise ValueError(f"ssl_cert_reqs={reqs!r} in the Redis URL: use required, optional or none")
     path = parts.path.strip("/")
     return Address(
         host=parts.hostname or "127.0.0.1",
@@ -62,7 +79,25 @@ def parse_url(url: str) -> Address:
         db=int(path) if path else 0,
         username=unquote(parts.username) if parts.username else None,
         password=unquote(parts.password) if parts.password is not None else None,
+        tls=parts.scheme == "rediss",
+        ca_file=query.get("ssl_ca_certs", [None])[-1],
+        verify=_CERT_REQS[reqs],
     )
+
+
+def tls_context(address: Address) -> ssl.SSLContext | None:
+    """The TLS context of a `rediss://` address (None: plain TCP)."""
+    if not address.tls:
+        return None
+    try:
+        context = ssl.create_default_context(cafile=address.ca_file)
+    except OSError as exc:
+        message = f"ssl_ca_certs in the Redis URL: cannot read {address.ca_file}: {exc}"
+        raise ValueError(message) from None
+    if not address.verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
 
 
 #: One command as RESP bytes, in one C call: a third of the CPU of the best pure-Python loop
@@ -180,6 +215,7 @@ class RespClient:
 
     def __init__(self, url: str, *, timeout_s: float = 0.25) -> None:
         self.address = parse_url(url)
+        self._tls = tls_context(self.address)
         self.timeout_s = timeout_s
         self._connection: _Connection | None = None
         self._connecting: asyncio.Future[_Connection] | None = None
@@ -225,7 +261,11 @@ class RespClient:
         try:
             _, connection = await asyncio.wait_for(
                 loop.create_connection(
-                    lambda: _Connection(loop, self.timeout_s), address.host, address.port
+                    lambda: _Connection(loop, self.timeout_s),
+                    address.host,
+                    address.port,
+                    ssl=self._tls,
+                    server_hostname=address.host if self._tls is not None else None,
                 ),
                 self.timeout_s,
             )
