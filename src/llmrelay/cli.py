@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Collection
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -35,7 +35,7 @@ def _settings(uses: Collection[Setting] = ALL_SETTINGS) -> Settings:
     return settings
 
 
-def _fail(message: str, code: int = 2) -> typer.Exit:
+def _fail(message: str, code: int = 2) -> NoReturn:
     typer.echo(f"llmrelay: {message}", err=True)
     raise typer.Exit(code)
 
@@ -137,6 +137,63 @@ def rotate_secret(
             f"re-sealed {report.resealed} value(s) under the current key; "
             f"config generation {report.generation}"
         )
+
+
+@app.command()
+def backup(
+    target: Annotated[Path, typer.Argument(help="Where to write the backup (a SQLite file).")],
+    force: Annotated[bool, typer.Option("--force", help="Replace TARGET if it exists.")] = False,
+) -> None:
+    """Copy the SQLite database to TARGET while the gateway keeps serving, then check it."""
+    from llmrelay.store.backup import BackupError
+    from llmrelay.store.backup import backup as backup_database
+
+    settings = _settings(uses=())
+    database = _sqlite_file(settings, "backup")
+    try:
+        report = backup_database(database, target, overwrite=force)
+    except BackupError as exc:
+        _fail(str(exc), code=1)
+    typer.echo(
+        f"backed up {database} to {report.path}: {report.bytes} bytes, schema revision "
+        f"{report.revision}, {report.records} request records, {report.seconds:.2f}s"
+    )
+    typer.echo(
+        "keep LLMRELAY_SECRET_KEY with it: provider credentials in the backup are sealed "
+        "with that key"
+    )
+
+
+@app.command()
+def restore(
+    source: Annotated[Path, typer.Argument(help="A backup made by `llmrelay backup`.")],
+) -> None:
+    """Replace the SQLite database with a checked backup (stop the gateway first)."""
+    from llmrelay.store.backup import BackupError
+    from llmrelay.store.backup import restore as restore_database
+
+    settings = _settings(uses=())
+    database = _sqlite_file(settings, "restore")
+    try:
+        report, kept = restore_database(source, database)
+    except BackupError as exc:
+        _fail(str(exc), code=1)
+    if kept is not None:
+        typer.echo(f"the database it replaced is kept as {kept}")
+    typer.echo(
+        f"restored {source} into {database}: schema revision {report.revision}, "
+        f"{report.records} request records; `llmrelay serve` migrates it if it is older"
+    )
+
+
+def _sqlite_file(settings: Settings, command: str) -> Path:
+    database = settings.sqlite_path
+    if database is None:
+        _fail(
+            f"`llmrelay {command}` is for SQLite databases; on PostgreSQL use pg_dump and "
+            "pg_restore (docs/operations.md, 'Backups')"
+        )
+    return database
 
 
 @app.command()

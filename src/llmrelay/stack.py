@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from typing import IO
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -38,6 +39,7 @@ from llmrelay.snapshot.holder import SnapshotHolder
 from llmrelay.snapshot.model import Snapshot
 from llmrelay.snapshot.reload import LiveReload
 from llmrelay.store import migrate, rollups
+from llmrelay.store.backup import hold_in_use
 from llmrelay.store.crypto import Sealer, sealer_for
 from llmrelay.store.db import create_engine, session_factory
 
@@ -62,6 +64,8 @@ class Stack:
     runtime: Runtime
     #: The job runner (None: this process runs no jobs, LLMRELAY_JOBS_IN_PROCESS=false).
     runner: JobRunner | None = None
+    #: SQLite: this process's mark that the database is in use (`llmrelay restore` waits).
+    in_use: IO[bytes] | None = None
 
     @classmethod
     async def open(
@@ -130,6 +134,8 @@ class Stack:
             live_reload,
             runtime,
         )
+        if settings.sqlite_path is not None:
+            stack.in_use = hold_in_use(settings.sqlite_path)
         if jobs:
             stack.runner = _runner(stack, dispatcher, metrics)
             stack.runner.start()
@@ -148,6 +154,8 @@ class Stack:
             await self.tracing.close(timeout_s=5)
         await self.registry.close()
         await self.engine.dispose()
+        if self.in_use is not None:
+            self.in_use.close()
 
 
 def _runner(stack: Stack, dispatcher: Dispatcher, metrics: Metrics) -> JobRunner:
