@@ -113,3 +113,13 @@ def test_restore_refuses_what_is_not_a_backup(tmp_path: Path) -> None:
         GatewayProcess(tmp_path, database_url="postgresql://u@127.0.0.1:1/db"), "backup", "x"
     )
     assert postgres.returncode == 2 and "pg_dump" in postgres.stderr
+
+
+def test_restore_refuses_a_schema_it_does_not_know(tmp_path: Path) -> None:
+    future = tmp_path / "future.db"
+    with sqlite3.connect(future) as conn:
+        conn.execute("CREATE TABLE alembic_version (version_num VARCHAR(32))")
+        conn.execute("INSERT INTO alembic_version VALUES ('9999')")
+        conn.execute("CREATE TABLE request_records (id INTEGER)")
+    done = _llmrelay(GatewayProcess(tmp_path), "restore", str(future))
+    assert done.returncode == 1 and "does not know" in done.stderr

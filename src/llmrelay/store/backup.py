@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from llmrelay.store.migrate import HEAD_REVISION
+from llmrelay.store.migrate import HEAD_REVISION, alembic_config
 
 #: Pages copied per step of the online backup (4 KiB pages: 4 MiB a step).
 PAGES_PER_STEP = 1024
@@ -46,6 +46,14 @@ def _revision(conn: sqlite3.Connection) -> str | None:
     except sqlite3.DatabaseError:
         return None
     return None if row is None else str(row[0])
+
+
+def known_revisions() -> set[str]:
+    """Every schema revision this program's migrations know."""
+    from alembic.script import ScriptDirectory
+
+    scripts = ScriptDirectory.from_config(alembic_config())
+    return {script.revision for script in scripts.walk_revisions()}
 
 
 def check(path: Path) -> tuple[str | None, int]:
@@ -137,10 +145,10 @@ def restore(source: Path, database: Path) -> tuple[BackupReport, Path | None]:
     previous database was kept (None when there was none)."""
     started = time.monotonic()
     revision, records = check(source)
-    if revision is not None and revision > HEAD_REVISION:
+    if revision not in known_revisions():
         raise BackupError(
-            f"{source} is at schema revision {revision}, newer than this program's "
-            f"{HEAD_REVISION}: restore it with the llmrelay version that made it"
+            f"{source} is at schema revision {revision}, which this program does not know "
+            f"(its newest is {HEAD_REVISION}): restore it with the llmrelay version that made it"
         )
     kept: Path | None = None
     if database.exists():
