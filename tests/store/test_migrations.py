@@ -45,7 +45,7 @@ _DROPPED_IN_0010 = {
 
 #: What revisions after 0010 add: a database stopped at an earlier revision lacks them, and
 #: only them, compared with the models (0011 console identity and audit, 0012 resource versions,
-#: 0013 durable jobs).
+#: 0013 durable jobs, 0017 billing and mail).
 _TABLES_ADDED_AFTER_0010 = {
     "users",
     "memberships",
@@ -56,12 +56,22 @@ _TABLES_ADDED_AFTER_0010 = {
     "jobs",
     "provider_health",
     "webhook_deliveries",
+    "wallets",
+    "ledger_entries",
+    "reservations",
+    "payment_orders",
+    "stripe_events",
+    "email_outbox",
+    "account_tokens",
 }
 _COLUMNS_ADDED_AFTER_0010 = {
     ("tenants", "require_2fa"),
     ("tenants", "version"),
     ("providers", "model_inventory"),
     ("projects", "webhook_secret_sealed"),
+    ("tenants", "preferences"),
+    ("users", "pending"),
+    ("users", "email_verified_at"),
     *(
         (table, "version")
         for table in (

@@ -69,6 +69,8 @@ async def test_old_values_are_resealed_once_and_the_generation_moves(
         ("providers.credentials_sealed", 1, 1),
         ("users.totp_secret_sealed", 0, 0),  # no console user has TOTP here
         ("projects.webhook_secret_sealed", 0, 0),  # nor any webhook a secret, nor a job a body
+        ("wallets.payment_method_sealed", 0, 0),
+        ("email_outbox.body_sealed", 0, 0),
         ("jobs.payload_sealed", 0, 0),
         ("jobs.result_sealed", 0, 0),
     ]

@@ -64,6 +64,17 @@ SEALED_COLUMNS: tuple[SealedColumn, ...] = (
         sealed_column="webhook_secret_sealed",
         context=context_is_id,
     ),
+    # A wallet's saved payment method at Stripe (billing/; context: the tenant id).
+    SealedColumn(
+        table="wallets",
+        id_column="tenant_id",
+        sealed_column="payment_method_sealed",
+        context=context_is_id,
+    ),
+    # Mail bodies in the outbox (they can hold sign-in links; context: the message id).
+    SealedColumn(
+        table="email_outbox", id_column="id", sealed_column="body_sealed", context=context_is_id
+    ),
     # Durable jobs' request bodies and answers (jobs/; context: the job id).
     SealedColumn(
         table="jobs", id_column="id", sealed_column="payload_sealed", context=context_is_id
