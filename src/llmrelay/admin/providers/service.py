@@ -10,6 +10,7 @@ drop those routes)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,11 +22,14 @@ from llmrelay.admin.kit.problems import Conflict, Invalid, from_validation
 from llmrelay.admin.kit.rows import Outcome, assign
 from llmrelay.admin.providers import repository
 from llmrelay.config.schema import ProviderConfig
+from llmrelay.jobs import probe, queue
 from llmrelay.store.credentials import open_credentials
 from llmrelay.store.crypto import CredentialError, Sealer
 from llmrelay.store.models import Provider, new_id
 
 _SECRET_FIELDS = ("api_key", "headers")
+#: Changes after which a pending health probe of the provider runs at once.
+_REPROBE = frozenset({"credentials", "base_url", "type", "api_version"})
 #: The most models one provider's inventory lists (the largest public catalogues have a few
 #: hundred).
 MAX_INVENTORY = 5000
@@ -147,6 +151,10 @@ async def update_provider(
         if wanted != stored or not readable:
             _seal(row, wanted, sealer)
             changed.append("credentials")
+    if _REPROBE.intersection(changed):
+        # A probe waiting to look at this provider again (it was found unhealthy) looks now:
+        # a fixed credential or address brings the provider back without waiting for it.
+        await queue.hasten(session, probe.dedupe_key(row.id), now=time.time())
     await session.flush()
     return changed
 
