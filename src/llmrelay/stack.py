@@ -226,15 +226,23 @@ def _executor(registry: ProviderRegistry, snapshots: SnapshotHolder, metrics: Me
     router = Router()
     metrics.watch_breakers(breakers.states)
 
+    #: The denylist of the snapshot last followed.
+    denied = [snapshots.current.denied_providers]
+
     def follow(snapshot: Snapshot) -> None:
         breakers.update_settings(snapshot.breaker)
-        routes = {
-            route.id
+        every = [
+            route
             for models in snapshot.models.values()
             for model in models.values()
             for route in model.routes
-        }
-        breakers.forget(routes)
+        ]
+        routes = {route.id for route in every}
+        # A provider a probe found online again (it left the denylist): its routes' breakers,
+        # opened by the failures that had it probed, start closed (the probe just succeeded).
+        back = denied[0] - snapshot.denied_providers
+        denied[0] = snapshot.denied_providers
+        breakers.forget({route.id for route in every if route.provider.id not in back})
         router.latency.forget(routes)
 
     snapshots.listeners.append(follow)
