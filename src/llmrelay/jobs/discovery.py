@@ -29,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm.exc import StaleDataError
 
 from llmrelay.jobs import probe, queue
+from llmrelay.jobs.keys import discovery_key
 from llmrelay.jobs.kinds import GiveUp, JobContext, JobKind, RetryLater
 from llmrelay.jobs.services import Services
 from llmrelay.metering.catalogue import Catalogue, bundled
@@ -52,10 +53,6 @@ DISCOVERED: Final = "discovered"
 #: The most entries an inventory holds (the admin API's limit for a hand-written one too).
 MAX_INVENTORY: Final = 5000
 _MICROS: Final = Decimal(1_000_000)
-
-
-def dedupe_key(provider_id: str) -> str:
-    return f"discover:{provider_id}"
 
 
 def entry(listed: ListedModel, catalogue: Catalogue, now: float) -> dict[str, Any]:
@@ -107,7 +104,7 @@ def merged(
 async def enqueue(conn: AsyncConnection | AsyncSession, provider: Provider, *, now: float) -> str:
     """Queue a discovery of the provider (in the caller's transaction); the id of the one
     queued or already waiting."""
-    key = dedupe_key(provider.id)
+    key = discovery_key(provider.id)
     made = await queue.enqueue(
         conn,
         DISCOVERY_KIND,

@@ -33,6 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from llmrelay.gateway.executor import summarise
 from llmrelay.jobs import health, queue
 from llmrelay.jobs.health import HealthChange, ProbeResult
+from llmrelay.jobs.keys import probe_key
 from llmrelay.jobs.kinds import GiveUp, JobContext, JobKind, RunAgainAt
 from llmrelay.jobs.services import Services
 from llmrelay.providers.errors import UpstreamError, UpstreamTimeoutError
@@ -52,10 +53,6 @@ PROBE_KIND: Final = "provider_probe"
 #: A model list that takes longer than this to start answering counts as unreachable (the
 #: provider's own `timeout_s` when that is shorter).
 PROBE_TIMEOUT_S: Final = 30.0
-
-
-def dedupe_key(provider_id: str) -> str:
-    return f"probe:{provider_id}"
 
 
 def classify(listing: Listing) -> ProbeResult:
@@ -196,7 +193,7 @@ async def enqueue(
     ).scalar()
     if tenant_id is None:
         return None
-    key = dedupe_key(provider_id)
+    key = probe_key(provider_id)
     made = await queue.enqueue(
         conn,
         PROBE_KIND,

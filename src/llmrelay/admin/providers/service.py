@@ -22,7 +22,8 @@ from llmrelay.admin.kit.problems import Conflict, Invalid, from_validation
 from llmrelay.admin.kit.rows import Outcome, assign
 from llmrelay.admin.providers import repository
 from llmrelay.config.schema import ProviderConfig
-from llmrelay.jobs import probe, queue
+from llmrelay.jobs import queue
+from llmrelay.jobs.keys import probe_key
 from llmrelay.store.credentials import open_credentials
 from llmrelay.store.crypto import CredentialError, Sealer
 from llmrelay.store.models import Provider, new_id
@@ -154,7 +155,7 @@ async def update_provider(
     if _REPROBE.intersection(changed):
         # A probe waiting to look at this provider again (it was found unhealthy) looks now:
         # a fixed credential or address brings the provider back without waiting for it.
-        await queue.hasten(session, probe.dedupe_key(row.id), now=time.time())
+        await queue.hasten(session, probe_key(row.id), now=time.time())
     await session.flush()
     return changed
 
