@@ -109,6 +109,7 @@ def create_app(settings: Settings) -> GatewayApp:
             metrics.watch(metrics.record_queue_depth, lambda: recorder.depth)
             metrics.watch(metrics.snapshot_generation, lambda: snapshots.current.generation)
             metrics.watch(metrics.snapshot_age, snapshots.age_s)
+            metrics.watch(metrics.providers_denied, lambda: len(snapshots.current.denied_providers))
             admin.publisher = stack.live_reload.publisher  # the admin API announces changes
             health.engine, health.snapshots = engine, snapshots
             health.live_reload = stack.live_reload

@@ -57,6 +57,12 @@ def _chat(gateway: GatewayProcess, model: str = "chat") -> httpx.Response:
     )
 
 
+def _denied(gateway: GatewayProcess) -> float:
+    text = httpx.get(f"{gateway.url}/metrics", timeout=5).text
+    line = next(line for line in text.splitlines() if line.startswith("llmrelay_providers_denied "))
+    return float(line.split()[1])
+
+
 def _until(seconds: float, check: Callable[[], Any]) -> Any:
     deadline = time.monotonic() + seconds
     while True:
@@ -89,6 +95,7 @@ def test_a_refused_credential_takes_the_provider_out_until_it_is_fixed(
         # Left out of routing: pinned requests get 503, the others go to the backup untried.
         pinned = _until(5, lambda: (r := _chat(gateway, "chat:flaky")).status_code == 503 and r)
         assert pinned.json()["error"]["code"] == "providers_unavailable"
+        assert _denied(gateway) == 1.0
         refusals = upstream.refusals
         for _ in range(3):
             answer = _chat(gateway)
@@ -105,6 +112,7 @@ def test_a_refused_credential_takes_the_provider_out_until_it_is_fixed(
         back = _until(5, lambda: (r := _chat(gateway, "chat:flaky")).status_code == 200 and r)
         assert back.headers["x-llmrelay-provider"] == "flaky"
         assert _chat(gateway).headers["x-llmrelay-provider"] == "flaky"
+        assert _denied(gateway) == 0.0
 
         probes = admin.get("/jobs", params={"kind": "provider_probe"}).json()["data"]
         # One probe for the burst of refusals; the backup, never refused, was never probed.

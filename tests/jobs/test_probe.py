@@ -220,3 +220,20 @@ async def test_a_burst_of_refusals_queues_one_probe(
     # Unknown providers queue nothing.
     async with engine.begin() as conn:
         assert await probe.enqueue(conn, "no-such-provider", now=time.time()) is None
+
+
+async def test_a_new_credential_in_the_config_brings_the_waiting_probe_forward(
+    engine: AsyncEngine, upstream: MockUpstream
+) -> None:
+    await apply(engine, config(upstream))
+    revoked = await provider_id(engine, "revoked")
+    async with engine.begin() as conn:
+        await probe.enqueue(conn, revoked, now=time.time(), run_at=time.time() + 3600)
+    await apply(engine, config(upstream))  # the same file: nothing changes
+    async with engine.connect() as conn:
+        run_at = (await conn.execute(select(Job.run_at))).scalar_one()
+    assert run_at.timestamp() > time.time() + 3000
+    await apply(engine, config(upstream).replace(f"api_key: {REVOKED}}}", f"api_key: {KEY}}}", 1))
+    async with engine.connect() as conn:
+        run_at = (await conn.execute(select(Job.run_at))).scalar_one()
+    assert run_at.timestamp() <= time.time()

@@ -152,12 +152,17 @@ async def update_provider(
         if wanted != stored or not readable:
             _seal(row, wanted, sealer)
             changed.append("credentials")
-    if _REPROBE.intersection(changed):
-        # A probe waiting to look at this provider again (it was found unhealthy) looks now:
-        # a fixed credential or address brings the provider back without waiting for it.
-        await queue.hasten(session, probe_key(row.id), now=time.time())
+    await reprobe_if_changed(session, row, changed)
     await session.flush()
     return changed
+
+
+async def reprobe_if_changed(session: AsyncSession, row: Provider, changed: list[str]) -> None:
+    """A probe waiting to look at this provider again (it was found unhealthy) looks now
+    when its credentials or address changed: a fixed key brings the provider back without
+    waiting for the probe's next round (jobs/probe.py)."""
+    if _REPROBE.intersection(changed):
+        await queue.hasten(session, probe_key(row.id), now=time.time())
 
 
 async def delete_provider(session: AsyncSession, row: Provider) -> None:
