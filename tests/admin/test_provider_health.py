@@ -18,6 +18,9 @@ from llmrelay.admin.state import AdminState
 from llmrelay.jobs.probe import Prober
 from llmrelay.routing.breaker import Breakers
 from llmrelay.snapshot.model import BreakerSettings
+from llmrelay.store.crypto import Sealer
+from llmrelay.store.db import session_factory
+from llmrelay.store.models import Provider
 from tests.admin.access_support import FAST_PASSWORDS, add_tenant, add_user, client, console
 from tests.admin.conftest import ADMIN_TOKEN, SEALER
 from tests.admin.support import assert_error, generation
@@ -124,6 +127,15 @@ async def test_a_test_marks_health_and_a_fixed_credential_brings_it_back(
             {"provider_id": good},
         )
         assert_error(await admin.post("/providers/nope/test"), 404)
+
+        # Credentials sealed under a secret key this process does not have: a clear refusal.
+        async with session_factory(engine).begin() as session:
+            row = await session.get(Provider, good)
+            assert row is not None
+            row.credentials_sealed = Sealer("another-secret-key-0123456789abcdef").seal(
+                b'{"api_key": "x"}', context=good
+            )
+        assert_error(await admin.post(f"/providers/{good}/test"), 409)
 
 
 async def test_the_health_page_shows_each_tenant_its_own(

@@ -97,11 +97,12 @@ def test_a_refused_credential_takes_the_provider_out_until_it_is_fixed(
         assert pinned.json()["error"]["code"] == "providers_unavailable"
         assert _denied(gateway) == 1.0
         refusals = upstream.refusals
-        for _ in range(3):
+        for _ in range(10):
             answer = _chat(gateway)
             assert answer.headers["x-llmrelay-provider"] == "backup"
-        # Only the probe, every second or two, still knocks on flaky's door.
-        assert upstream.refusals - refusals <= 3
+        # No request knocked on flaky's door (each would be a refusal): only the probe does,
+        # every second or two.
+        assert upstream.refusals - refusals < 10
 
         # The operator fixes the credential: the waiting probe runs now and finds it online.
         fixed = admin.patch(

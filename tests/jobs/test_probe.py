@@ -4,7 +4,6 @@ builds from it, the probe job's own rescheduling, and the trigger the data plane
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -163,29 +162,39 @@ async def test_the_probe_job_runs_again_until_the_provider_is_back(
 ) -> None:
     await apply(engine, config(upstream))
     revoked = await provider_id(engine, "revoked")
+
+    async def due_now() -> None:  # the next round, without waiting for it
+        async with engine.begin() as conn:
+            await conn.execute(update(Job).values(run_at=utc(time.time())))
+
     upstream.refused_keys.add(REVOKED)
     try:
         async with registry() as providers:
-            offered = services(engine, providers, probe_delays_s=(0.4, 0.8))
+            offered = services(engine, providers, probe_delays_s=(600.0, 1200.0))
             runner = JobRunner(engine, [probe.kind()], services=offered, options=FAST)
             async with engine.begin() as conn:
                 job_id = await probe.enqueue(conn, revoked, now=time.time())
                 # One live probe per provider: a second one is the same job.
                 assert await probe.enqueue(conn, revoked, now=time.time()) == job_id
             assert job_id is not None
-            await runner.run_until_idle()
-            job = await _job(engine, job_id)
-            # Not online: queued again after the first wait, no attempt spent, key held.
-            assert (job.status, job.attempts, job.dedupe_key) == ("queued", 0, f"probe:{revoked}")
-            assert job.run_at.timestamp() == pytest.approx(time.time() + 0.4, abs=0.3)
-            await asyncio.sleep(0.5)
-            await runner.run_until_idle()
-            row = await _row(engine, revoked)
-            assert row is not None and row.failures == 2
-            assert (await _job(engine, job_id)).status == "queued"
+            for failures, wait in ((1, 600.0), (2, 1200.0), (3, 1200.0)):
+                await runner.run_until_idle()
+                job = await _job(engine, job_id)
+                row = await _row(engine, revoked)
+                # Not online: queued again after the schedule's wait, no attempt spent, the
+                # key held (the last wait repeats).
+                assert (job.status, job.attempts, job.dedupe_key) == (
+                    "queued",
+                    0,
+                    f"probe:{revoked}",
+                )
+                assert row is not None and row.failures == failures
+                assert row.next_probe_at is not None
+                assert job.run_at == row.next_probe_at
+                assert job.run_at.timestamp() - row.checked_at.timestamp() == pytest.approx(wait)
+                await due_now()
 
             upstream.refused_keys.clear()
-            await asyncio.sleep(0.9)
             await runner.run_until_idle()
             job = await _job(engine, job_id)
             assert job.status == "succeeded" and job.result["status"] == "online"

@@ -62,6 +62,8 @@ async def test_two_replicas_prune_once_per_slot(database_url: str) -> None:
     runs: Counter[str] = Counter()
     try:
         now = time.time()
+        # The runners' clock stands still inside one hour's slot: no second slot can begin.
+        slot = (now // 3600) * 3600 + 1
         await _seed(engines[0], now)
         settings = {"record_retention_days": 30, "payload_retention_days": 7}
         runners = []
@@ -70,10 +72,17 @@ async def test_two_replicas_prune_once_per_slot(database_url: str) -> None:
             kinds = [_counted(kind, runs) for kind in retention.kinds()]
             schedule = retention.schedules(offered.settings)
             runners.append(
-                JobRunner(engine, kinds, services=offered, options=FAST, schedules=schedule)
+                JobRunner(
+                    engine,
+                    kinds,
+                    services=offered,
+                    options=FAST,
+                    schedules=schedule,
+                    clock=lambda: slot,
+                )
             )
         for runner in runners:  # both queue the slot's jobs: one of each is kept
-            await runner.housekeeping(now)
+            await runner.housekeeping(slot)
         await asyncio.gather(*(runner.run_until_idle() for runner in runners))
         assert runs == {"record_retention": 1, "payload_retention": 1}
         assert await _ids(engines[0], RequestRecord) == {"week", "recent"}
@@ -88,7 +97,7 @@ async def test_two_replicas_prune_once_per_slot(database_url: str) -> None:
         assert by_kind["payload_retention"] == ("succeeded", {"deleted": 3})
         # The same slot again, from either replica: already done, nothing queued.
         for runner in runners:
-            await runner.housekeeping(now + 1)
+            await runner.housekeeping(slot + 1)
             assert await runner.run_round() == 0
         assert sum(runs.values()) == 2
     finally:

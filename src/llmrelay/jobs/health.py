@@ -17,10 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
@@ -107,14 +106,3 @@ async def record(
             insert.on_conflict_do_update(index_elements=["provider_id"], set_=changes)
         )
     return HealthChange(result, previous, failures, next_probe_at, generation)
-
-
-async def rows(engine: AsyncEngine) -> dict[str, ProviderHealth]:
-    """Every provider that is not online, by provider id."""
-    async with session_factory(engine)() as session:
-        found = await session.scalars(select(ProviderHealth))
-        return {row.provider_id: row for row in found}
-
-
-def timestamp(value: datetime | None) -> float | None:
-    return None if value is None else value.timestamp()

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from sqlalchemy import ColumnElement
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from llmrelay.admin.kit.problems import NotFound
+from llmrelay.admin.kit.problems import Conflict, NotFound
 from llmrelay.admin.providers import health_repository
 from llmrelay.admin.providers.health_schemas import (
     BreakerOut,
@@ -20,6 +20,7 @@ from llmrelay.admin.providers.health_schemas import (
     ProviderHealthOut,
 )
 from llmrelay.jobs import discovery, probe
+from llmrelay.jobs.kinds import GiveUp
 from llmrelay.jobs.probe import Prober
 from llmrelay.store.models import Provider
 from llmrelay.store.models_jobs import ONLINE
@@ -27,7 +28,10 @@ from llmrelay.store.models_jobs import ONLINE
 
 async def test(prober: Prober, engine: AsyncEngine, provider: Provider) -> ProbeOut:
     """Probe now (bounded by the provider's limits) and keep what it found."""
-    change = await prober.probe(provider.id)
+    try:
+        change = await prober.probe(provider.id)
+    except GiveUp as impossible:  # its credentials cannot be opened with this secret key
+        raise Conflict(f"{impossible}: set them again") from None
     if change is None:
         raise NotFound(f"no provider {provider.id!r}")
     if change.next_probe_at is not None:  # not online: the job probes it again from then on
