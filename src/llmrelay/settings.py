@@ -64,11 +64,18 @@ class Settings(BaseSettings):
     workers: int = Field(default=1, ge=1)
     #: Request records older than this many days are deleted (unset: kept forever).
     record_retention_days: float | None = Field(default=None, gt=0)
-    #: How often the retention task looks for records to delete.
+    #: How often record and payload retention run (periodic jobs: one replica each round).
     retention_interval_s: float = Field(default=3600.0, gt=0)
     #: Captured payloads (keys with `capture: full`) older than this many days are deleted;
     #: unset: kept as long as their records. Never longer than the records either way.
     payload_retention_days: float | None = Field(default=None, gt=0)
+    #: Provider health probes (jobs/probe.py): the waits before the next probe of a provider
+    #: that is not online, after its 1st, 2nd, ... failed probe (seconds, comma-separated;
+    #: the last repeats): 5, 10 and 30 minutes, then hourly.
+    probe_delays_s: Annotated[tuple[float, ...], NoDecode] = (300.0, 600.0, 1800.0, 3600.0)
+    #: How often the prices of virtual models without a price of their own are brought in
+    #: line with the bundled catalogue (jobs/price_sync.py; a day).
+    price_sync_interval_s: float = Field(default=86400.0, gt=0)
     #: The most of each captured body (request, response) that is kept; the rest is cut off.
     capture_max_bytes: int = Field(default=MIB, gt=0)
     #: False: no request records are written (for benchmarks and experiments only: usage,
@@ -135,6 +142,18 @@ class Settings(BaseSettings):
                 )
             origins.append(item)
         return tuple(origins)
+
+    @field_validator("probe_delays_s", mode="before")
+    @classmethod
+    def _parse_delays(cls, value: object) -> tuple[float, ...]:
+        items = value.split(",") if isinstance(value, str) else list(value)  # type: ignore[call-overload]
+        try:
+            delays = tuple(float(str(i).strip()) for i in items if str(i).strip())
+        except ValueError as exc:
+            raise ValueError(f"LLMRELAY_PROBE_DELAYS_S: {exc}") from exc
+        if not delays or any(delay <= 0 for delay in delays):
+            raise ValueError("LLMRELAY_PROBE_DELAYS_S: one or more waits, each above 0 seconds")
+        return delays
 
     @property
     def cors_credentials(self) -> bool:

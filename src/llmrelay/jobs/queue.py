@@ -357,6 +357,25 @@ async def prune(engine: AsyncEngine, *, now: float, keep_finished_s: float) -> i
     return result.rowcount or 0
 
 
+async def holder(conn: AsyncConnection | AsyncSession, dedupe_key: str) -> str | None:
+    """The id of the live job that holds `dedupe_key` (None: no job holds it)."""
+    found = await conn.execute(select(jobs.c.id).where(jobs.c.dedupe_key == dedupe_key))
+    value = found.scalar()
+    return None if value is None else str(value)
+
+
+async def hasten(conn: AsyncConnection | AsyncSession, dedupe_key: str, *, now: float) -> bool:
+    """Bring the queued job holding `dedupe_key` forward to now when it was due later (a
+    probe waiting for its next round when something says to look again at once); whether
+    one was."""
+    result = await conn.execute(
+        update(jobs)
+        .where(jobs.c.dedupe_key == dedupe_key, jobs.c.status == QUEUED, jobs.c.run_at > utc(now))
+        .values(run_at=utc(now), updated_at=utc(now))
+    )
+    return bool(getattr(result, "rowcount", 0))
+
+
 async def _fenced_update(engine: AsyncEngine, job_id: str, epoch: int, **values: Any) -> None:
     async with engine.begin() as conn:
         done = await conn.execute(update(jobs).where(_fenced(job_id, epoch)).values(**values))
