@@ -5,8 +5,10 @@ as it came, only `model` rewritten; any other provider gets it through chat
 (providers.responses_bridge), which refuses, with a 400 naming the field, what chat cannot
 carry (stored conversation state, built-in tools). A request that continues a conversation
 (`previous_response_id`) goes back to the route that answered it, while that route is healthy
-(the provider holds the conversation). `background: true` needs durable jobs, which this
-version does not have: 400. Errors are OpenAI-shaped, as on every OpenAI route.
+(the provider holds the conversation). `background: true` is checked and resolved the same
+way, then handed to the durable jobs (`Dispatcher.durable`: queued, 200 with the Response in
+status `queued`; its job makes the call and records it). Errors are OpenAI-shaped, as on
+every OpenAI route.
 """
 
 from __future__ import annotations
@@ -19,15 +21,17 @@ from starlette.types import Receive, Scope, Send
 
 from llmrelay.gateway import requests as checks
 from llmrelay.gateway.asgi import read_body, send_json, send_sse
-from llmrelay.gateway.auth import authenticate
+from llmrelay.gateway.auth import authenticate, key_digest, presented_key
 from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
 from llmrelay.gateway.dispatch import Dispatcher, bind, response_session
+from llmrelay.gateway.durable import DurableJobs
 from llmrelay.gateway.errors import ClientDisconnected, GatewayError, InvalidRequest
 from llmrelay.gateway.executor import UpstreamRejected
 from llmrelay.gateway.ingress import RequestContext
 from llmrelay.metering.estimate import answer_tokens
 from llmrelay.protocols import openai as wire
 from llmrelay.providers.base import Operation
+from llmrelay.snapshot.model import KeySnap, ModelSnap
 
 
 class ResponsesRoutes:
@@ -44,6 +48,7 @@ class ResponsesRoutes:
         )
         headers = [(b"x-request-id", context.request_id.encode())]
         streaming = False
+        queued = False  # a background response: its job records the call
         try:
             snapshot = runtime.snapshots.current
             principal = authenticate(scope["headers"], snapshot, context.client_ip, time.time())
@@ -51,11 +56,18 @@ class ResponsesRoutes:
             if principal.capture:
                 send, receive = dispatcher.capture(record, send, receive)
             payload = checks.parse_object(await read_body(receive, runtime.max_body_bytes))
-            check_responses(payload)
+            background = check_responses(payload)
             model, pinned = checks.resolve_model(
                 snapshot, principal, payload["model"], embedding=False
             )
             record.virtual_model = model.name
+            if background:
+                submitted = await _submit(
+                    dispatcher.durable, scope, principal, model, payload, context
+                )
+                queued = True
+                await send_json(send, 200, orjson.dumps(submitted), headers)
+                return
             session = context.session_id
             previous = payload.get("previous_response_id")
             if isinstance(previous, str) and previous:
@@ -96,11 +108,38 @@ class ResponsesRoutes:
             streaming = False
             record.fail(CLIENT_CLOSED_REQUEST, "client_disconnected")
         finally:
-            if not streaming:
+            if not streaming and not queued:
                 dispatcher.finish(record)
 
 
-def check_responses(payload: dict[str, Any]) -> None:
+async def _submit(
+    durable: DurableJobs | None,
+    scope: Scope,
+    principal: KeySnap,
+    model: ModelSnap,
+    payload: dict[str, Any],
+    context: RequestContext,
+) -> dict[str, Any]:
+    """Queue a background response (off the common path: its own function)."""
+    if durable is None:
+        raise InvalidRequest(
+            "background responses need durable jobs, which this gateway does not run",
+            param="background",
+            code="unsupported_parameter",
+        )
+    if payload.get("stream") is True:
+        raise InvalidRequest(
+            "a background response is not streamed by this gateway: create it without "
+            "'stream' and poll GET /v1/responses/{id}",
+            param="stream",
+            code="unsupported_parameter",
+        )
+    digest = key_digest(presented_key(scope["headers"]) or "")
+    return await durable.submit_response(principal, digest, model, payload, context)
+
+
+def check_responses(payload: dict[str, Any]) -> bool:
+    """Whether the request asks for a background response (400 for what is malformed)."""
     model = payload.get("model")
     if not isinstance(model, str) or not model:
         raise InvalidRequest(
@@ -109,12 +148,10 @@ def check_responses(payload: dict[str, Any]) -> None:
     given = payload.get("input")
     if given is not None and not isinstance(given, str | list):
         raise InvalidRequest("'input' must be a string or an array of items", param="input")
-    if payload.get("background") is True:
-        raise InvalidRequest(
-            "'background' responses are not yet supported by this gateway",
-            param="background",
-            code="unsupported_parameter",
-        )
+    background = payload.get("background")
+    if background is not None and not isinstance(background, bool):
+        raise InvalidRequest("'background' must be a boolean", param="background")
     stream = payload.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise InvalidRequest("'stream' must be a boolean", param="stream")
+    return background is True

@@ -3,9 +3,10 @@ and `POST /v1/responses/compact`.
 
 A stored response lives at the provider that created it, so reading or cancelling one goes
 to the route that answered it, as this process remembered (dispatch.Dispatcher.
-stored_responses). An id this process did not give out, one from another project, or one
-answered through chat (nothing was stored) is a 404, as OpenAI answers for an id it does not
-hold. Compaction needs a provider that serves the Responses API.
+stored_responses). A background response (`resp_` + a job id) is read from its job instead
+(`Dispatcher.durable`), whichever process queued it. An id this process did not give out, one
+from another project, or one answered through chat (nothing was stored) is a 404, as OpenAI
+answers for an id it does not hold. Compaction needs a provider that serves the Responses API.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from llmrelay.gateway.asgi import read_body, send_json
 from llmrelay.gateway.auth import authenticate
 from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
 from llmrelay.gateway.dispatch import Dispatcher, bind
+from llmrelay.gateway.durable import is_background_response
 from llmrelay.gateway.errors import (
     ClientDisconnected,
     GatewayError,
@@ -58,6 +60,26 @@ class StoredResponses:
                 raise NotFound(f"no route for {method} {scope.get('path', '')}")
             snapshot = runtime.snapshots.current
             principal = authenticate(scope["headers"], snapshot, context.client_ip, time.time())
+            durable = self._dispatcher.durable
+            if (
+                durable is not None
+                and response_id not in self._dispatcher.stored_responses
+                and is_background_response(response_id)
+            ):
+                if b"stream=true" in scope.get("query_string", b""):
+                    raise InvalidRequest(
+                        "a background response is not streamed by this gateway: "
+                        "GET it without 'stream'",
+                        param="stream",
+                        code="unsupported_parameter",
+                    )
+                found = await durable.response(principal, response_id, cancel=action == "cancel")
+                if found is None:
+                    raise NotFound(
+                        f"No response found with id '{response_id}'.", code="response_not_found"
+                    )
+                await send_json(send, 200, orjson.dumps(found), headers)
+                return
             route = self._route_of(snapshot, principal, response_id)
             provider = route.provider
             path = f"/responses/{response_id}" + ("/cancel" if action else "")
