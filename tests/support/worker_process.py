@@ -21,6 +21,10 @@ class WorkerProcess:
         self._log: IO[bytes] | None = None
 
     def start(self, timeout_s: float = 20.0) -> WorkerProcess:
+        return self.launch().wait_started(timeout_s)
+
+    def launch(self) -> WorkerProcess:
+        """Start the process without waiting for it (start several at once, then wait)."""
         self._log = self.log_path.open("wb")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "llmrelay", "worker"],
@@ -29,6 +33,10 @@ class WorkerProcess:
             stderr=subprocess.STDOUT,
             cwd=self.folder,
         )
+        return self
+
+    def wait_started(self, timeout_s: float = 20.0) -> WorkerProcess:
+        assert self.process is not None
         deadline = time.monotonic() + timeout_s
         while "worker_started" not in self.logs():
             if self.process.poll() is not None or time.monotonic() > deadline:

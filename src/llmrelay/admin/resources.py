@@ -1,5 +1,5 @@
 """The resource routers of the admin API (projects, keys, providers, models and routes,
-routing policies, prices, limits and budgets), mounted by admin/app.py in one call."""
+routing policies, prices, limits and budgets, webhooks), mounted by admin/app.py in one call."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from llmrelay.admin.prices import endpoints as prices
 from llmrelay.admin.projects import endpoints as projects
 from llmrelay.admin.providers import endpoints as providers
 from llmrelay.admin.settings import endpoints as settings
+from llmrelay.admin.webhooks import endpoints as webhooks
 from llmrelay.config.schema import (
     KeyConfig,
     ModelConfig,
@@ -48,6 +49,7 @@ def include(app: FastAPI) -> None:
         policies.router,
         limits.router,
         settings.router,
+        webhooks.router,
     ):
         app.include_router(router)
     openapi.with_bodies(app, _BODIES)
