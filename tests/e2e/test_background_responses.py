@@ -59,7 +59,8 @@ projects:
 def gateway(
     upstream: MockUpstream, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
-    yield from serving(tmp_path_factory.mktemp("background"), background_config(upstream))
+    env = {"LLMRELAY_JOBS_LEASE_S": "3"}  # heartbeats each second: a cancel is seen sooner
+    yield from serving(tmp_path_factory.mktemp("background"), background_config(upstream), env)
 
 
 def _client(gateway: GatewayProcess, key: str = KEY) -> openai.OpenAI:
@@ -249,3 +250,41 @@ def test_the_request_and_the_answer_are_sealed_at_rest(
         ).fetchone()
     assert sealed[0] and sealed[1]  # the job holds both, sealed
     assert text.encode() not in stored
+
+
+def test_gone_after_its_ttl(upstream: MockUpstream, tmp_path: Path) -> None:
+    """LLMRELAY_BACKGROUND_TTL_S from submission: then a 404, and the runner deletes it; a job
+    whose limits reset only after its TTL fails at once instead of waiting in vain."""
+    env = {"LLMRELAY_BACKGROUND_TTL_S": "3"}
+    process = GatewayProcess(tmp_path, config=background_config(upstream), env=env).start()
+    try:
+        with _client(process) as short, _client(process, LIMITED_KEY) as limited:
+            submitted = time.monotonic()
+            finished = done(
+                short, short.responses.create(model="bg", input="brief", background=True).id
+            )
+            assert finished.status == "completed"
+            done(limited, limited.responses.create(model="bg", input="a", background=True).id)
+            refused = done(
+                limited, limited.responses.create(model="bg", input="b", background=True).id
+            )
+            assert refused.status == "failed" and refused.error is not None
+            assert str(refused.error.code) == "rpm_limit_exceeded"
+            time.sleep(max(0.0, submitted + 3.2 - time.monotonic()))
+            with pytest.raises(openai.NotFoundError):
+                short.responses.retrieve(finished.id)
+            with pytest.raises(openai.NotFoundError):
+                short.responses.cancel(finished.id)
+        path = process.database_url.removeprefix("sqlite:///")
+        deadline = time.monotonic() + 15
+        while True:
+            with sqlite3.connect(path) as conn:
+                left = conn.execute(
+                    "SELECT COUNT(*) FROM jobs WHERE id = ?", (finished.id[5:],)
+                ).fetchone()[0]
+            if left == 0:
+                break
+            assert time.monotonic() < deadline, "the expired job was not pruned"
+            time.sleep(0.2)
+    finally:
+        assert process.stop() == 0, process.logs()
