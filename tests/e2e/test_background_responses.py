@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import openai
+import orjson
 import pytest
 from openai.types.responses import Response
 
@@ -24,6 +25,7 @@ from tests.support.mock_upstream import MockUpstream
 KEY = "e2e-background-key-0123456789"
 LIMITED_KEY = "e2e-background-limited-0123456789"
 OTHER_KEY = "e2e-background-other-0123456789"
+CAPTURED_KEY = "e2e-background-captured-0123456789"
 SECRET = "sk-provider-secret-background"
 
 
@@ -50,6 +52,7 @@ projects:
     keys:
       - {{name: k, key: {KEY}}}
       - {{name: limited, key: {LIMITED_KEY}, limits: {{rpm: 1}}}}
+      - {{name: captured, key: {CAPTURED_KEY}, capture: full}}
   - name: elsewhere
     keys: [{{name: k, key: {OTHER_KEY}}}]
 """
@@ -173,6 +176,32 @@ def test_cancel_a_running_response_and_a_finished_one(
     assert "Cannot cancel a completed response" in refused.value.message
 
 
+def test_streamed_and_picked_up_again_after_the_last_event_seen(client: openai.OpenAI) -> None:
+    text = "streamed from the background"
+    with client.responses.create(model="bg", input=text, background=True, stream=True) as stream:
+        events = list(stream)
+    kinds = [event.type for event in events]
+    assert kinds[:3] == ["response.created", "response.queued", "response.in_progress"]
+    assert kinds[-1] == "response.completed"
+    assert [event.sequence_number for event in events] == list(range(len(events)))
+    deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
+    assert "".join(deltas) == text
+    first, last = events[0], events[-1]
+    assert first.type == "response.created" and first.response.status == "queued"
+    assert last.type == "response.completed" and last.response.output_text == text
+    assert last.response.id == first.response.id and last.response.background
+    with client.responses.retrieve(first.response.id, stream=True, starting_after=2) as again:
+        resumed = list(again)
+    assert [e.sequence_number for e in resumed] == list(range(3, len(events)))
+    assert [e.type for e in resumed] == kinds[3:]
+    # A client that leaves the stream leaves the response running.
+    left = client.responses.create(model="bg", input="left early", background=True, stream=True)
+    created = next(iter(left))
+    left.close()
+    assert created.type == "response.created"
+    assert done(client, created.response.id).output_text == "left early"
+
+
 def test_limits_at_run_time_delay_the_job_and_a_queued_one_cancels_at_once(
     gateway: GatewayProcess,
 ) -> None:
@@ -210,9 +239,6 @@ def test_refused_at_submission_as_a_served_request_is(
         pytest.raises(openai.AuthenticationError),
     ):
         stranger.responses.create(model="bg", input="x", background=True)
-    with pytest.raises(openai.BadRequestError) as streamed:
-        client.responses.create(model="bg", input="x", background=True, stream=True)
-    assert streamed.value.param == "stream"
     answer = httpx.post(
         f"{gateway.base_url}/responses",
         headers={"Authorization": f"Bearer {KEY}"},
@@ -250,6 +276,24 @@ def test_the_request_and_the_answer_are_sealed_at_rest(
         ).fetchone()
     assert sealed[0] and sealed[1]  # the job holds both, sealed
     assert text.encode() not in stored
+
+
+def test_a_capturing_keys_bodies_are_kept(gateway: GatewayProcess) -> None:
+    with _client(gateway, CAPTURED_KEY) as captured:
+        raw = captured.responses.with_raw_response.create(
+            model="bg", input="kept on purpose", background=True
+        )
+        finished = done(captured, raw.parse().id)
+    request_id = raw.headers["x-request-id"]
+    assert gateway.records([request_id])[request_id]["status_code"] == 200
+    with sqlite3.connect(gateway.database_url.removeprefix("sqlite:///")) as conn:
+        request_body, response_body = conn.execute(
+            "SELECT request_body, response_body FROM request_payloads WHERE request_id = ?",
+            (request_id,),
+        ).fetchone()
+    assert orjson.loads(request_body)["input"] == "kept on purpose"
+    assert orjson.loads(response_body)["id"] == finished.id
+    assert orjson.loads(response_body)["output"][0]["content"][0]["text"] == "kept on purpose"
 
 
 def test_gone_after_its_ttl(upstream: MockUpstream, tmp_path: Path) -> None:

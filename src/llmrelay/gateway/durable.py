@@ -11,6 +11,7 @@ OpenAI answers for an id it does not hold.
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
 from typing import Any, Final, Protocol
 
 from llmrelay.gateway.ingress import RequestContext
@@ -39,6 +40,13 @@ class DurableJobs(Protocol):
         self, principal: KeySnap, response_id: str, *, cancel: bool
     ) -> dict[str, Any] | None:
         """A background response as it stands (after asking to cancel it, with `cancel`)."""
+        ...
+
+    async def response_events(
+        self, principal: KeySnap, response_id: str, *, starting_after: int | None
+    ) -> AsyncIterator[dict[str, Any]] | None:
+        """A background response's stream events after `starting_after`, until it is done
+        (as the Responses API streams one)."""
         ...
 
     async def submit_generation(

@@ -22,11 +22,13 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import orjson
 from starlette.types import Message
 
 from llmrelay.gateway import requests as checks
 from llmrelay.gateway.call import CallRecord
 from llmrelay.gateway.capabilities import needs_of
+from llmrelay.gateway.capture import Capture
 from llmrelay.gateway.dispatch import Answer, Dispatcher, ModelCall, bind, response_session
 from llmrelay.gateway.errors import AuthenticationFailed
 from llmrelay.gateway.executor import Executor
@@ -99,7 +101,16 @@ class Headless:
         record = CallRecord(request_id, endpoint, time.perf_counter(), client_ip, user_agent)
         record.created = created_at
         bind(record, principal)
+        if principal.capture:
+            record.capture = Capture(self.dispatcher.live().capture_max_bytes)
         return record
+
+    def keep_bodies(self, record: CallRecord, request: dict[str, Any], answer: Any) -> None:
+        """The call's bodies, for a key that captures them (`capture: full`): the request as
+        submitted, the answer as the job's client reads it. Before `finish`."""
+        capture = record.capture
+        if capture is not None:
+            capture.keep(orjson.dumps(request), orjson.dumps(answer))
 
     async def answer(
         self,

@@ -6,9 +6,9 @@ as it came, only `model` rewritten; any other provider gets it through chat
 carry (stored conversation state, built-in tools). A request that continues a conversation
 (`previous_response_id`) goes back to the route that answered it, while that route is healthy
 (the provider holds the conversation). `background: true` is checked and resolved the same
-way, then handed to the durable jobs (`Dispatcher.durable`: queued, 200 with the Response in
-status `queued`; its job makes the call and records it). Errors are OpenAI-shaped, as on
-every OpenAI route.
+way, then handed to the durable jobs (`Dispatcher.durable`, gateway/background.py: queued,
+answered with the Response in status `queued`, or its events with `stream: true`; its job
+makes the call and records it). Errors are OpenAI-shaped, as on every OpenAI route.
 """
 
 from __future__ import annotations
@@ -21,17 +21,16 @@ from starlette.types import Receive, Scope, Send
 
 from llmrelay.gateway import requests as checks
 from llmrelay.gateway.asgi import read_body, send_json, send_sse
-from llmrelay.gateway.auth import authenticate, key_digest, presented_key
+from llmrelay.gateway.auth import authenticate
+from llmrelay.gateway.background import answer_background, submit_background
 from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
 from llmrelay.gateway.dispatch import Dispatcher, bind, response_session
-from llmrelay.gateway.durable import DurableJobs
 from llmrelay.gateway.errors import ClientDisconnected, GatewayError, InvalidRequest
 from llmrelay.gateway.executor import UpstreamRejected
 from llmrelay.gateway.ingress import RequestContext
 from llmrelay.metering.estimate import answer_tokens
 from llmrelay.protocols import openai as wire
 from llmrelay.providers.base import Operation
-from llmrelay.snapshot.model import KeySnap, ModelSnap
 
 
 class ResponsesRoutes:
@@ -62,11 +61,22 @@ class ResponsesRoutes:
             )
             record.virtual_model = model.name
             if background:
-                submitted = await _submit(
-                    dispatcher.durable, scope, principal, model, payload, context
+                durable = dispatcher.durable
+                submitted = await submit_background(
+                    durable, scope, principal, model, payload, context
                 )
                 queued = True
-                await send_json(send, 200, orjson.dumps(submitted), headers)
+                assert durable is not None
+                await answer_background(
+                    durable,
+                    receive,
+                    send,
+                    principal,
+                    submitted,
+                    payload.get("stream") is True,
+                    headers,
+                    runtime.client_watches,
+                )
                 return
             session = context.session_id
             previous = payload.get("previous_response_id")
@@ -110,32 +120,6 @@ class ResponsesRoutes:
         finally:
             if not streaming and not queued:
                 dispatcher.finish(record)
-
-
-async def _submit(
-    durable: DurableJobs | None,
-    scope: Scope,
-    principal: KeySnap,
-    model: ModelSnap,
-    payload: dict[str, Any],
-    context: RequestContext,
-) -> dict[str, Any]:
-    """Queue a background response (off the common path: its own function)."""
-    if durable is None:
-        raise InvalidRequest(
-            "background responses need durable jobs, which this gateway does not run",
-            param="background",
-            code="unsupported_parameter",
-        )
-    if payload.get("stream") is True:
-        raise InvalidRequest(
-            "a background response is not streamed by this gateway: create it without "
-            "'stream' and poll GET /v1/responses/{id}",
-            param="stream",
-            code="unsupported_parameter",
-        )
-    digest = key_digest(presented_key(scope["headers"]) or "")
-    return await durable.submit_response(principal, digest, model, payload, context)
 
 
 def check_responses(payload: dict[str, Any]) -> bool:

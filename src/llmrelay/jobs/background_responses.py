@@ -151,18 +151,20 @@ async def _finish(
         record.fail(502, str(code or "response_failed"))
     elif status == "cancelled":
         record.fail(CLIENT_CLOSED_REQUEST, "cancelled")
-    headless.finish(record)
-    if await cancel_was_asked(context):
-        return {"status": "cancelled"}
+    request = context.secret_payload()
     kept = {
         **found,
         "id": public_id(context.id),
         "model": model,
         "background": True,
-        "store": context.secret_payload().get("store") is not False,
+        "store": request.get("store") is not False,
     }
     if status == "completed" and kept.get("completed_at") is None:
         kept["completed_at"] = int(time.time())
+    headless.keep_bodies(record, request, kept)
+    headless.finish(record)
+    if await cancel_was_asked(context):
+        return {"status": "cancelled"}
     context.seal_result(kept)
     return {"status": status}
 

@@ -70,6 +70,7 @@ async def run(context: JobContext) -> dict[str, Any] | None:
         latency_ms=record.latency_ms(),
         metadata=request.get("metadata"),
     )
+    headless.keep_bodies(record, request, body)
     headless.finish(record)
     context.seal_result(body)
     await _send(context, submitted, request, COMPLETED, body)

@@ -198,6 +198,7 @@ async def call_model(
         raise
     except GatewayError as error:
         record.fail(error.status, error.code)
+        headless.keep_bodies(record, request, failure_of(error))
         headless.finish(record)
         raise GiveUp(error.message, result=failure_of(error)) from None
     except asyncio.CancelledError:

@@ -12,7 +12,7 @@ answers for an id it does not hold), until the job's expiry; then it is gone.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from llmrelay.gateway.errors import InvalidRequest
 from llmrelay.gateway.ingress import RequestContext
-from llmrelay.jobs import background_responses, generations, queue
+from llmrelay.jobs import background_responses, generations, queue, response_stream
 from llmrelay.jobs.model_calls import Submitted
 from llmrelay.jobs.webhooks import ssrf
 from llmrelay.protocols.generation import WEBHOOK_FIELD
@@ -97,6 +97,18 @@ class Submissions:
                         )
                     return shown
         return self._response(row)
+
+    async def response_events(
+        self, principal: KeySnap, response_id: str, *, starting_after: int | None
+    ) -> AsyncIterator[dict[str, Any]] | None:
+        first = await self.response(principal, response_id, cancel=False)
+        if first is None:
+            return None
+
+        async def read() -> dict[str, Any] | None:
+            return await self.response(principal, response_id, cancel=False)
+
+        return response_stream.events(read, first, starting_after)
 
     def _response(self, row: Any) -> dict[str, Any]:
         submitted = Submitted.of(row.payload)
