@@ -128,6 +128,8 @@ async def _poll(
             headless.finish(record)
         raise
     except upstream_poll.PollFailed as failed:
+        if failed.code == "expired":  # nobody will read it: the provider may stop too
+            await upstream_poll.cancel(headless, provider, upstream_id, request_id=request_id)
         record.fail(502, failed.code)
         headless.finish(record)
         raise GiveUp(failed.message, result=failure(failed.code, failed.message)) from None
