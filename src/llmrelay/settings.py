@@ -109,6 +109,27 @@ class Settings(BaseSettings):
     jobs_lease_s: float = Field(default=60.0, ge=1)
     jobs_poll_s: float = Field(default=1.0, gt=0)
     jobs_keep_finished_s: float = Field(default=7 * 86400.0, gt=0)
+    #: Background responses and queued generations (jobs/): kept this long from submission
+    #: (a day), then deleted with their answer; one not finished by then fails `expired`.
+    background_ttl_s: float = Field(default=86400.0, gt=0)
+    #: Webhooks (jobs/webhooks/): hosts a webhook URL may name although they resolve to a
+    #: private, link-local or otherwise internal address (comma-separated hostnames and
+    #: CIDRs); loopback is never reached unless LLMRELAY_WEBHOOK_ALLOW_LOOPBACK is true too.
+    webhook_allowed_hosts: Annotated[tuple[str, ...], NoDecode] = ()
+    webhook_allow_loopback: bool = False
+    #: The waits between a failed delivery and its next attempt (seconds, comma-separated):
+    #: one attempt more than waits (default: 8 attempts over about 27 hours).
+    webhook_retry_schedule_s: Annotated[tuple[float, ...], NoDecode] = (
+        5.0,
+        300.0,
+        1800.0,
+        7200.0,
+        18000.0,
+        36000.0,
+        36000.0,
+    )
+    #: One delivery attempt's limit (connect, send, the receiver's answer).
+    webhook_timeout_s: float = Field(default=10.0, gt=0)
 
     @field_validator("trusted_proxies", mode="before")
     @classmethod
@@ -122,6 +143,42 @@ class Settings(BaseSettings):
             return tuple(ipaddress.ip_network(str(i).strip(), strict=False) for i in items if i)
         except ValueError as exc:
             raise ValueError(f"LLMRELAY_TRUSTED_PROXIES: {exc}") from exc
+
+    @field_validator("webhook_allowed_hosts", mode="before")
+    @classmethod
+    def _parse_hosts(cls, value: object) -> tuple[str, ...]:
+        """Hostnames (lower-cased, no trailing dot) and CIDRs, checked here so a typo
+        stops the process at start rather than leaving a webhook refused."""
+        if value is None or value == "":
+            return ()
+        items = value.split(",") if isinstance(value, str) else list(value)  # type: ignore[call-overload]
+        hosts = []
+        for item in (str(i).strip().lower().rstrip(".") for i in items):
+            if not item:
+                continue
+            if "/" in item:
+                try:
+                    ipaddress.ip_network(item, strict=False)
+                except ValueError as exc:
+                    raise ValueError(f"LLMRELAY_WEBHOOK_ALLOWED_HOSTS: {exc}") from exc
+            elif not _HOSTNAME.fullmatch(item):
+                raise ValueError(
+                    f"LLMRELAY_WEBHOOK_ALLOWED_HOSTS: {item!r} is neither a hostname nor a CIDR"
+                )
+            hosts.append(item)
+        return tuple(hosts)
+
+    @field_validator("webhook_retry_schedule_s", mode="before")
+    @classmethod
+    def _parse_schedule(cls, value: object) -> tuple[float, ...]:
+        items = value.split(",") if isinstance(value, str) else list(value)  # type: ignore[call-overload]
+        try:
+            waits = tuple(float(str(i).strip()) for i in items if str(i).strip())
+        except ValueError as exc:
+            raise ValueError(f"LLMRELAY_WEBHOOK_RETRY_SCHEDULE_S: {exc}") from exc
+        if any(wait < 0 for wait in waits):
+            raise ValueError("LLMRELAY_WEBHOOK_RETRY_SCHEDULE_S: a wait cannot be negative")
+        return waits
 
     @field_validator("cors_origins", mode="before")
     @classmethod
@@ -188,6 +245,7 @@ class Settings(BaseSettings):
 
 
 _ORIGIN = re.compile(r"https?://[^/\s?#]+")
+_HOSTNAME = re.compile(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*")
 
 
 def resolve_secret_key(settings: Settings) -> str:

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.deadlines import Deadlines
 from llmrelay.gateway.dispatch import Dispatcher, Runtime
+from llmrelay.gateway.durable import DurableJobs
 from llmrelay.gateway.executor import Executor
 from llmrelay.gateway.recorder import Recorder
 from llmrelay.gateway.watch import ClientWatches
@@ -145,6 +146,7 @@ class Stack:
         wake = stack.runner.wake if stack.runner is not None else None
         stack.probe_trigger = ProbeTrigger(engine, wake=wake)
         runtime.executor.on_credentials_refused = stack.probe_trigger
+        dispatcher.durable = _submissions(stack)
         return stack
 
     async def close(self) -> None:
@@ -193,6 +195,15 @@ def _runner(stack: Stack, dispatcher: Dispatcher, metrics: Metrics) -> JobRunner
         wake=runner.wake,
     )
     return runner
+
+
+def _submissions(stack: Stack) -> DurableJobs:
+    """Background responses and queued generations, woken in this process when it runs jobs
+    (else the next poll of a `llmrelay worker` finds them)."""
+    from llmrelay.jobs.submissions import Submissions
+
+    wake = stack.runner.wake if stack.runner is not None else None
+    return Submissions(stack.settings, stack.engine, stack.sealer, wake)
 
 
 def _limiter(settings: Settings, metrics: Metrics, engine: AsyncEngine) -> Limiter:

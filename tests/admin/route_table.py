@@ -279,6 +279,10 @@ async def _add_member(world: World, side: Side, api: httpx.AsyncClient) -> Call:
     return Call("POST", f"/tenants/{side.tenant}/members", body, target=floater)
 
 
+async def _deliveries(world: World, side: Side, api: httpx.AsyncClient) -> Call:
+    return Call("GET", "/webhooks/deliveries", params={"project": side.project})
+
+
 async def _login(world: World, side: Side, api: httpx.AsyncClient) -> Call:
     body = {"email": side.member_email, "password": PASSWORD}
     return Call("POST", "/auth/login", body, target=side.member)
@@ -415,6 +419,12 @@ ROUTES: list[Route] = [
           action="price.create"),
     Route("DELETE", "/models/{model_id}/prices/{price_id}", "prices:write", make=_price,
           action="price.delete"),
+    # webhooks: a project's signing secret (shown to its writers) and its deliveries
+    Route("GET", "/projects/{project_id}/webhook-secret", "projects:write", project_scoped=True),
+    Route("POST", "/projects/{project_id}/webhook-secret/rotate", "projects:write",
+          project_scoped=True, action="project.webhook_secret_rotate"),
+    Route("GET", "/webhooks/deliveries", "projects:read", project_scoped=True,
+          custom=_deliveries),
     # routing policies and the gateway-wide setting
     *_crud("policy", "/policies", "{policy_id}", _n("name", "pol"),
            lambda w, s: {"regions": [f"r{w.n()}"]}, _policy),

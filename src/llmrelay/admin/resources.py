@@ -1,6 +1,6 @@
 """The resource routers of the admin API (projects, keys, providers and their health, models
-and routes, routing policies, prices, limits and budgets, jobs), mounted by admin/app.py in
-one call."""
+and routes, routing policies, prices, limits and budgets, jobs, webhooks), mounted by
+admin/app.py in one call."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from llmrelay.admin.projects import endpoints as projects
 from llmrelay.admin.providers import endpoints as providers
 from llmrelay.admin.providers import health_endpoints as provider_health
 from llmrelay.admin.settings import endpoints as settings
+from llmrelay.admin.webhooks import endpoints as webhooks
 from llmrelay.config.schema import (
     KeyConfig,
     ModelConfig,
@@ -53,6 +54,7 @@ def include(app: FastAPI) -> None:
         limits.router,
         settings.router,
         jobs.router,
+        webhooks.router,
     ):
         app.include_router(router)
     openapi.with_bodies(app, _BODIES)
