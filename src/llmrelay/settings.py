@@ -109,6 +109,11 @@ class Settings(BaseSettings):
     jobs_lease_s: float = Field(default=60.0, ge=1)
     jobs_poll_s: float = Field(default=1.0, gt=0)
     jobs_keep_finished_s: float = Field(default=7 * 86400.0, gt=0)
+    #: How often finished jobs past their expiry (a background response's TTL) are deleted.
+    jobs_prune_interval_s: float = Field(default=300.0, gt=0)
+    #: An idle runner's waits grow from LLMRELAY_JOBS_POLL_S up to this: what a job queued by
+    #: another process (a replica with LLMRELAY_JOBS_IN_PROCESS=false) may wait at most.
+    jobs_idle_poll_s: float = Field(default=5.0, gt=0)
     #: Background responses and queued generations (jobs/): kept this long from submission
     #: (a day), then deleted with their answer; one not finished by then fails `expired`.
     background_ttl_s: float = Field(default=86400.0, gt=0)
