@@ -14,6 +14,7 @@ from llmrelay.settings import Environment, Settings
 from llmrelay.store.crypto import Sealer
 
 if TYPE_CHECKING:
+    from llmrelay.billing.payments import Payments
     from llmrelay.snapshot.signals import ConfigPublisher
 
 
@@ -54,6 +55,8 @@ class AdminState:
     sealer: Sealer | None = None
     #: argon2 hashing of console passwords (admin/identity/credentials.py).
     passwords: Passwords = field(default_factory=Passwords)
+    #: Stripe top-ups (billing/payments.py); set at start-up with the engine.
+    payments: Payments | None = None
 
     def database(self) -> AsyncEngine:
         if self.engine is None:

@@ -25,7 +25,10 @@ from sqlalchemy import Table, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from llmrelay.billing.errors import BillingError, InsufficientBalance, NoWallet
 from llmrelay.store.models_billing import LedgerEntry, Reservation, Wallet
+
+__all__ = ["BillingError", "InsufficientBalance", "Movement", "NoWallet"]
 
 wallets: Table = Wallet.__table__  # type: ignore[assignment]
 entries: Table = LedgerEntry.__table__  # type: ignore[assignment]
@@ -37,26 +40,6 @@ RELEASED = "released"
 METERING_FAILED = "metering_failed"
 
 
-class BillingError(Exception):
-    """A money movement that cannot be made; the message says why."""
-
-
-class InsufficientBalance(BillingError):
-    """The wallet's available balance cannot cover the amount (402 on the data plane)."""
-
-    def __init__(self, needed: int, available: int) -> None:
-        super().__init__(
-            f"the prepaid balance ({_usd(available)}) cannot cover this request's "
-            f"reservation ({_usd(needed)}): top up the wallet"
-        )
-        self.needed = needed
-        self.available = available
-
-
-class NoWallet(BillingError):
-    """The tenant has no wallet."""
-
-
 @dataclass(frozen=True, slots=True)
 class Movement:
     """What a movement did: the wallet's balances after it, and whether it was new (False:
@@ -65,10 +48,6 @@ class Movement:
     balance_micros: int
     reserved_micros: int
     applied: bool
-
-
-def _usd(micros: int) -> str:
-    return f"${micros / 1_000_000:,.6f}".rstrip("0").rstrip(".")
 
 
 def _now() -> datetime:

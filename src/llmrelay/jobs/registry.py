@@ -3,14 +3,15 @@ runner is built from (stack.py), so `serve` and `llmrelay worker` run the same j
 
 from __future__ import annotations
 
+from llmrelay.billing import jobs as billing
 from llmrelay.jobs.kinds import JobKind
 from llmrelay.jobs.runner import Schedule
 from llmrelay.settings import Settings
 
 
 def job_kinds() -> list[JobKind]:
-    return []
+    return [*billing.kinds()]
 
 
 def schedules(settings: Settings) -> list[Schedule]:
-    return []
+    return [*billing.schedules(settings)]
