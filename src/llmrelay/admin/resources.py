@@ -1,11 +1,12 @@
 """The resource routers of the admin API (projects, keys, providers, models and routes,
-routing policies, prices, limits and budgets), mounted by admin/app.py in one call."""
+routing policies, prices, limits and budgets, billing), mounted by admin/app.py in one call."""
 
 from __future__ import annotations
 
 from fastapi import FastAPI
 from pydantic import BaseModel
 
+from llmrelay.admin.billing import endpoints as billing
 from llmrelay.admin.keys import endpoints as keys
 from llmrelay.admin.kit import http, openapi
 from llmrelay.admin.limits import endpoints as limits
@@ -48,6 +49,7 @@ def include(app: FastAPI) -> None:
         policies.router,
         limits.router,
         settings.router,
+        billing.router,
     ):
         app.include_router(router)
     openapi.with_bodies(app, _BODIES)

@@ -282,11 +282,12 @@ async def credit(
     kind: str,
     key: str,
     order_id: str | None = None,
+    request_id: str | None = None,
     actor: str | None = None,
     note: str | None = None,
 ) -> Movement:
     """Add money (a top-up, a refund, a positive adjustment); a negative adjustment takes
-    it away, never below zero. Once per `key`."""
+    it away, never below zero. Once per `key`. `request_id`, `order_id`: what it is about."""
     if kind not in ("topup", "refund", "adjustment"):
         raise BillingError(f"unknown credit kind {kind!r}")
     if amount_micros < 0 and kind != "adjustment":
@@ -299,6 +300,7 @@ async def credit(
         reserved=0,
         key=key,
         order_id=order_id,
+        request_id=request_id,
         actor=actor,
         note=note,
         require_available=-amount_micros if amount_micros < 0 else None,

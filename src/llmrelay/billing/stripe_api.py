@@ -1,5 +1,5 @@
 """The Stripe calls prepaid top-ups make, through the official `stripe` SDK (async, over
-httpx), as plain dicts: create a customer, a Checkout Session or an off-session
+aiohttp), as plain dicts: create a customer, a Checkout Session or an off-session
 PaymentIntent (each with an Idempotency-Key: the order id, so a retried call never makes a
 second payment), read them back, expire a session, and verify a webhook's signature.
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import aiohttp
 import orjson
 import stripe
 from stripe import StripeClient, StripeError, WebhookSignature
@@ -32,7 +33,8 @@ def _retryable(error: StripeError) -> bool:
 class StripeApi:
     def __init__(self, config: StripeConfig) -> None:
         self.config = config
-        self._http = stripe.HTTPXClient(timeout=20.0)
+        # aiohttp, as the upstream transport uses (its own session, made on first use).
+        self._http = stripe.AIOHTTPClient(timeout=aiohttp.ClientTimeout(total=20.0))
         self._client = StripeClient(
             config.secret_key,
             base_addresses={"api": config.api_base},
