@@ -92,9 +92,7 @@ async def test_reservations_left_held_are_settled_from_their_records(
             await ledger.reserve(conn, tenant, request_id, 100_000)
         old = utcnow() - timedelta(hours=2)
         await conn.execute(
-            update(Reservation)
-            .where(Reservation.request_id != "young")
-            .values(created_at=old)
+            update(Reservation).where(Reservation.request_id != "young").values(created_at=old)
         )
         record = {
             "created_at": old,
