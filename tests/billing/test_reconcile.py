@@ -22,8 +22,7 @@ from llmrelay.store.db import session_factory
 from llmrelay.store.models import RequestRecord
 from llmrelay.store.models_billing import LedgerEntry, PaymentOrder, Reservation, Wallet
 from llmrelay.store.types import utcnow
-from tests.billing.conftest import stripe_config
-from tests.support.fake_stripe import FakeStripe
+from tests.support.fake_stripe import FakeStripe, stripe_config
 
 SEALER = Sealer("reconcile-tests-secret-key-0123456789abcdef")
 

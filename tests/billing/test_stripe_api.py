@@ -12,8 +12,7 @@ import pytest
 
 from llmrelay.billing.errors import InvalidWebhook, PaymentProviderError
 from llmrelay.billing.stripe_api import StripeApi
-from tests.billing.conftest import stripe_config
-from tests.support.fake_stripe import FakeStripe, sign
+from tests.support.fake_stripe import FakeStripe, sign, stripe_config
 
 
 @pytest.fixture

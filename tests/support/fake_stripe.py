@@ -41,6 +41,7 @@ import httpx
 import orjson
 from aiohttp import ClientSession, web
 
+from llmrelay.billing.stripe_config import StripeConfig
 from tests.support.ports import free_port
 
 SECRET_KEY = "sk_test_fake_0123456789abcdef"
@@ -448,3 +449,18 @@ def _public_session(session: dict[str, Any]) -> dict[str, Any]:
 
 def _json(value: dict[str, Any]) -> web.Response:
     return web.Response(body=orjson.dumps(value), content_type="application/json")
+
+
+def stripe_config(fake: FakeStripe, **overrides: Any) -> StripeConfig:
+    """The gateway's Stripe settings pointed at `fake` (top-ups from 5 to 1,000 USD)."""
+    values: dict[str, Any] = {
+        "secret_key": fake.secret_key,
+        "webhook_secret": fake.webhook_secret,
+        "api_base": fake.base_url,
+        "success_url": "https://console.example.com/billing/done",
+        "cancel_url": "https://console.example.com/billing/cancelled",
+        "min_topup_micros": 5_000_000,
+        "max_topup_micros": 1_000_000_000,
+    }
+    values.update(overrides)
+    return StripeConfig(**values)

@@ -208,9 +208,9 @@ async def adjust(
 ) -> MovementOut:
     """A manual correction of the balance (platform admins only), once per
     `adjustment_id` (or Idempotency-Key)."""
-    await _tenant(session, actor, "billing:write", tenant_id)
     if not actor.platform_admin:
         raise AdminError(403, "only a platform admin adjusts a balance", "permission_error")
+    await _tenant(session, actor, "billing:write", tenant_id)
     adjustment_id = service.idempotency_id(body.adjustment_id, request, "adjustment_id")
     audit.note(request, "billing.adjustment", "adjustment", adjustment_id, None, None, tenant_id)
     out = await service.adjust(session, tenant_id, body, adjustment_id, _who(actor))
