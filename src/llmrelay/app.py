@@ -109,10 +109,11 @@ def create_app(settings: Settings) -> GatewayApp:
         stack = await Stack.open(settings, metrics, dataplane, jobs=settings.jobs_in_process)
         engine, snapshots, recorder = stack.engine, stack.snapshots, stack.recorder
         tasks: list[asyncio.Task[None]] = []
-        payments = Payments.from_config(
-            engine, stack.sealer, StripeConfig.from_settings(settings), metrics
-        )
+        payments: Payments | None = None
         try:
+            payments = Payments.from_config(
+                engine, stack.sealer, StripeConfig.from_settings(settings), metrics
+            )
             metrics.watch(metrics.record_queue_depth, lambda: recorder.depth)
             metrics.watch(metrics.snapshot_generation, lambda: snapshots.current.generation)
             metrics.watch(metrics.snapshot_age, snapshots.age_s)
@@ -150,7 +151,8 @@ def create_app(settings: Settings) -> GatewayApp:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            await payments.close()
+            if payments is not None:
+                await payments.close()
             await stack.close()
 
     fallback = Starlette(
