@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import secrets
+from decimal import Decimal
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -135,6 +136,33 @@ class Settings(BaseSettings):
     )
     #: One delivery attempt's limit (connect, send, the receiver's answer).
     webhook_timeout_s: float = Field(default=10.0, gt=0)
+    #: Prepaid billing (docs/billing.md). The output a reservation assumes when a request
+    #: sets no max tokens (the catalogue's `max_output` for the model, never more than this);
+    #: a flat reservation for routes without a price (0: a prepaid request that could reach
+    #: one is refused, 402 model_not_priced); the longest a reservation may wait for the
+    #: database before the request is refused (503); settles waiting in memory at most.
+    billing_default_max_output_tokens: int = Field(default=4096, ge=1)
+    billing_unpriced_reserve_micros: int = Field(default=0, ge=0)
+    billing_reserve_timeout_s: float = Field(default=5.0, gt=0)
+    billing_settle_queue_size: int = Field(default=100_000, gt=0)
+    #: The reconciliation job (billing_reconcile): how often it runs; how long a top-up
+    #: order may stay pending before it is looked up at Stripe; the margin past the longest
+    #: model deadline after which a reservation still held is settled from its record.
+    billing_reconcile_interval_s: float = Field(default=300.0, gt=0)
+    billing_order_pending_s: float = Field(default=300.0, ge=0)
+    billing_reservation_margin_s: float = Field(default=600.0, ge=0)
+    #: Stripe (top-ups). The secret API key (sk_...), the webhook endpoint's signing secret
+    #: (whsec_...), the API's address (a test server's in tests), where Checkout sends the
+    #: payer back, the smallest and largest top-up in USD, and how old a webhook's signed
+    #: timestamp may be.
+    stripe_secret_key: str | None = None
+    stripe_webhook_secret: str | None = None
+    stripe_api_base: str = "https://api.stripe.com"
+    stripe_success_url: str | None = None
+    stripe_cancel_url: str | None = None
+    stripe_min_topup_usd: Decimal = Field(default=Decimal(5), gt=0)
+    stripe_max_topup_usd: Decimal = Field(default=Decimal(10_000), gt=0)
+    stripe_webhook_tolerance_s: int = Field(default=300, ge=1)
 
     @field_validator("trusted_proxies", mode="before")
     @classmethod

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from llmrelay.admin.access import Role
 from llmrelay.admin.app import create_admin
 from llmrelay.admin.state import AdminState
+from llmrelay.billing.payments import Payments
 from llmrelay.deadlines import Deadlines
 from llmrelay.jobs.probe import Prober
 from llmrelay.providers.http import HttpTransport
@@ -33,6 +34,7 @@ from tests.admin.conftest import ADMIN_TOKEN, SEALER
 from tests.admin.route_table import ANONYMOUS, CALLERS, TOKEN, Side, World, queue_job
 from tests.conftest import need_postgres
 from tests.support.databases import postgres_database, sqlite_url
+from tests.support.fake_stripe import FakeStripe, stripe_config
 
 
 async def _side(admin: httpx.AsyncClient, engine: AsyncEngine, slug: str) -> Side:
@@ -145,6 +147,25 @@ async def caller_client(world: World, caller: str, email: str) -> AsyncIterator[
 @asynccontextmanager
 async def build_world(engine: AsyncEngine) -> AsyncIterator[World]:
     state = AdminState(ADMIN_TOKEN, engine=engine, sealer=SEALER, passwords=FAST_PASSWORDS)
+    async with _payments(engine) as payments:  # top-ups (billing) against a fake Stripe
+        state.payments = payments
+        async with _world(state, engine) as world:
+            yield world
+
+
+@asynccontextmanager
+async def _payments(engine: AsyncEngine) -> AsyncIterator[Payments]:
+    stripe = FakeStripe().start()
+    payments = Payments.from_config(engine, SEALER, stripe_config(stripe))
+    try:
+        yield payments
+    finally:
+        await payments.close()
+        stripe.stop()
+
+
+@asynccontextmanager
+async def _world(state: AdminState, engine: AsyncEngine) -> AsyncIterator[World]:
     providers = ProviderRegistry(HttpTransport(Deadlines(asyncio.get_running_loop())))
     state.prober = Prober(engine, SEALER, providers, delays_s=(300.0,))
     app = create_admin(state)

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.admin.access import Role
 from llmrelay.admin.state import AdminState
+from llmrelay.billing import ledger, orders
 from llmrelay.jobs import queue
 from tests.admin.access_support import PASSWORD, totp_code
 
@@ -245,6 +246,22 @@ async def queue_job(engine: AsyncEngine, tenant: str | None, kind: str) -> str:
     return job_id
 
 
+async def _metering_failed(world: World, side: Side) -> str:
+    """A reservation of the side's tenant whose metering failed (to be reconciled)."""
+    request_id = f"unmetered-{world.n()}"
+    async with world.engine.begin() as conn:
+        await ledger.ensure_wallet(conn, side.tenant, prepaid=False)
+        await ledger.credit(conn, side.tenant, 1_000, kind="topup", key=f"seed:{request_id}")
+        await ledger.reserve(conn, side.tenant, request_id, 1_000)
+        await ledger.settle(conn, request_id, None)
+    return request_id
+
+
+async def _order(world: World, side: Side) -> str:
+    async with world.engine.begin() as conn:
+        return (await orders.create(conn, side.tenant, orders.CHECKOUT, 10_000_000)).id
+
+
 def _route_body(world: World, side: Side) -> dict[str, Any]:
     return {"provider": side.provider_slug, "upstream_model": f"up-model-{world.n()}"}
 
@@ -432,4 +449,24 @@ ROUTES: list[Route] = [
     Route("PUT", "/settings/routing", "policies:write", "global", platform_only=True,
           body=lambda w, s: {"breaker": {"failures": 1 + w.n() % 999}},
           action="settings.routing", target="routing"),
+    # billing: wallets, the ledger, reservations, refunds, adjustments, top-ups
+    Route("GET", "/billing/{tenant_id}/wallet", "billing:read"),
+    Route("PATCH", "/billing/{tenant_id}/wallet", "billing:write", action="wallet.update",
+          body=lambda w, s: {"auto_topup_threshold_micros": 1_000 + w.n()}),
+    Route("GET", "/billing/{tenant_id}/ledger", "billing:read"),
+    Route("GET", "/billing/{tenant_id}/reservations", "billing:read"),
+    Route("POST", "/billing/{tenant_id}/reservations/{request_id}/reconcile", "billing:write",
+          make=_metering_failed, body=lambda w, s: {"cost_micros": 1},
+          action="reservation.reconcile"),
+    Route("POST", "/billing/{tenant_id}/refunds", "billing:write", new=True,
+          action="billing.refund",
+          body=lambda w, s: {"amount_micros": 1 + w.n(), "reason": "r", "refund_id": f"rf{w.n()}"}),
+    Route("POST", "/billing/{tenant_id}/adjustments", "billing:write", new=True,
+          platform_only=True, action="billing.adjustment",
+          body=lambda w, s: {"amount_micros": 1 + w.n(), "reason": "r",
+                             "adjustment_id": f"ad{w.n()}"}),
+    Route("GET", "/billing/{tenant_id}/orders", "billing:read"),
+    Route("GET", "/billing/{tenant_id}/orders/{order_id}", "billing:read", make=_order),
+    Route("POST", "/billing/{tenant_id}/checkout", "billing:write", new=True,
+          action="order.checkout", body=lambda w, s: {"amount_usd": "10"}),
 ]  # fmt: skip

@@ -1,12 +1,13 @@
 """The resource routers of the admin API (projects, keys, providers and their health, models
-and routes, routing policies, prices, limits and budgets, jobs, webhooks), mounted by
-admin/app.py in one call."""
+and routes, routing policies, prices, limits and budgets, jobs, webhooks, billing), mounted
+by admin/app.py in one call."""
 
 from __future__ import annotations
 
 from fastapi import FastAPI
 from pydantic import BaseModel
 
+from llmrelay.admin.billing import endpoints as billing
 from llmrelay.admin.jobs import endpoints as jobs
 from llmrelay.admin.keys import endpoints as keys
 from llmrelay.admin.kit import http, openapi
@@ -55,6 +56,7 @@ def include(app: FastAPI) -> None:
         settings.router,
         jobs.router,
         webhooks.router,
+        billing.router,
     ):
         app.include_router(router)
     openapi.with_bodies(app, _BODIES)

@@ -15,6 +15,7 @@ from llmrelay.settings import Environment, Settings
 from llmrelay.store.crypto import Sealer
 
 if TYPE_CHECKING:
+    from llmrelay.billing.payments import Payments
     from llmrelay.jobs.probe import Prober
     from llmrelay.routing.breaker import Breakers
     from llmrelay.snapshot.signals import ConfigPublisher
@@ -63,6 +64,8 @@ class AdminState:
     breakers: Breakers | None = None
     #: Wakes this process's job runner after a job was queued (None: no runner here).
     wake_jobs: Callable[[], None] | None = None
+    #: Stripe top-ups (billing/payments.py); set at start-up with the engine.
+    payments: Payments | None = None
 
     def database(self) -> AsyncEngine:
         if self.engine is None:

@@ -113,6 +113,7 @@ class CallRecord:
         "provider",
         "provider_type",
         "request_id",
+        "reserved",
         "route_id",
         "started",
         "status_code",
@@ -176,6 +177,8 @@ class CallRecord:
         self.admission: Admission | None = None
         #: The request's bodies, when its key captures them (see gateway/capture.py).
         self.capture: Capture | None = None
+        #: A prepaid reservation was made for it (settled when the request ends).
+        self.reserved = False
 
     def mark_first_byte(self) -> None:
         if self.ttfb_ms is None:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 from starlette.types import Receive, Send
 
+from llmrelay.billing.prepaid import Prepaid
 from llmrelay.deadlines import Deadlines
 from llmrelay.gateway.call import CallRecord
 from llmrelay.gateway.capabilities import Needs, expected_tokens, price_of
@@ -30,6 +31,7 @@ from llmrelay.gateway.executor import Executor, Finisher, candidates
 from llmrelay.gateway.ingress import RequestContext
 from llmrelay.gateway.messages_relay import MessagesStreamRelay
 from llmrelay.gateway.planner import serve
+from llmrelay.gateway.prepaid import reserve
 from llmrelay.gateway.recorder import Recorder
 from llmrelay.gateway.relay import ChatStreamRelay
 from llmrelay.gateway.responses_relay import ResponsesStreamRelay
@@ -75,6 +77,8 @@ class Runtime:
     record_requests: bool = True
     #: The most of each captured body that is kept (keys with `capture: full`).
     capture_max_bytes: int = DEFAULT_MAX_BYTES
+    #: Reservations and settles of prepaid tenants' calls (billing/prepaid.py).
+    prepaid: Prepaid | None = None
 
 
 class ModelCall:
@@ -88,6 +92,7 @@ class ModelCall:
         "payload",
         "plan",
         "policy",
+        "prepaid",
         "record",
         "route_tag",
         "runtime",
@@ -106,6 +111,7 @@ class ModelCall:
         policy: PolicySnap | None,
         needs: Needs | None,
         plan: Plan | None = None,
+        prepaid: bool = False,
     ) -> None:
         self.runtime = runtime
         self.operation = operation
@@ -119,6 +125,8 @@ class ModelCall:
         self.needs = needs
         #: The limits the call is admitted by (None: none apply).
         self.plan = plan
+        #: Its tenant is prepaid: the call reserves before any provider call.
+        self.prepaid = prepaid
 
 
 class Dispatcher:
@@ -163,6 +171,17 @@ class Dispatcher:
                     _count_refusal(runtime.metrics, refused)
                     raise
                 call.record.admission = admission  # settled by `finish`
+        if call.prepaid and call.operation is not _COUNT_TOKENS:
+            await reserve(
+                runtime.prepaid,
+                call.record,
+                call.operation,
+                call.payload,
+                snapshot,
+                model,
+                pinned,
+                call.policy,
+            )  # settled by `finish`
         deadline = runtime.deadlines.watch(model.deadline_s, "request")
         deadline_at = runtime.executor.clock() + model.deadline_s
         try:
@@ -381,6 +400,7 @@ class Dispatcher:
             principal.policy,
             needs,
             None if operation is _COUNT_TOKENS else self.scopes.of(principal),
+            principal.prepaid,
         )
 
     def live(self) -> Runtime:

@@ -3,6 +3,7 @@ runner is built from (stack.py), so `serve` and `llmrelay worker` run the same j
 
 from __future__ import annotations
 
+from llmrelay.billing import jobs as billing
 from llmrelay.jobs import operations
 from llmrelay.jobs.background_responses import BACKGROUND_RESPONSE
 from llmrelay.jobs.generations import GENERATION
@@ -13,8 +14,14 @@ from llmrelay.settings import Settings
 
 
 def job_kinds() -> list[JobKind]:
-    return [*operations.kinds(), BACKGROUND_RESPONSE, GENERATION, WEBHOOK_DELIVERY]
+    return [
+        *operations.kinds(),
+        BACKGROUND_RESPONSE,
+        GENERATION,
+        WEBHOOK_DELIVERY,
+        *billing.kinds(),
+    ]
 
 
 def schedules(settings: Settings) -> list[Schedule]:
-    return [*operations.schedules(settings)]
+    return [*operations.schedules(settings), *billing.schedules(settings)]

@@ -141,6 +141,40 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.billing_reservations = Counter(
+            "llmrelay_billing_reservations",
+            "Prepaid reservations before a provider call, by outcome (reserved, insufficient, "
+            "unpriced, request_id_used, unavailable).",
+            ("outcome",),
+            registry=self.registry,
+        )
+        self.billing_settlements = Counter(
+            "llmrelay_billing_settlements",
+            "Prepaid settles after a call, by outcome (charged, released, metering_failed, "
+            "none, retried, dropped: queue full, failed: left held for reconciliation).",
+            ("outcome",),
+            registry=self.registry,
+        )
+        self.billing_settle_queue_depth = Gauge(
+            "llmrelay_billing_settle_queue_depth",
+            "Settles of finished prepaid requests waiting to be written.",
+            registry=self.registry,
+        )
+        self.billing_reconciled = Counter(
+            "llmrelay_billing_reconciled",
+            "What the billing reconciliation job did (orders: credited, failed, expired, "
+            "mismatch; reservations: settled, released, metering_failed).",
+            ("what", "outcome"),
+            registry=self.registry,
+        )
+        self.billing_webhooks = Counter(
+            "llmrelay_billing_stripe_webhooks",
+            "Stripe webhook deliveries, by outcome (credited, ignored, duplicate, mismatch, "
+            "failed, expired, bad_signature).",
+            ("outcome",),
+            registry=self.registry,
+        )
+
     def watch_breakers(self, states: Callable[[], Mapping[str, str]]) -> None:
         """`llmrelay_breaker_state{route}`: 0 closed, 1 half-open, 2 open (routes that ever
         failed; the rest are closed)."""

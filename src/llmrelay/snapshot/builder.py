@@ -43,6 +43,7 @@ from llmrelay.store.models import (
     RoutingPolicy,
     VirtualModel,
 )
+from llmrelay.store.models_billing import Wallet
 from llmrelay.store.models_jobs import UNAVAILABLE, ProviderHealth
 from llmrelay.store.types import utcnow
 
@@ -98,6 +99,7 @@ async def build_snapshot(session: AsyncSession, sealer: Sealer) -> Snapshot:
     policies = {p.id: _policy(p) for p in await session.scalars(select(RoutingPolicy))}
     global_policy = _bound(policies, routing.value.get("policy_id") if routing else None)
 
+    prepaid = frozenset(await session.scalars(select(Wallet.tenant_id).where(Wallet.prepaid)))
     project_rows = {p.id: p for p in await session.scalars(select(Project))}
     projects = {p.id: _project(p) for p in project_rows.values()}
     keys = {}
@@ -112,7 +114,7 @@ async def build_snapshot(session: AsyncSession, sealer: Sealer) -> Snapshot:
             policy = _bound(policies, project_rows[key.project_id].routing_policy_id)
         else:
             policy = global_policy
-        keys[key.digest] = _key(key, project, policy)
+        keys[key.digest] = _key(key, project, policy, key.tenant_id in prepaid)
     snapshot = Snapshot(
         generation=generation,
         built_at=time.time(),
@@ -272,7 +274,9 @@ def _project(row: Project) -> ProjectSnap:
     )
 
 
-def _key(row: ApiKey, project: ProjectSnap, policy: PolicySnap | None) -> KeySnap:
+def _key(
+    row: ApiKey, project: ProjectSnap, policy: PolicySnap | None, prepaid: bool = False
+) -> KeySnap:
     own = None if row.allowed_models is None else frozenset(row.allowed_models)
     if own is None:
         allowed = project.allowed_models
@@ -292,4 +296,5 @@ def _key(row: ApiKey, project: ProjectSnap, policy: PolicySnap | None) -> KeySna
         limits=_limits(row),
         policy=policy,
         capture=row.capture == CAPTURE_FULL,
+        prepaid=prepaid,
     )

@@ -147,6 +147,9 @@ class KeySnap:
     #: Whether the request and response bodies of its requests are kept (config `capture:
     #: full`; gateway/capture.py): a bool, so a key that does not capture costs one check.
     capture: bool = False
+    #: Whether its tenant's wallet is prepaid (billing/): each request reserves before the
+    #: provider call and settles after it. A bool, so a key that is not costs one check.
+    prepaid: bool = False
 
     def allows_model(self, name: str) -> bool:
         return self.allowed_models is None or name in self.allowed_models
