@@ -6,12 +6,15 @@ and passes through untouched.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
 from llmrelay.gateway.errors import InvalidRequest, NotFound, PermissionDenied
 from llmrelay.snapshot.model import KeySnap, ModelSnap, PolicySnap, Snapshot
+
+#: The model name a request sends for its tenant's `default_model` preference.
+DEFAULT_MODEL: Final = "default"
 
 
 def parse_object(body: bytes) -> dict[str, Any]:
@@ -72,12 +75,16 @@ def _require_model(payload: dict[str, Any]) -> None:
 def resolve_model(
     snapshot: Snapshot, principal: KeySnap, name: str, *, embedding: bool
 ) -> tuple[ModelSnap, str | None]:
-    """The virtual model (and pinned provider slug, for `MODEL:PROVIDER`) the key may use."""
+    """The virtual model (and pinned provider slug, for `MODEL:PROVIDER`) the key may use.
+    `default` is the tenant's default model (its preferences) unless a model has that name;
+    the key's allowlist is checked against the model it stands for."""
     pinned = None
     model = snapshot.model(principal.tenant_id, name)
     if model is None and ":" in name:
         base, pinned = name.rsplit(":", 1)
         model = snapshot.model(principal.tenant_id, base)
+    if model is None and name == DEFAULT_MODEL:  # only when no model has the name
+        model = snapshot.default_models.get(principal.tenant_id)
     if model is None:
         raise NotFound(f"model {name!r} does not exist", code="model_not_found", param="model")
     if not principal.allows_model(model.name):
