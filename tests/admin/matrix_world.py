@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.admin.access import Role
 from llmrelay.admin.app import create_admin
-from llmrelay.admin.state import AdminState
+from llmrelay.admin.state import AccountPolicy, AdminState
 from llmrelay.store import migrate, rollups
 from llmrelay.store.db import create_engine, session_factory
 from llmrelay.store.models import RequestRecord, UsageRollupDirty
@@ -28,6 +28,15 @@ from tests.admin.conftest import ADMIN_TOKEN, SEALER
 from tests.admin.route_table import ANONYMOUS, CALLERS, TOKEN, Side, World
 from tests.conftest import need_postgres
 from tests.support.databases import postgres_database, sqlite_url
+
+#: Sign-up on, and the account routes' throttles out of the way of the matrix's many calls
+#: from one client address.
+OPEN = AccountPolicy(
+    signup_enabled=True,
+    signup_max_per_ip=1_000_000,
+    reset_max_per_account=1_000_000,
+    reset_max_per_ip=1_000_000,
+)
 
 
 async def _side(admin: httpx.AsyncClient, engine: AsyncEngine, slug: str) -> Side:
@@ -137,7 +146,9 @@ async def caller_client(world: World, caller: str, email: str) -> AsyncIterator[
 
 @asynccontextmanager
 async def build_world(engine: AsyncEngine) -> AsyncIterator[World]:
-    state = AdminState(ADMIN_TOKEN, engine=engine, sealer=SEALER, passwords=FAST_PASSWORDS)
+    state = AdminState(
+        ADMIN_TOKEN, engine=engine, sealer=SEALER, passwords=FAST_PASSWORDS, accounts=OPEN
+    )
     app = create_admin(state)
     transport = httpx.ASGITransport(app=app)
     headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
