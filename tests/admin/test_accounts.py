@@ -69,6 +69,8 @@ async def test_an_invitation_makes_a_pending_account_that_signs_in_once_accepted
         body["email"],
         acme,
     )
+    listed = (await admin.get(f"/users/{body['id']}")).json()
+    assert (listed["pending"], listed["email_verified"]) == (True, False)
     text_body = await mail_text(engine, SEALER, body["email"], "invitation")
     assert "Acme" in text_body and "http://admin/accept-invitation?token=" in text_body
     token = token_in(text_body)
@@ -95,6 +97,8 @@ async def test_an_invitation_makes_a_pending_account_that_signs_in_once_accepted
         assert [(m["tenant_id"], m["role"]) for m in signed_in.json()["memberships"]] == [
             (acme, "viewer")
         ]
+    listed = (await admin.get(f"/users/{body['id']}")).json()
+    assert (listed["pending"], listed["email_verified"]) == (False, True)
     user = await _user(engine, "new@example.com")
     assert not user.pending and user.email_verified_at is not None and user.name == "Nia"
     actions = [(r["action"], r["status_code"]) for r in await audit_rows(engine)]

@@ -30,7 +30,7 @@ COUNTS = (
 )
 
 
-async def _sql(url: str, *statements: str) -> tuple[int, ...]:
+async def _sql(url: str, *statements: str) -> tuple[object, ...]:
     """Run the statements; the first row of the last one."""
     conn = await asyncpg.connect(url)
     try:
