@@ -22,14 +22,16 @@ class AlertTenant:
     users: dict[str, str]  # email -> user id
 
 
-async def alert_tenant(engine: AsyncEngine, name: str = "Acme") -> AlertTenant:
+async def alert_tenant(
+    engine: AsyncEngine, name: str = "Acme", domain: str = "acme.example"
+) -> AlertTenant:
     members = [
-        ("boss@acme.example", "tenant_admin", True, False, False),
-        ("money@acme.example", "billing", True, False, False),
-        ("look@acme.example", "viewer", True, False, False),
-        ("unverified@acme.example", "tenant_admin", False, False, False),
-        ("gone@acme.example", "billing", True, True, False),
-        ("wait@acme.example", "billing", True, False, True),
+        (f"boss@{domain}", "tenant_admin", True, False, False),
+        (f"money@{domain}", "billing", True, False, False),
+        (f"look@{domain}", "viewer", True, False, False),
+        (f"unverified@{domain}", "tenant_admin", False, False, False),
+        (f"gone@{domain}", "billing", True, True, False),
+        (f"wait@{domain}", "billing", True, False, True),
     ]
     async with session_factory(engine)() as session:
         tenant = Tenant(slug=name.lower(), name=name)

@@ -72,9 +72,14 @@ async def test_one_alert_per_crossing(engine: AsyncEngine) -> None:
     assert len(keys) == 4 and all(k.startswith(f"low_balance:{acme.id}:") for k in keys)
 
 
-async def test_a_wallet_without_a_threshold_is_never_alerted(engine: AsyncEngine) -> None:
+async def test_no_threshold_or_a_postpaid_wallet_is_never_alerted(engine: AsyncEngine) -> None:
     acme = await alert_tenant(engine)
+    other = await alert_tenant(engine, "Other", domain="other.example")
     async with engine.begin() as conn:
-        await ledger.ensure_wallet(conn, acme.id, prepaid=True)
+        await ledger.ensure_wallet(conn, acme.id, prepaid=True)  # no threshold
+        await ledger.ensure_wallet(conn, other.id, prepaid=False)  # requests do not draw it
+        await conn.execute(
+            update(Wallet).where(Wallet.tenant_id == other.id).values(low_balance_micros=5_000_000)
+        )
     await _round(engine)
     assert await _alerts(engine) == []

@@ -186,3 +186,15 @@ async def test_without_smtp_mails_wait_then_the_sweep_sends_them(
     async with engine.connect() as conn:
         sweeps = await conn.execute(text("SELECT result FROM jobs WHERE kind = 'mail_sweep'"))
         assert len(sweeps.all()) == 1
+
+
+async def test_a_body_sealed_under_another_key_fails_the_mail(
+    sqlite_engine: AsyncEngine, sink: SmtpSink, certificates: Certificates
+) -> None:
+    message_id = await _queue(sqlite_engine, "hal@example.com")
+    other = Sealer("another-secret-key-nobody-here-has-0123456789")
+    settings = _settings(sink, certificates.ca_file)
+    await runner(sqlite_engine, other, settings).run_until_idle()
+    row = await _row(sqlite_engine, message_id)
+    assert row["status"] == "failed" and "key" in str(row["last_error"])
+    assert sink.received == []

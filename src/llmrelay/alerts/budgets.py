@@ -1,4 +1,4 @@
-"""The budget alerts: a project or key with a monthly budget whose month-to-date spend (the
+"""The budget alerts: a project or (active) key with a monthly budget whose month-to-date spend (the
 usage rollups, limits/spend.py) reaches 80 % or 100 % of it gets one mail per threshold and
 month, to each recipient, with the dedupe key `budget:<scope>:<id>:<YYYY-MM>:<pct>:<user>`.
 
@@ -60,7 +60,7 @@ async def _budgeted(conn: AsyncConnection) -> list[Budgeted]:
                 ApiKey.id, ApiKey.tenant_id, ApiKey.name, Project.name, ApiKey.monthly_budget_micros
             )
             .join(Project, Project.id == ApiKey.project_id)
-            .where(ApiKey.monthly_budget_micros.is_not(None))
+            .where(ApiKey.monthly_budget_micros.is_not(None), ApiKey.status == "active")
         )
     ]
     return found

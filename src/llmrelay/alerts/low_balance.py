@@ -1,4 +1,4 @@
-"""The low-balance alert: a wallet whose available balance is under its `low_balance_micros`
+"""The low-balance alert: a prepaid wallet whose available balance is under its `low_balance_micros`
 and not alerted yet is claimed by one UPDATE (setting `low_balance_alerted_at`: two runners
 cannot both claim it), and its mails are queued in that same transaction, one per recipient,
 each with the dedupe key `low_balance:<tenant>:<crossing>:<user>` (the crossing: the claim's
@@ -28,7 +28,9 @@ wallets: Table = Wallet.__table__  # type: ignore[assignment]
 
 async def run(engine: AsyncEngine, sealer: Sealer, base: str, now: datetime) -> dict[str, int]:
     """One round: re-arm wallets back over their threshold, alert those under it. Counts."""
-    threshold_set = wallets.c.low_balance_micros.is_not(None)
+    # Prepaid wallets only: a postpaid one's balance is not drawn by requests, so being
+    # "under" a threshold would mean nothing.
+    threshold_set = wallets.c.low_balance_micros.is_not(None) & wallets.c.prepaid.is_(True)
     async with engine.begin() as conn:
         rearmed = await conn.execute(
             update(wallets)

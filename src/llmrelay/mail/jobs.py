@@ -26,6 +26,7 @@ from llmrelay.mail import outbox
 from llmrelay.mail.outbox import FAILED, PENDING, SEND_MAIL, SENT
 from llmrelay.mail.smtp import SendFailed, SmtpConfig, build_message, send
 from llmrelay.settings import Environment, Settings
+from llmrelay.store.crypto import CredentialError
 
 log = structlog.get_logger(__name__)
 
@@ -71,7 +72,12 @@ async def send_mail(context: JobContext) -> dict[str, Any] | None:
             body = outbox.open_body(_sealer(context), mail.id, mail.body_sealed)
             log.warning("mail_logged", to=mail.to, subject=mail.subject, text=body.text)
         return {"status": PENDING, "reason": "no SMTP server configured"}
-    body = outbox.open_body(_sealer(context), mail.id, mail.body_sealed)
+    try:
+        body = outbox.open_body(_sealer(context), mail.id, mail.body_sealed)
+    except CredentialError as exc:  # sealed under a key this process does not have
+        async with engine.begin() as conn:
+            await outbox.mark(conn, mail.id, FAILED, attempted=False, error=str(exc))
+        raise GiveUp(f"the mail's body cannot be opened: {exc}") from None
     message = build_message(config, mail.id, mail.to, mail.subject, body.text, body.html)
     try:
         await send(config, message)

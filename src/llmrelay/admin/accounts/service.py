@@ -133,7 +133,7 @@ async def invite(
             )
             session.add(membership)
             await session.flush()
-    where = tenant.name if tenant is not None else "llmrelay"
+    where = tenant.name if tenant is not None else "the whole gateway"
     role = membership.role if membership is not None else "platform admin"
     tenant_id = tenant.id if tenant is not None else None
     if not user.pending:
