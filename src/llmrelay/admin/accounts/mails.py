@@ -28,9 +28,7 @@ def base_url(policy: AccountPolicy, request: Request) -> str:
             "LLMRELAY_PUBLIC_URL is not set: mails with links cannot be sent",
             "unavailable",
         )
-    root = str(request.base_url).rstrip("/")
-    mount = str(request.scope.get("root_path", "")).rstrip("/")  # "/api/admin"
-    return root.removesuffix(mount) if mount else root
+    return str(request.base_url).rstrip("/")  # the app's root, not the /api/admin mount
 
 
 def _when(moment: datetime) -> str:
