@@ -89,6 +89,12 @@ def admin(gateway: GatewayProcess) -> Iterator[httpx.Client]:
         yield client
 
 
+def _default_tenant(admin: httpx.Client) -> str:
+    """The tenant of the declarative config (other tests sign up tenants of their own)."""
+    tenants = admin.get("/tenants", params={"limit": 500}).json()["data"]
+    return str(next(t["id"] for t in tenants if t["slug"] == "default"))
+
+
 def _client(gateway: GatewayProcess) -> httpx.Client:
     return httpx.Client(base_url=f"{gateway.url}/api/admin")
 
@@ -123,7 +129,7 @@ def _eventually(check: Callable[[], T | None], timeout_s: float = 10.0) -> T:
 def test_an_invitation_from_the_mail_to_a_signed_in_account(
     gateway: GatewayProcess, admin: httpx.Client, sink: SmtpSink
 ) -> None:
-    tenant = admin.get("/tenants").json()["data"][0]["id"]
+    tenant = _default_tenant(admin)
     invited = admin.post(
         "/invitations",
         json={"email": "ivy@example.com", "tenant_id": tenant, "role": "developer"},
@@ -236,7 +242,7 @@ def test_a_tenant_fallback_and_default_model_serve_requests(
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="default", messages=message)  # type: ignore[arg-type]
 
-    tenant = admin.get("/tenants").json()["data"][0]["id"]
+    tenant = _default_tenant(admin)
     changed = admin.put(
         f"/tenants/{tenant}/preferences",
         json={"fallback_model": "good", "default_model": "good"},

@@ -80,13 +80,8 @@ def resolve_model(
     the key's allowlist is checked against the model it stands for."""
     pinned = None
     model = snapshot.model(principal.tenant_id, name)
-    if model is None and ":" in name:
-        base, pinned = name.rsplit(":", 1)
-        model = snapshot.model(principal.tenant_id, base)
-    if model is None and name == DEFAULT_MODEL:  # only when no model has the name
-        model = snapshot.default_models.get(principal.tenant_id)
-    if model is None:
-        raise NotFound(f"model {name!r} does not exist", code="model_not_found", param="model")
+    if model is None:  # the name is not a model: a pin, `default`, or unknown
+        model, pinned = _not_a_model(snapshot, principal.tenant_id, name)
     if not principal.allows_model(model.name):
         raise PermissionDenied(
             f"this API key may not use model {model.name!r}",
@@ -108,6 +103,21 @@ def resolve_model(
     if policy is not None:
         check_policy(policy, model, pinned)
     return model, pinned
+
+
+def _not_a_model(snapshot: Snapshot, tenant_id: str, name: str) -> tuple[ModelSnap, str | None]:
+    """`MODEL:PROVIDER`, or `default` (the tenant's default model, when no model has the
+    name), else NotFound."""
+    if ":" in name:
+        base, pinned = name.rsplit(":", 1)
+        model = snapshot.model(tenant_id, base)
+        if model is not None:
+            return model, pinned
+    elif name == DEFAULT_MODEL:
+        model = snapshot.default_models.get(tenant_id)
+        if model is not None:
+            return model, None
+    raise NotFound(f"model {name!r} does not exist", code="model_not_found", param="model")
 
 
 def policy_reaches(policy: PolicySnap, model: ModelSnap, pinned: str | None = None) -> bool:
