@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from llmrelay.admin.cors import with_cors
 from llmrelay.admin.identity.bootstrap import ensure_bootstrap_admin
-from llmrelay.admin.state import AdminState, SessionPolicy
+from llmrelay.admin.state import AccountPolicy, AdminState, SessionPolicy
 from llmrelay.billing import webhook_route
 from llmrelay.billing.payments import Payments
 from llmrelay.billing.stripe_config import StripeConfig
@@ -90,7 +90,11 @@ def create_app(settings: Settings) -> GatewayApp:
     dataplane = DataPlane()
     health = Health(metrics, settings.metrics_token)
     handlers = dataplane.handlers()
-    admin = AdminState(settings.admin_token, sessions=SessionPolicy.from_settings(settings))
+    admin = AdminState(
+        settings.admin_token,
+        sessions=SessionPolicy.from_settings(settings),
+        accounts=AccountPolicy.from_settings(settings),
+    )
     stripe_webhook = webhook_route.StripeWebhookRoute()
     routes: list[BaseRoute] = [
         Route(path, _Refused(), methods=[method]) for method, path in handlers

@@ -12,7 +12,7 @@ import secrets
 from decimal import Decimal
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -29,6 +29,10 @@ class Environment(StrEnum):
 class RedisFailurePolicy(StrEnum):
     FAIL_OPEN = "fail_open"
     FAIL_CLOSED = "fail_closed"
+
+
+#: LLMRELAY_SMTP_STARTTLS (see Settings.smtp_starttls).
+SmtpStartTls = Literal["auto", "required", "off"]
 
 
 class SettingsError(ValueError):
@@ -163,6 +167,75 @@ class Settings(BaseSettings):
     stripe_min_topup_usd: Decimal = Field(default=Decimal(5), gt=0)
     stripe_max_topup_usd: Decimal = Field(default=Decimal(10_000), gt=0)
     stripe_webhook_tolerance_s: int = Field(default=300, ge=1)
+    #: Mail (mail/): the SMTP server, `smtp://user:pass@host:587` (STARTTLS when offered) or
+    #: `smtps://user:pass@host:465` (TLS from the first byte); unset: mails stay `pending`
+    #: in the outbox (a warning says so) and go out once it is set.
+    smtp_url: str | None = None
+    #: `auto` (STARTTLS when the server offers it), `required` (refuse to send without it),
+    #: `off` (never; loopback test servers only). smtps:// ignores it (always TLS).
+    smtp_starttls: SmtpStartTls = Field(default="auto")
+    #: A CA file to verify the SMTP server's certificate with (else the system's CAs).
+    smtp_ca_file: Path | None = None
+    smtp_timeout_s: float = Field(default=30.0, gt=0)
+    #: The From of every mail: `Name <address>` or an address.
+    mail_from: str = "llmrelay <noreply@localhost>"
+    #: Development only: with no SMTP server, also log each mail's text (links included) to
+    #: the console. Refused when LLMRELAY_ENV=production.
+    mail_log: bool = False
+    #: The first retry of a refused or failed send waits this long, doubling up to an hour.
+    mail_retry_base_s: float = Field(default=30.0, ge=0)
+    #: A mail still pending this long after it was queued is marked failed, not sent.
+    mail_max_age_s: float = Field(default=2 * 86400.0, gt=0)
+    #: The console's base URL as users reach it (`https://gateway.example.com`): every link
+    #: a mail carries starts with it. Required in production for mails with links.
+    public_url: str | None = None
+    #: Self-service sign-up (`POST /api/admin/signup`): off unless true. A new tenant's wallet
+    #: is prepaid (requests need a balance) unless LLMRELAY_SIGNUP_PREPAID=false, and starts
+    #: with LLMRELAY_SIGNUP_FREE_CREDIT_USD (a ledger adjustment; 0: none).
+    signup_enabled: bool = False
+    signup_prepaid: bool = True
+    signup_free_credit_usd: float = Field(default=0.0, ge=0, le=1_000_000)
+    #: Sign-ups per client IP within the window (429 beyond).
+    signup_max_per_ip: int = Field(default=5, ge=1)
+    signup_window_s: float = Field(default=3600.0, gt=0)
+    #: Password-reset requests per address and per client IP within the window (429 beyond).
+    password_reset_max_per_account: int = Field(default=3, ge=1)
+    password_reset_max_per_ip: int = Field(default=20, ge=1)
+    password_reset_window_s: float = Field(default=3600.0, gt=0)
+    #: How long the links of account mails work.
+    invitation_ttl_s: float = Field(default=7 * 86400.0, gt=0)
+    verification_ttl_s: float = Field(default=2 * 86400.0, gt=0)
+    password_reset_ttl_s: float = Field(default=3600.0, gt=0)
+    #: How often the low-balance and budget alerts look for wallets and budgets to mail about.
+    alerts_interval_s: float = Field(default=60.0, gt=0)
+
+    @field_validator("smtp_url", "public_url", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("smtp_url")
+    @classmethod
+    def _check_smtp_url(cls, value: str | None) -> str | None:
+        if value is not None and not _SMTP_URL.fullmatch(value):
+            raise ValueError(
+                "LLMRELAY_SMTP_URL: smtp://[user:password@]host[:port] or "
+                "smtps://[user:password@]host[:port]"
+            )
+        return value
+
+    @field_validator("public_url")
+    @classmethod
+    def _check_public_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        value = value.strip().rstrip("/")
+        if not _PUBLIC_URL.fullmatch(value):
+            raise ValueError(
+                "LLMRELAY_PUBLIC_URL: the console's base URL, http(s)://host[:port][/path], "
+                "no query or fragment"
+            )
+        return value
 
     @field_validator("trusted_proxies", mode="before")
     @classmethod
@@ -279,6 +352,8 @@ class Settings(BaseSettings):
 
 _ORIGIN = re.compile(r"https?://[^/\s?#]+")
 _HOSTNAME = re.compile(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*")
+_SMTP_URL = re.compile(r"smtps?://([^@/\s]+@)?[^@/:\s]+(:\d{1,5})?/?")
+_PUBLIC_URL = re.compile(r"https?://[^/\s?#]+(/[^\s?#]*)?")
 
 
 def resolve_secret_key(settings: Settings) -> str:

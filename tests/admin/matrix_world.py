@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.admin.access import Role
 from llmrelay.admin.app import create_admin
-from llmrelay.admin.state import AdminState
+from llmrelay.admin.state import AccountPolicy, AdminState
 from llmrelay.billing.payments import Payments
 from llmrelay.deadlines import Deadlines
 from llmrelay.jobs.probe import Prober
@@ -35,6 +35,15 @@ from tests.admin.route_table import ANONYMOUS, CALLERS, TOKEN, Side, World, queu
 from tests.conftest import need_postgres
 from tests.support.databases import postgres_database, sqlite_url
 from tests.support.fake_stripe import FakeStripe, stripe_config
+
+#: Sign-up on, and the account routes' throttles out of the way of the matrix's many calls
+#: from one client address.
+OPEN = AccountPolicy(
+    signup_enabled=True,
+    signup_max_per_ip=1_000_000,
+    reset_max_per_account=1_000_000,
+    reset_max_per_ip=1_000_000,
+)
 
 
 async def _side(admin: httpx.AsyncClient, engine: AsyncEngine, slug: str) -> Side:
@@ -146,7 +155,9 @@ async def caller_client(world: World, caller: str, email: str) -> AsyncIterator[
 
 @asynccontextmanager
 async def build_world(engine: AsyncEngine) -> AsyncIterator[World]:
-    state = AdminState(ADMIN_TOKEN, engine=engine, sealer=SEALER, passwords=FAST_PASSWORDS)
+    state = AdminState(
+        ADMIN_TOKEN, engine=engine, sealer=SEALER, passwords=FAST_PASSWORDS, accounts=OPEN
+    )
     async with _payments(engine) as payments:  # top-ups (billing) against a fake Stripe
         state.payments = payments
         async with _world(state, engine) as world:

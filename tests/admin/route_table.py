@@ -24,6 +24,7 @@ from llmrelay.admin.state import AdminState
 from llmrelay.billing import ledger, orders
 from llmrelay.jobs import queue
 from tests.admin.access_support import PASSWORD, totp_code
+from tests.support.mail import mail_text, token_in
 
 #: Recognisable secrets planted in requests that carry one: no audit row may ever hold them.
 PLANTED_API_KEY = "sk-planted-provider-secret-7f3a9c"
@@ -305,6 +306,54 @@ async def _login(world: World, side: Side, api: httpx.AsyncClient) -> Call:
     return Call("POST", "/auth/login", body, target=side.member)
 
 
+async def _mailed_token(world: World, to: str, kind: str) -> str:
+    """The token of the last `kind` mail to `to`, opened from the sealed outbox."""
+    assert world.state.sealer is not None
+    return token_in(await mail_text(world.engine, world.state.sealer, to, kind))
+
+
+async def _accept_invitation(world: World, side: Side, api: httpx.AsyncClient) -> Call:
+    email = f"invitee{world.n()}@example.com"
+    body = {"email": email, "tenant_id": side.tenant, "role": "viewer"}
+    invited = await world.make("/invitations", body)
+    token = await _mailed_token(world, email, "invitation")
+    body = {"token": token, "password": PLANTED_PASSWORD}
+    return Call("POST", "/auth/invitation/accept", body, target=invited)
+
+
+async def _reset_request(world: World, side: Side, api: httpx.AsyncClient) -> Call:
+    return Call("POST", "/auth/password-reset", {"email": side.member_email}, target=side.member)
+
+
+async def _reset(world: World, side: Side, api: httpx.AsyncClient) -> Call:
+    email = f"forgot{world.n()}@example.com"
+    user = await world.make("/users", {"email": email, "password": PASSWORD})
+    async with world.client() as anonymous:
+        asked = await anonymous.post("/auth/password-reset", json={"email": email})
+        assert asked.status_code == 202, asked.text
+    token = await _mailed_token(world, email, "password_reset")
+    body = {"token": token, "password": PLANTED_PASSWORD}
+    return Call("POST", "/auth/password-reset/confirm", body, target=user)
+
+
+async def _verify(world: World, side: Side, api: httpx.AsyncClient) -> Call:
+    email = f"verify{world.n()}@example.com"
+    user = await world.make("/users", {"email": email, "password": PASSWORD})
+    async with world.client() as own:
+        signed_in = await own.post("/auth/login", json={"email": email, "password": PASSWORD})
+        own.headers["X-CSRF-Token"] = signed_in.json()["csrf_token"]
+        assert (await own.post("/auth/verify-email/send")).status_code == 202
+    token = await _mailed_token(world, email, "verification")
+    return Call("POST", "/auth/verify-email", {"token": token}, target=user)
+
+
+async def _signup(world: World, side: Side, api: httpx.AsyncClient) -> Call:
+    n = world.n()
+    body = {"email": f"founder{n}@example.com", "password": PLANTED_PASSWORD}
+    body["tenant_name"] = f"Signed up {n}"
+    return Call("POST", "/signup", body)
+
+
 # --- what a list shows -----------------------------------------------------------------
 
 
@@ -356,6 +405,21 @@ ROUTES: list[Route] = [
           action="user.totp_enable"),
     Route("POST", "/auth/totp/disable", None, "self", token_status=400, custom=_totp_disable,
           action="user.totp_disable"),
+    Route("POST", "/auth/verify-email/send", None, "self", token_status=400,
+          action="user.verification_sent", empty_diff=True),
+    # invitations, the account mails' links, sign-up
+    Route("POST", "/invitations", "users:write", new=True, action="user.invite",
+          body=lambda w, s: {"email": f"invited{w.n()}@example.com", "tenant_id": s.tenant,
+                             "role": "viewer"}),
+    Route("POST", "/auth/invitation/accept", None, "public", custom=_accept_invitation,
+          action="user.accept_invitation"),
+    Route("POST", "/auth/password-reset", None, "public", custom=_reset_request,
+          action="user.password_reset_request", empty_diff=True),
+    Route("POST", "/auth/password-reset/confirm", None, "public", custom=_reset,
+          action="user.password_reset"),
+    Route("POST", "/auth/verify-email", None, "public", custom=_verify,
+          action="user.verify_email"),
+    Route("POST", "/signup", None, "public", custom=_signup, new=True, action="tenant.signup"),
     # tenants, users, members
     _list("/tenants", "tenants:read", _ids()),
     Route("POST", "/tenants", "tenants:write", "global", platform_only=True, new=True,
@@ -364,6 +428,9 @@ ROUTES: list[Route] = [
     Route("GET", "/tenants/{tenant_id}", "tenants:read"),
     Route("PATCH", "/tenants/{tenant_id}", "tenants:write", body=_n("name", "T"),
           action="tenant.update"),
+    Route("GET", "/tenants/{tenant_id}/preferences", "tenants:read"),
+    Route("PUT", "/tenants/{tenant_id}/preferences", "tenants:write",
+          body=lambda w, s: {"low_balance_usd": 1 + w.n()}, action="tenant.preferences"),
     _list("/users", "users:read", _ids("email")),
     Route("POST", "/users", "users:write", new=True, action="user.create",
           body=lambda w, s: {"email": f"made{w.n()}@example.com", "password": PLANTED_PASSWORD,

@@ -3,6 +3,7 @@ runner is built from (stack.py), so `serve` and `llmrelay worker` run the same j
 
 from __future__ import annotations
 
+from llmrelay.alerts import jobs as alerts
 from llmrelay.billing import jobs as billing
 from llmrelay.jobs import operations
 from llmrelay.jobs.background_responses import BACKGROUND_RESPONSE
@@ -10,6 +11,7 @@ from llmrelay.jobs.generations import GENERATION
 from llmrelay.jobs.kinds import JobKind
 from llmrelay.jobs.runner import Schedule
 from llmrelay.jobs.webhooks.delivery import WEBHOOK_DELIVERY
+from llmrelay.mail import jobs as mail
 from llmrelay.settings import Settings
 
 
@@ -20,8 +22,15 @@ def job_kinds() -> list[JobKind]:
         GENERATION,
         WEBHOOK_DELIVERY,
         *billing.kinds(),
+        *mail.kinds(),
+        *alerts.kinds(),
     ]
 
 
 def schedules(settings: Settings) -> list[Schedule]:
-    return [*operations.schedules(settings), *billing.schedules(settings)]
+    return [
+        *operations.schedules(settings),
+        *billing.schedules(settings),
+        *mail.schedules(settings),
+        *alerts.schedules(settings),
+    ]

@@ -6,11 +6,12 @@ import ipaddress
 import time
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import fields
+from dataclasses import fields, replace
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
+import structlog
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -41,11 +42,14 @@ from llmrelay.store.models import (
     Provider,
     Route,
     RoutingPolicy,
+    Tenant,
     VirtualModel,
 )
 from llmrelay.store.models_billing import Wallet
 from llmrelay.store.models_jobs import UNAVAILABLE, ProviderHealth
 from llmrelay.store.types import utcnow
+
+log = structlog.get_logger(__name__)
 
 _CAPABILITY_FIELDS = tuple(f.name for f in fields(Capabilities))
 DEFAULT_TIMEOUT_S = 300.0
@@ -94,6 +98,8 @@ async def build_snapshot(session: AsyncSession, sealer: Sealer) -> Snapshot:
             created=int(model.created_at.timestamp()),
         )
 
+    default_models = await _apply_preferences(session, models)
+
     routing = await session.get(GatewaySetting, "routing")
     breaker = BreakerSettings(**routing.value.get("breaker", {})) if routing else BreakerSettings()
     policies = {p.id: _policy(p) for p in await session.scalars(select(RoutingPolicy))}
@@ -123,9 +129,43 @@ async def build_snapshot(session: AsyncSession, sealer: Sealer) -> Snapshot:
         breaker=breaker,
         rebuild_at=min(scheduled).timestamp() if scheduled else None,
         denied_providers=denied,
+        default_models=MappingProxyType(default_models),
     )
     validate(snapshot)  # before anyone can install it: raises SnapshotInvalid
     return snapshot
+
+
+async def _apply_preferences(
+    session: AsyncSession, models: dict[str, dict[str, ModelSnap]]
+) -> dict[str, ModelSnap]:
+    """Tenant preferences, resolved once here so requests pay nothing for them: the
+    `fallback_model` is appended to the fallbacks of each of the tenant's models of the same
+    kind (chat or embedding; not to itself, nor twice); the `default_model` is returned per
+    tenant (gateway/requests.py serves it for the name `default`). A preference naming a
+    model that is gone is left out, with a warning."""
+    defaults: dict[str, ModelSnap] = {}
+    for tenant_id, stored in (await session.execute(select(Tenant.id, Tenant.preferences))).all():
+        if not stored:
+            continue
+        tenant_models = models.get(tenant_id, {})
+        for field in ("fallback_model", "default_model"):
+            name = stored.get(field)
+            if name and name not in tenant_models:
+                log.warning("tenant_preference_names_no_model", tenant_id=tenant_id, field=field)
+        fallback = tenant_models.get(stored.get("fallback_model") or "")
+        if fallback is not None:
+            for name, model in tenant_models.items():
+                if model.embedding == fallback.embedding and fallback.name not in (
+                    model.name,
+                    *model.fallbacks,
+                ):
+                    tenant_models[name] = replace(
+                        model, fallbacks=(*model.fallbacks, fallback.name)
+                    )
+        default = tenant_models.get(stored.get("default_model") or "")
+        if default is not None:
+            defaults[tenant_id] = default
+    return defaults
 
 
 def provider_snap(row: Provider, sealer: Sealer) -> ProviderSnap:

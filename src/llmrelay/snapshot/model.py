@@ -179,6 +179,11 @@ class Snapshot:
     #: Providers their health probe found unavailable (table provider_health): their routes
     #: are built disabled (`RouteSnap.denied`), so no request tries them.
     denied_providers: frozenset[str] = frozenset()
+    #: tenant id -> the model its preferences name as `default_model`: what a request for the
+    #: model `default` gets when the tenant has no model of that name (gateway/requests.py).
+    #: A tenant's `fallback_model` needs no field: it is appended to each of its models'
+    #: `fallbacks` at build time (snapshot/builder.py), so it costs a request nothing.
+    default_models: Mapping[str, ModelSnap] = field(default_factory=lambda: MappingProxyType({}))
 
     def model(self, tenant_id: str, name: str) -> ModelSnap | None:
         return self.models.get(tenant_id, MappingProxyType({})).get(name)
