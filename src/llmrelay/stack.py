@@ -112,6 +112,7 @@ class Stack:
             tracing,
             settings.record_requests,
             capture_max_bytes=settings.capture_max_bytes,
+            guard_max_chars=settings.guardrails_max_chars,
         )
         dispatcher.runtime = runtime
         live_reload = LiveReload(

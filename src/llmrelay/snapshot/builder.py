@@ -14,7 +14,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from llmrelay.guardrails.policy import Guard
 from llmrelay.metering.cost import Price
+from llmrelay.snapshot.guardrails import GuardrailsError, load_guards
 from llmrelay.snapshot.model import (
     BreakerSettings,
     Capabilities,
@@ -90,6 +92,10 @@ async def build_snapshot(session: AsyncSession, sealer: Sealer) -> Snapshot:
     policies = {p.id: _policy(p) for p in await session.scalars(select(RoutingPolicy))}
     global_policy = _bound(policies, routing.value.get("policy_id") if routing else None)
 
+    try:
+        guards = await load_guards(session)
+    except GuardrailsError as exc:
+        raise SnapshotError(str(exc)) from None
     project_rows = {p.id: p for p in await session.scalars(select(Project))}
     projects = {p.id: _project(p) for p in project_rows.values()}
     keys = {}
@@ -104,7 +110,11 @@ async def build_snapshot(session: AsyncSession, sealer: Sealer) -> Snapshot:
             policy = _bound(policies, project_rows[key.project_id].routing_policy_id)
         else:
             policy = global_policy
-        keys[key.digest] = _key(key, project, policy)
+        try:
+            guard = guards.for_key(key.project_id, key.id)
+        except GuardrailsError as exc:
+            raise SnapshotError(str(exc)) from None
+        keys[key.digest] = _key(key, project, policy, guard)
     snapshot = Snapshot(
         generation=generation,
         built_at=time.time(),
@@ -242,7 +252,9 @@ def _project(row: Project) -> ProjectSnap:
     )
 
 
-def _key(row: ApiKey, project: ProjectSnap, policy: PolicySnap | None) -> KeySnap:
+def _key(
+    row: ApiKey, project: ProjectSnap, policy: PolicySnap | None, guard: Guard | None
+) -> KeySnap:
     own = None if row.allowed_models is None else frozenset(row.allowed_models)
     if own is None:
         allowed = project.allowed_models
@@ -262,4 +274,5 @@ def _key(row: ApiKey, project: ProjectSnap, policy: PolicySnap | None) -> KeySna
         limits=_limits(row),
         policy=policy,
         capture=row.capture == CAPTURE_FULL,
+        guard=guard,
     )
