@@ -46,7 +46,7 @@ async def test_prune_deletes_only_what_is_older_than_the_period(
     old = [_record(f"old-{i}", now - 40 * DAY - i, failed_attempt=i % 3 == 0) for i in range(30)]
     new = [_record(f"new-{i}", now - 10 * DAY - i, failed_attempt=i % 3 == 0) for i in range(5)]
     for record in (*old, *new):
-        hit = (record.request_id, 0, record.created, None, None, None, "pol", "pol", "pii")
+        hit = (record.request_id, 0, record.created, "t", "p", "k", "pol", "pol", "pii")
         hits = [(*hit, "email", "mask", "request", "messages[0].content", 1, 16)]
         recorder.record(record.row(1.0), record.attempt_log, None, hits)
     await recorder.stop(timeout_s=10)

@@ -1,11 +1,13 @@
 """The resource routers of the admin API (projects, keys, providers, models and routes,
-routing policies, prices, limits and budgets), mounted by admin/app.py in one call."""
+routing policies, prices, limits and budgets, guardrails), mounted by admin/app.py in one
+call."""
 
 from __future__ import annotations
 
 from fastapi import FastAPI
 from pydantic import BaseModel
 
+from llmrelay.admin.guardrails import endpoints as guardrails
 from llmrelay.admin.keys import endpoints as keys
 from llmrelay.admin.kit import http, openapi
 from llmrelay.admin.limits import endpoints as limits
@@ -16,6 +18,8 @@ from llmrelay.admin.projects import endpoints as projects
 from llmrelay.admin.providers import endpoints as providers
 from llmrelay.admin.settings import endpoints as settings
 from llmrelay.config.schema import (
+    GuardrailPolicyConfig,
+    GuardrailsConfig,
     KeyConfig,
     ModelConfig,
     PolicyConfig,
@@ -34,6 +38,8 @@ _BODIES: dict[tuple[str, str], tuple[type[BaseModel], tuple[str, ...]]] = {
     ("/models/{model_id}/routes", "post"): (RouteConfig, ()),
     ("/policies", "post"): (PolicyConfig, ()),
     ("/settings/routing", "put"): (RoutingConfig, ("policies",)),
+    ("/guardrails", "post"): (GuardrailPolicyConfig, ()),
+    ("/settings/guardrails", "put"): (GuardrailsConfig, ("policies",)),
 }
 
 
@@ -48,6 +54,7 @@ def include(app: FastAPI) -> None:
         policies.router,
         limits.router,
         settings.router,
+        guardrails.router,
     ):
         app.include_router(router)
     openapi.with_bodies(app, _BODIES)
