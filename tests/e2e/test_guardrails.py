@@ -203,7 +203,7 @@ def test_mask_sends_masked_text_upstream_keeps_tools_and_serves_the_answer(
 ) -> None:
     marker = "mask-marker-2b9"
     arguments = json.dumps({"email": EMAIL, "ticket": "TICKET-42"})
-    tools = [
+    tools: list[Any] = [
         {
             "type": "function",
             "function": {
