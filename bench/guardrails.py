@@ -31,7 +31,7 @@ BODY: dict[str, Any] = {
     "model": "chat",
     "messages": [
         {"role": "system", "content": "You are a helpful assistant. " + _PROSE},
-        {"role": "user", "content": _PROSE * 3},
+        {"role": "user", "content": _PROSE * 5},
         {"role": "assistant", "content": _PROSE * 2},
         {
             "role": "user",

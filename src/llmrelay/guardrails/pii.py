@@ -22,11 +22,14 @@ from llmrelay.guardrails.spans import Span, luhn_valid
 
 # -- email ----------------------------------------------------------------------------------
 
-_EMAIL: Final = re.compile(
-    r"(?<![A-Za-z0-9._%+-])"
-    r"[A-Za-z0-9._%+-]{1,64}@"
+#: The domain after an `@` (the local part before it is walked back to in Python: a pattern
+#: that starts with a character class is tried at every position of the text, an `@` is rare).
+_EMAIL_DOMAIN: Final = re.compile(
     r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.){1,8}"
     r"([A-Za-z]{2,24})(?![A-Za-z0-9-])"
+)
+_LOCAL_PART: Final = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._%+-"
 )
 #: "icon@2x.png" and its kind are file names, not addresses.
 _FILE_SUFFIXES: Final = frozenset({"png", "jpg", "jpeg", "gif", "svg", "webp", "ico", "bmp"})
@@ -35,14 +38,22 @@ _FILE_SUFFIXES: Final = frozenset({"png", "jpg", "jpeg", "gif", "svg", "webp", "
 def find_emails(text: str) -> list[Span]:
     """Addresses outside URLs: in `https://user@host/...` or `https://x.com/@a@b.io` the
     `@` belongs to the URL, not to an address (a `mailto:` address is one)."""
-    if "@" not in text:
-        return []
     found: list[Span] = []
-    for match in _EMAIL.finditer(text):
-        start = match.start()
-        if match.group(1).lower() in _FILE_SUFFIXES or _inside_url(text, start):
-            continue
-        found.append((start, match.end(), "email"))
+    at = text.find("@")
+    while at >= 0:
+        start = at
+        while start > 0 and at - start < 65 and text[start - 1] in _LOCAL_PART:
+            start -= 1
+        domain = _EMAIL_DOMAIN.match(text, at + 1)
+        if (
+            domain is not None
+            and 0 < at - start <= 64
+            and (start == 0 or text[start - 1] not in _LOCAL_PART)
+            and domain.group(1).lower() not in _FILE_SUFFIXES
+            and not _inside_url(text, start)
+        ):
+            found.append((start, domain.end(), "email"))
+        at = text.find("@", at + 1)
     return found
 
 
@@ -54,31 +65,51 @@ def _inside_url(text: str, start: int) -> bool:
 
 # -- phone numbers --------------------------------------------------------------------------
 
-_PHONE: Final = re.compile(
-    r"(?<![\w+#/.:=-])(?:"
-    # E.164 and international formats: +, country code, then digits and separators
-    r"(?P<intl>\+[1-9][\d ().-]{6,22}\d)"
-    # North American: (NXX) NXX-XXXX, NXX-NXX-XXXX, NXX.NXX.XXXX, optionally with 1 first
-    r"|(?P<nanp>(?:1[ .-]?)?(?:\([2-9]\d{2}\) ?|[2-9]\d{2}[ .-])[2-9]\d{2}[ .-]\d{4})"
-    # national formats with a trunk 0 and one kind of separator: 06 12 34 56 78,
-    # 020 7946 0958, 030-1234567, 01.23.45.67.89
-    r"|(?P<trunk>0\d{1,4}(?P<sep>[ .-])\d{2,8}(?:(?P=sep)\d{2,8}){0,3})"
-    r")(?!\w|[.,-]\d)"
+#: One pattern per format, each beginning with its first character and only then looking
+#: behind it: a pattern that begins with a lookbehind or an alternation is tried at every
+#: position of the text, one that begins with a character is looked for first (several times
+#: faster over prose).
+_BEFORE: Final = r"[\w+#/.:=-]"
+_AFTER: Final = r"(?!\w|[.,-]\d)"
+#: E.164 and international formats: +, country code, then digits and separators
+_INTERNATIONAL: Final = re.compile(rf"\+(?<!{_BEFORE}\+)[1-9][\d ().-]{{6,22}}\d{_AFTER}")
+#: North American: (NXX) NXX-XXXX, NXX-NXX-XXXX, NXX.NXX.XXXX, optionally with 1 first
+_NORTH_AMERICAN: Final = re.compile(
+    rf"[(1-9](?<!{_BEFORE}[(1-9])(?<=[(\d])"
+    r"(?:(?<=\()[2-9]\d{2}\) ?|(?<=1)[ .-]?(?:\([2-9]\d{2}\) ?|[2-9]\d{2}[ .-])"
+    r"|(?<=[2-9])\d{2}[ .-])"
+    rf"[2-9]\d{{2}}[ .-]\d{{4}}{_AFTER}"
+)
+#: national formats with a trunk 0 and one kind of separator: 06 12 34 56 78, 020 7946 0958,
+#: 030-1234567, 01.23.45.67.89
+_TRUNK: Final = re.compile(
+    rf"0(?<!{_BEFORE}0)\d{{1,4}}(?P<sep>[ .-])\d{{2,8}}(?:(?P=sep)\d{{2,8}}){{0,3}}{_AFTER}"
 )
 
 
 def find_phones(text: str) -> list[Span]:
     found: list[Span] = []
-    for match in _PHONE.finditer(text):
+    for match in _INTERNATIONAL.finditer(text):
         value = match.group()
-        digits = sum(c.isdigit() for c in value)
-        if match.group("intl") is not None:
-            if not 8 <= digits <= 15 or not _tidy_separators(value):
-                continue
-        elif match.group("trunk") is not None and not 9 <= digits <= 11:
+        if 8 <= sum(c.isdigit() for c in value) <= 15 and _tidy_separators(value):
+            found.append((match.start(), match.end(), "phone"))
+    found += [(m.start(), m.end(), "phone") for m in _NORTH_AMERICAN.finditer(text)]
+    for match in _TRUNK.finditer(text):
+        if 9 <= sum(c.isdigit() for c in match.group()) <= 11:
+            found.append((match.start(), match.end(), "phone"))
+    if len(found) < 2:
+        return found
+    return _apart(sorted(found, key=lambda s: (s[0], -s[1])))
+
+
+def _apart(spans: list[Span]) -> list[Span]:
+    """Spans of the three formats without overlaps (the earlier, then the longer, wins)."""
+    kept: list[Span] = []
+    for span in spans:
+        if kept and span[0] < kept[-1][1]:
             continue
-        found.append((match.start(), match.end(), "phone"))
-    return found
+        kept.append(span)
+    return kept
 
 
 def _tidy_separators(value: str) -> bool:
@@ -94,7 +125,7 @@ def _tidy_separators(value: str) -> bool:
 
 # -- payment cards --------------------------------------------------------------------------
 
-_CARD: Final = re.compile(r"(?<![\w.,-])\d(?:[ -]?\d){11,99}(?!\w|[.,]\d)")
+_CARD: Final = re.compile(r"\d(?<![\w.,-]\d)(?:[ -]?\d){11,99}(?!\w|[.,]\d)")
 _CARD_SEPARATORS: Final = re.compile(r"[ -]")
 
 
@@ -197,7 +228,7 @@ IBAN_LENGTHS: Final = {
     **dict.fromkeys(("LC",), 32),
     **dict.fromkeys(("RU",), 33),
 }
-_IBAN_START: Final = re.compile(r"(?<![A-Za-z0-9])([A-Z]{2})\d{2}(?=[ A-Z0-9])")
+_IBAN_START: Final = re.compile(r"[A-Z](?<![A-Za-z0-9][A-Z])[A-Z]\d{2}(?=[ A-Z0-9])")
 
 
 def find_ibans(text: str) -> list[Span]:
@@ -210,7 +241,7 @@ def find_ibans(text: str) -> list[Span]:
         if match is None:
             return found
         start = match.start()
-        length = IBAN_LENGTHS.get(match.group(1))
+        length = IBAN_LENGTHS.get(text[start : start + 2])
         end = _iban_end(text, start, length) if length is not None else None
         if end is not None and iban_valid(text[start:end].replace(" ", "")):
             found.append((start, end, "iban"))

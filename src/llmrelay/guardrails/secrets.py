@@ -80,6 +80,9 @@ _ASSIGNMENT: Final = re.compile(
     r"([A-Za-z0-9_./+=~-]{16,300})"
 )
 
+#: Every name `_ASSIGNMENT` knows holds one of these.
+_NAME_WORDS: Final = ("key", "secret", "token", "pass", "pwd")
+
 SECRET_KINDS: Final = (*_FORMATS, "private_key", "generic_secret")
 
 
@@ -130,6 +133,9 @@ def find_private_keys(text: str) -> list[Span]:
 def find_generic_secrets(text: str) -> list[Span]:
     """The value (only the value) of `api_key=...`, `"client_secret": "..."`,
     `password: ...` and the like, when it looks random."""
+    lowered = text.lower()
+    if not any(word in lowered for word in _NAME_WORDS):
+        return []  # the pattern begins with a lookbehind: worth avoiding in most text
     found: list[Span] = []
     for match in _ASSIGNMENT.finditer(text):
         value = match.group(1)
