@@ -346,7 +346,11 @@ def test_a_binding_made_through_the_admin_api_applies_live(
             time.sleep(0.2)
         refused = _refused(clients["live"], "the Bluebird plan")
         assert "'words'" in refused.message and "codename" in refused.message
-        hits = admin.get("/guardrails/hits", params={"key_id": live["id"]}).json()["data"]
+        hits: list[dict[str, Any]] = []
+        while not hits:  # written by the recorder's next batch, off the request path
+            assert time.monotonic() < deadline + 5, "no hit was recorded"
+            hits = admin.get("/guardrails/hits", params={"key_id": live["id"]}).json()["data"]
+            time.sleep(0 if hits else 0.1)
         assert hits and hits[0]["detector"] == "codename" and hits[0]["action"] == "block"
         tested = admin.post(
             f"/guardrails/{hits[0]['policy_id']}/test", json={"text": "about bluebird now"}
