@@ -83,6 +83,9 @@ class Settings(BaseSettings):
     price_sync_interval_s: float = Field(default=86400.0, gt=0)
     #: The most of each captured body (request, response) that is kept; the rest is cut off.
     capture_max_bytes: int = Field(default=MIB, gt=0)
+    #: The most characters of text guardrails screen in one request or answer; a body with
+    #: more (for a key with rules in force) is refused with 413, never passed unscreened.
+    guardrails_max_chars: int = Field(default=1_000_000, gt=0)
     #: False: no request records are written (for benchmarks and experiments only: usage,
     #: the usage API and budgets after a restart all read the records).
     record_requests: bool = True

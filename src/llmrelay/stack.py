@@ -122,6 +122,7 @@ class Stack:
             settings.record_requests,
             capture_max_bytes=settings.capture_max_bytes,
             prepaid=prepaid,
+            guard_max_chars=settings.guardrails_max_chars,
         )
         dispatcher.runtime = runtime
         live_reload = LiveReload(

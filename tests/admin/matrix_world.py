@@ -28,6 +28,7 @@ from llmrelay.store import migrate, rollups
 from llmrelay.store.db import create_engine, session_factory
 from llmrelay.store.models import RequestRecord, UsageRollupDirty
 from llmrelay.store.models_access import AuditEntry, Membership, User
+from llmrelay.store.models_guardrails import GuardrailHit
 from llmrelay.store.types import utcnow
 from tests.admin.access_support import FAST_PASSWORDS, PASSWORD, login
 from tests.admin.conftest import ADMIN_TOKEN, SEALER
@@ -65,6 +66,8 @@ async def _side(admin: httpx.AsyncClient, engine: AsyncEngine, slug: str) -> Sid
         tenant_id=tenant,
     )
     policy = (await post("/policies", {"name": "eu-only"}, tenant_id=tenant))["id"]
+    pii = {"name": "pii", "rules": [{"detector": "pii", "action": "mask"}]}
+    guardrail = (await post("/guardrails", pii, tenant_id=tenant))["id"]
     member_email = f"member@{slug}.example.com"
     member = await post(
         "/users",
@@ -82,6 +85,25 @@ async def _side(admin: httpx.AsyncClient, engine: AsyncEngine, slug: str) -> Sid
                     endpoint="chat.completions",
                     status_code=200,
                     latency_ms=5.0,
+                )
+            )
+            session.add(
+                GuardrailHit(
+                    request_id=request_id,
+                    seq=0,
+                    created_at=utcnow(),
+                    tenant_id=tenant,
+                    project_id=project_id,
+                    key_id="k",
+                    policy_id=guardrail,
+                    policy="pii",
+                    rule="pii",
+                    detector="email",
+                    action="mask",
+                    location="request",
+                    field="messages[0].content",
+                    count=1,
+                    matched_chars=16,
                 )
             )
         session.add(
@@ -107,6 +129,7 @@ async def _side(admin: httpx.AsyncClient, engine: AsyncEngine, slug: str) -> Sid
         model=model["id"],
         route=model["routes"][0]["id"],
         policy=policy,
+        guardrail=guardrail,
         member=member["id"],
         member_email=member_email,
         request_id=request_ids[0],

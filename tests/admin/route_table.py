@@ -52,6 +52,7 @@ class Side:
     model: str
     route: str
     policy: str
+    guardrail: str
     member: str  # a viewer of this tenant only
     member_email: str
     request_id: str
@@ -113,6 +114,7 @@ PARAMS = {
     "model_id": "model",
     "route_id": "route",
     "policy_id": "policy",
+    "guardrail_id": "guardrail",
     "user_id": "member",
     "request_id": "request_id",
     "job_id": "job",
@@ -218,6 +220,23 @@ async def _price(world: World, side: Side) -> str:
 
 async def _policy(world: World, side: Side) -> str:
     return await world.make("/policies", {"name": f"pol{world.n()}"}, tenant_id=side.tenant)
+
+
+def _guardrail_body(world: World, side: Side) -> dict[str, Any]:
+    return {"name": f"g{world.n()}", "rules": [{"detector": "email", "action": "mask"}]}
+
+
+async def _guardrail(world: World, side: Side) -> str:
+    return await world.make("/guardrails", _guardrail_body(world, side), tenant_id=side.tenant)
+
+
+async def _global_guardrails(world: World, side: Side, api: httpx.AsyncClient) -> Call:
+    """A new policy of the default tenant (the global binding's) to bind: each call a change."""
+    name = f"global{world.n()}"
+    await world.make(
+        "/guardrails", {"name": name, "rules": [{"detector": "card", "action": "block"}]}
+    )
+    return Call("PUT", "/settings/guardrails", {"global": [name]}, target="guardrails")
 
 
 async def _floater(world: World, side: Side) -> str:
@@ -536,4 +555,13 @@ ROUTES: list[Route] = [
     Route("GET", "/billing/{tenant_id}/orders/{order_id}", "billing:read", make=_order),
     Route("POST", "/billing/{tenant_id}/checkout", "billing:write", new=True,
           action="order.checkout", body=lambda w, s: {"amount_usd": "10"}),
+    # guardrails: policies, the dry run, the audit records of hits, the global binding
+    *_crud("guardrail", "/guardrails", "{guardrail_id}", _guardrail_body,
+           lambda w, s: {"description": f"d{w.n()}"}, _guardrail),
+    _list("/guardrails/hits", "guardrails:read", _ids("request_id"), **SCOPED),
+    Route("POST", "/guardrails/{guardrail_id}/test", "guardrails:read", action="guardrail.test",
+          body=lambda w, s: {"text": f"mail {PLANTED_KEY} to a@example.com"}, empty_diff=True),
+    Route("GET", "/settings/guardrails", "guardrails:read", "global"),
+    Route("PUT", "/settings/guardrails", "guardrails:write", "global", platform_only=True,
+          custom=_global_guardrails, action="settings.guardrails", target="guardrails"),
 ]  # fmt: skip

@@ -25,7 +25,7 @@ def end_call(runtime: Runtime, record: CallRecord) -> None:
     if runtime.record_requests:
         capture = record.capture
         payload = None if capture is None else capture.row(record.request_id, record.created)
-        runtime.recorder.record(row, record.attempt_log, payload)
+        runtime.recorder.record(row, record.attempt_log, payload, record.guard_hits)
     cost = row[COST_COLUMN]
     admission = record.admission
     if admission is not None:

@@ -121,6 +121,21 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.guardrail_hits = Counter(
+            "llmrelay_guardrail_hits",
+            "Guardrail matches, by policy, rule, detector (what matched), action (audit, "
+            "mask, block) and location (request, response).",
+            ("policy", "rule", "detector", "action", "location"),
+            registry=self.registry,
+        )
+        self.guardrail_blocked = Counter(
+            "llmrelay_guardrail_blocked",
+            "Requests refused (location request) or answers withheld (location response) by "
+            "a guardrail block rule, by policy and rule.",
+            ("policy", "rule", "location"),
+            registry=self.registry,
+        )
+
         self.jobs_finished = Counter(
             "llmrelay_jobs_finished",
             "Job attempts this process ran, by kind and how they ended (succeeded, failed, "

@@ -15,7 +15,9 @@ import structlog
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from llmrelay.guardrails.policy import Guard
 from llmrelay.metering.cost import Price
+from llmrelay.snapshot.guardrails import GuardrailsError, load_guards
 from llmrelay.snapshot.model import (
     BreakerSettings,
     Capabilities,
@@ -106,6 +108,10 @@ async def build_snapshot(session: AsyncSession, sealer: Sealer) -> Snapshot:
     global_policy = _bound(policies, routing.value.get("policy_id") if routing else None)
 
     prepaid = frozenset(await session.scalars(select(Wallet.tenant_id).where(Wallet.prepaid)))
+    try:
+        guards = await load_guards(session)
+    except GuardrailsError as exc:
+        raise SnapshotError(str(exc)) from None
     project_rows = {p.id: p for p in await session.scalars(select(Project))}
     projects = {p.id: _project(p) for p in project_rows.values()}
     keys = {}
@@ -120,7 +126,11 @@ async def build_snapshot(session: AsyncSession, sealer: Sealer) -> Snapshot:
             policy = _bound(policies, project_rows[key.project_id].routing_policy_id)
         else:
             policy = global_policy
-        keys[key.digest] = _key(key, project, policy, key.tenant_id in prepaid)
+        try:
+            guard = guards.for_key(key.project_id, key.id)
+        except GuardrailsError as exc:
+            raise SnapshotError(str(exc)) from None
+        keys[key.digest] = _key(key, project, policy, guard, key.tenant_id in prepaid)
     snapshot = Snapshot(
         generation=generation,
         built_at=time.time(),
@@ -315,7 +325,11 @@ def _project(row: Project) -> ProjectSnap:
 
 
 def _key(
-    row: ApiKey, project: ProjectSnap, policy: PolicySnap | None, prepaid: bool = False
+    row: ApiKey,
+    project: ProjectSnap,
+    policy: PolicySnap | None,
+    guard: Guard | None,
+    prepaid: bool = False,
 ) -> KeySnap:
     own = None if row.allowed_models is None else frozenset(row.allowed_models)
     if own is None:
@@ -337,4 +351,5 @@ def _key(
         policy=policy,
         capture=row.capture == CAPTURE_FULL,
         prepaid=prepaid,
+        guard=guard,
     )

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from llmrelay.guardrails.policy import Guard
 from llmrelay.metering.cost import Price
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -150,6 +151,9 @@ class KeySnap:
     #: Whether its tenant's wallet is prepaid (billing/): each request reserves before the
     #: provider call and settles after it. A bool, so a key that is not costs one check.
     prepaid: bool = False
+    #: The guardrail rules in force (its bindings: global, its project's, its own; see
+    #: guardrails/policy.py); None when none is: such a key costs one attribute check.
+    guard: Guard | None = None
 
     def allows_model(self, name: str) -> bool:
         return self.allowed_models is None or name in self.allowed_models
