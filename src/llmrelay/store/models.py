@@ -73,7 +73,7 @@ class Tenant(Versioned, Timestamped, Base):
     name: Mapped[str] = mapped_column(String(200))
     #: Members must have two-factor authentication on to act in the tenant (migration 0011).
     require_2fa: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
-    #: Tenant preferences (migration 0017): {"default_model", "fallback_model"}; None = none.
+    #: Tenant preferences (migration 0014): {"default_model", "fallback_model"}; None = none.
     preferences: Mapped[dict[str, Any] | None] = mapped_column(JSONDoc, nullable=True)
 
 

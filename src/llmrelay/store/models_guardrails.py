@@ -1,4 +1,4 @@
-"""Guardrails (migration 0018): content policies, their bindings to projects and keys, and the
+"""Guardrails (migration 0015): content policies, their bindings to projects and keys, and the
 audit records of their hits. On store/models.py's `Base`, so one metadata holds the whole
 schema. The gateway-wide binding is the `guardrails` row of `gateway_settings`
 (`{"policy_ids": [...]}`).

@@ -3,8 +3,8 @@ their hits
 
 New tables only (the gateway-wide binding is a row of `gateway_settings`).
 
-Revision ID: 0018
-Revises: 0017
+Revision ID: 0015
+Revises: 0014
 Create Date: 2026-12-04
 """
 
@@ -15,8 +15,8 @@ from alembic import op
 
 from llmrelay.store.types import BigIntPK, JSONDoc, UTCDateTime
 
-revision: str = "0018"
-down_revision: str | None = "0017"
+revision: str = "0015"
+down_revision: str | None = "0014"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
