@@ -46,6 +46,7 @@ def test_the_role_table_says_what_the_issue_says() -> None:
         "projects:read",
         "providers:read",
         "usage:read",
+        "guardrails:read",
     }
     assert ROLE_PERMISSIONS[Role.BILLING] == {
         "usage:read",
@@ -58,7 +59,7 @@ def test_the_role_table_says_what_the_issue_says() -> None:
         "billing:write",
     }
     assert ROLE_PERMISSIONS[Role.VIEWER] == reads - {"audit:read"}
-    assert ROLE_PERMISSIONS[Role.AUDITOR] == {"audit:read", "usage:read"}
+    assert ROLE_PERMISSIONS[Role.AUDITOR] == {"audit:read", "usage:read", "guardrails:read"}
     assert set(ROLE_PERMISSIONS) == set(Role)
 
 

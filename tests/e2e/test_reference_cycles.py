@@ -98,9 +98,10 @@ def gateway(
     upstream: MockUpstream, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
     folder = tmp_path_factory.mktemp("cycles")
-    process = GatewayProcess(
-        folder, config=_config(upstream), env={"CYCLES_REPORT": str(folder / "cycles.json")}
-    )
+    # The job runner is off: its idle reads build SQLAlchemy statements (whose cycles are
+    # SQLAlchemy's, on a timer, not per request) that would blur what requests leave.
+    env = {"CYCLES_REPORT": str(folder / "cycles.json"), "LLMRELAY_JOBS_IN_PROCESS": "false"}
+    process = GatewayProcess(folder, config=_config(upstream), env=env)
     process.args[1:3] = ["-c", _WRAPPER]  # `python -m llmrelay serve ...` -> the wrapper
     process.start()
     yield process
