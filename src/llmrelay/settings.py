@@ -102,6 +102,9 @@ class Settings(BaseSettings):
     jobs_lease_s: float = Field(default=60.0, ge=1)
     jobs_poll_s: float = Field(default=1.0, gt=0)
     jobs_keep_finished_s: float = Field(default=7 * 86400.0, gt=0)
+    #: The web console at `/` (console/); false: `/` and the console's pages answer the
+    #: JSON 404 (an API-only gateway). The data plane never reaches it either way.
+    console: bool = True
 
     @field_validator("trusted_proxies", mode="before")
     @classmethod
