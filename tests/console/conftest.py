@@ -119,8 +119,11 @@ def seed_accounts(site: Site) -> None:
             assert answer.status_code == 201, answer.text
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Browser]:
+    """One Chromium for the package's tests. Not for the whole session: Playwright's sync
+    API keeps its event loop marked as running while it lives, so no asyncio test could run
+    after it (this package's tests are all synchronous)."""
     yield from chromium()
 
 

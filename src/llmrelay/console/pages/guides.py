@@ -23,7 +23,7 @@ async def _models(found: Visit) -> list[dict[str, Any]]:
 async def quickstart(console: Console, request: Request) -> Response:
     found = await visit(console, request)
     models = await _models(found)
-    chat = [m["name"] for m in models if not m["embedding"]]
+    chat = sorted(m["name"] for m in models if not m["embedding"])
     model = chat[0] if chat else "MODEL"
     base_url = found.base_url()
     return found.render(
