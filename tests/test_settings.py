@@ -84,3 +84,13 @@ def test_the_record_spool_sits_beside_its_database_unless_set(
     assert Settings(database_url="sqlite://").spool_path is None  # in memory: nothing to keep
     monkeypatch.setenv("LLMRELAY_SPOOL_DIR", str(tmp_path / "records"))
     assert Settings(database_url="postgresql://u@db/x").spool_path == tmp_path / "records"
+
+
+def test_probe_delays_are_seconds_from_a_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().probe_delays_s == (300.0, 600.0, 1800.0, 3600.0)  # 5, 10, 30, 60 min
+    monkeypatch.setenv("LLMRELAY_PROBE_DELAYS_S", " 1, 2.5 ,")
+    assert Settings().probe_delays_s == (1.0, 2.5)
+    for wrong in ("", "0", "5,-1", "five"):
+        monkeypatch.setenv("LLMRELAY_PROBE_DELAYS_S", wrong)
+        with pytest.raises(ValueError, match="LLMRELAY_PROBE_DELAYS_S"):
+            Settings()

@@ -25,6 +25,7 @@ from llmrelay.gateway.endpoints import DataPlane
 from llmrelay.gateway.entry import GatewayApp
 from llmrelay.gateway.errors import GatewayError, NotFound
 from llmrelay.gateway.ingress import IngressMiddleware, RequestContext
+from llmrelay.jobs.probe import Prober
 from llmrelay.observability.health import Health
 from llmrelay.observability.logging import configure_logging
 from llmrelay.observability.metrics import Metrics
@@ -32,7 +33,7 @@ from llmrelay.protocols.anthropic_models import error_body as anthropic_error_bo
 from llmrelay.protocols.openai import error_body
 from llmrelay.settings import Settings
 from llmrelay.stack import Stack
-from llmrelay.store import partitions, payload_retention, retention, rollups
+from llmrelay.store import partitions, rollups
 
 Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
 log = structlog.get_logger(__name__)
@@ -142,32 +143,28 @@ def create_app(settings: Settings) -> GatewayApp:
             metrics.watch(metrics.record_queue_depth, lambda: recorder.depth)
             metrics.watch(metrics.snapshot_generation, lambda: snapshots.current.generation)
             metrics.watch(metrics.snapshot_age, snapshots.age_s)
+            metrics.watch(metrics.providers_denied, lambda: len(snapshots.current.denied_providers))
             admin.publisher = stack.live_reload.publisher  # the admin API announces changes
             health.engine, health.snapshots = engine, snapshots
             health.live_reload = stack.live_reload
             admin.engine, admin.sealer = engine, stack.sealer
+            # Provider health (admin/providers/health_*): probes as the jobs run them, this
+            # process's breakers, and its job runner to wake after queueing a job.
+            admin.prober = Prober(
+                engine,
+                stack.sealer,
+                stack.registry,
+                delays_s=settings.probe_delays_s,
+                publisher=stack.live_reload.publisher,
+            )
+            admin.breakers = stack.runtime.executor.breakers
+            admin.wake_jobs = stack.runner.wake if stack.runner is not None else None
             await ensure_bootstrap_admin(engine, settings, admin.passwords)
             tasks.append(asyncio.create_task(snapshots.poll(settings.snapshot_poll_s)))
             tasks.append(asyncio.create_task(rollups.run(engine, settings.rollup_interval_s)))
             # PostgreSQL: the months ahead of request_records exist (now, then daily).
             tasks.append(asyncio.create_task(partitions.run(engine)))
-            if settings.record_retention_days is not None:
-                tasks.append(
-                    asyncio.create_task(
-                        retention.run(
-                            engine, settings.record_retention_days, settings.retention_interval_s
-                        )
-                    )
-                )
-            payload_days = payload_retention.retention_days(
-                settings.payload_retention_days, settings.record_retention_days
-            )
-            if payload_days is not None:
-                tasks.append(
-                    asyncio.create_task(
-                        payload_retention.run(engine, payload_days, settings.retention_interval_s)
-                    )
-                )
+            # Record and payload retention run as periodic jobs (jobs/retention.py).
             settle_garbage_collector()
             yield
         finally:

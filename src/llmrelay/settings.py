@@ -64,11 +64,18 @@ class Settings(BaseSettings):
     workers: int = Field(default=1, ge=1)
     #: Request records older than this many days are deleted (unset: kept forever).
     record_retention_days: float | None = Field(default=None, gt=0)
-    #: How often the retention task looks for records to delete.
+    #: How often record and payload retention run (periodic jobs: one replica each round).
     retention_interval_s: float = Field(default=3600.0, gt=0)
     #: Captured payloads (keys with `capture: full`) older than this many days are deleted;
     #: unset: kept as long as their records. Never longer than the records either way.
     payload_retention_days: float | None = Field(default=None, gt=0)
+    #: Provider health probes (jobs/probe.py): the waits before the next probe of a provider
+    #: that is not online, after its 1st, 2nd, ... failed probe (seconds, comma-separated;
+    #: the last repeats): 5, 10 and 30 minutes, then hourly.
+    probe_delays_s: Annotated[tuple[float, ...], NoDecode] = (300.0, 600.0, 1800.0, 3600.0)
+    #: How often the prices of virtual models without a price of their own are brought in
+    #: line with the bundled catalogue (jobs/price_sync.py; a day).
+    price_sync_interval_s: float = Field(default=86400.0, gt=0)
     #: The most of each captured body (request, response) that is kept; the rest is cut off.
     capture_max_bytes: int = Field(default=MIB, gt=0)
     #: False: no request records are written (for benchmarks and experiments only: usage,
@@ -102,6 +109,27 @@ class Settings(BaseSettings):
     jobs_lease_s: float = Field(default=60.0, ge=1)
     jobs_poll_s: float = Field(default=1.0, gt=0)
     jobs_keep_finished_s: float = Field(default=7 * 86400.0, gt=0)
+    #: Background responses and queued generations (jobs/): kept this long from submission
+    #: (a day), then deleted with their answer; one not finished by then fails `expired`.
+    background_ttl_s: float = Field(default=86400.0, gt=0)
+    #: Webhooks (jobs/webhooks/): hosts a webhook URL may name although they resolve to a
+    #: private, link-local or otherwise internal address (comma-separated hostnames and
+    #: CIDRs); loopback is never reached unless LLMRELAY_WEBHOOK_ALLOW_LOOPBACK is true too.
+    webhook_allowed_hosts: Annotated[tuple[str, ...], NoDecode] = ()
+    webhook_allow_loopback: bool = False
+    #: The waits between a failed delivery and its next attempt (seconds, comma-separated):
+    #: one attempt more than waits (default: 8 attempts over about 27 hours).
+    webhook_retry_schedule_s: Annotated[tuple[float, ...], NoDecode] = (
+        5.0,
+        300.0,
+        1800.0,
+        7200.0,
+        18000.0,
+        36000.0,
+        36000.0,
+    )
+    #: One delivery attempt's limit (connect, send, the receiver's answer).
+    webhook_timeout_s: float = Field(default=10.0, gt=0)
     #: The web console at `/` (console/); false: `/` and the console's pages answer the
     #: JSON 404 (an API-only gateway). The data plane never reaches it either way.
     console: bool = True
@@ -118,6 +146,42 @@ class Settings(BaseSettings):
             return tuple(ipaddress.ip_network(str(i).strip(), strict=False) for i in items if i)
         except ValueError as exc:
             raise ValueError(f"LLMRELAY_TRUSTED_PROXIES: {exc}") from exc
+
+    @field_validator("webhook_allowed_hosts", mode="before")
+    @classmethod
+    def _parse_hosts(cls, value: object) -> tuple[str, ...]:
+        """Hostnames (lower-cased, no trailing dot) and CIDRs, checked here so a typo
+        stops the process at start rather than leaving a webhook refused."""
+        if value is None or value == "":
+            return ()
+        items = value.split(",") if isinstance(value, str) else list(value)  # type: ignore[call-overload]
+        hosts = []
+        for item in (str(i).strip().lower().rstrip(".") for i in items):
+            if not item:
+                continue
+            if "/" in item:
+                try:
+                    ipaddress.ip_network(item, strict=False)
+                except ValueError as exc:
+                    raise ValueError(f"LLMRELAY_WEBHOOK_ALLOWED_HOSTS: {exc}") from exc
+            elif not _HOSTNAME.fullmatch(item):
+                raise ValueError(
+                    f"LLMRELAY_WEBHOOK_ALLOWED_HOSTS: {item!r} is neither a hostname nor a CIDR"
+                )
+            hosts.append(item)
+        return tuple(hosts)
+
+    @field_validator("webhook_retry_schedule_s", mode="before")
+    @classmethod
+    def _parse_schedule(cls, value: object) -> tuple[float, ...]:
+        items = value.split(",") if isinstance(value, str) else list(value)  # type: ignore[call-overload]
+        try:
+            waits = tuple(float(str(i).strip()) for i in items if str(i).strip())
+        except ValueError as exc:
+            raise ValueError(f"LLMRELAY_WEBHOOK_RETRY_SCHEDULE_S: {exc}") from exc
+        if any(wait < 0 for wait in waits):
+            raise ValueError("LLMRELAY_WEBHOOK_RETRY_SCHEDULE_S: a wait cannot be negative")
+        return waits
 
     @field_validator("cors_origins", mode="before")
     @classmethod
@@ -138,6 +202,18 @@ class Settings(BaseSettings):
                 )
             origins.append(item)
         return tuple(origins)
+
+    @field_validator("probe_delays_s", mode="before")
+    @classmethod
+    def _parse_delays(cls, value: object) -> tuple[float, ...]:
+        items = value.split(",") if isinstance(value, str) else list(value)  # type: ignore[call-overload]
+        try:
+            delays = tuple(float(str(i).strip()) for i in items if str(i).strip())
+        except ValueError as exc:
+            raise ValueError(f"LLMRELAY_PROBE_DELAYS_S: {exc}") from exc
+        if not delays or any(delay <= 0 for delay in delays):
+            raise ValueError("LLMRELAY_PROBE_DELAYS_S: one or more waits, each above 0 seconds")
+        return delays
 
     @property
     def cors_credentials(self) -> bool:
@@ -172,6 +248,7 @@ class Settings(BaseSettings):
 
 
 _ORIGIN = re.compile(r"https?://[^/\s?#]+")
+_HOSTNAME = re.compile(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*")
 
 
 def resolve_secret_key(settings: Settings) -> str:

@@ -19,9 +19,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.deadlines import Deadlines
 from llmrelay.gateway.dispatch import Dispatcher, Runtime
+from llmrelay.gateway.durable import DurableJobs
 from llmrelay.gateway.executor import Executor
 from llmrelay.gateway.recorder import Recorder
 from llmrelay.gateway.watch import ClientWatches
+from llmrelay.jobs.probe_trigger import ProbeTrigger
 from llmrelay.jobs.runner import JobRunner, RunnerOptions
 from llmrelay.jobs.services import Services
 from llmrelay.limits.base import Limiter
@@ -66,6 +68,8 @@ class Stack:
     runner: JobRunner | None = None
     #: SQLite: this process's mark that the database is in use (`llmrelay restore` waits).
     in_use: IO[bytes] | None = None
+    #: Queues a health probe when a provider refuses the gateway's credentials.
+    probe_trigger: ProbeTrigger | None = None
 
     @classmethod
     async def open(
@@ -139,6 +143,10 @@ class Stack:
         if jobs:
             stack.runner = _runner(stack, dispatcher, metrics)
             stack.runner.start()
+        wake = stack.runner.wake if stack.runner is not None else None
+        stack.probe_trigger = ProbeTrigger(engine, wake=wake)
+        runtime.executor.on_credentials_refused = stack.probe_trigger
+        dispatcher.durable = _submissions(stack)
         return stack
 
     async def close(self) -> None:
@@ -147,6 +155,8 @@ class Stack:
         settings = self.settings
         if self.runner is not None:
             await self.runner.stop(timeout_s=settings.drain_timeout_s)
+        if self.probe_trigger is not None:
+            await self.probe_trigger.close()
         await self.live_reload.stop()
         await self.recorder.stop(timeout_s=max(settings.drain_timeout_s, 5.0))
         await self.limiter.close()
@@ -162,12 +172,10 @@ def _runner(stack: Stack, dispatcher: Dispatcher, metrics: Metrics) -> JobRunner
     from llmrelay.jobs.registry import job_kinds, schedules
 
     settings = stack.settings
-    services = Services(settings, stack.engine, stack.sealer, dispatcher, stack.registry)
-    return JobRunner(
+    runner = JobRunner(
         stack.engine,
         job_kinds(),
         sealer=stack.sealer,
-        services=services,
         options=RunnerOptions(
             concurrency=settings.jobs_concurrency,
             lease_s=settings.jobs_lease_s,
@@ -177,6 +185,25 @@ def _runner(stack: Stack, dispatcher: Dispatcher, metrics: Metrics) -> JobRunner
         schedules=schedules(settings),
         metrics=metrics,
     )
+    runner.services = Services(
+        settings,
+        stack.engine,
+        stack.sealer,
+        dispatcher,
+        stack.registry,
+        publisher=stack.live_reload.publisher,
+        wake=runner.wake,
+    )
+    return runner
+
+
+def _submissions(stack: Stack) -> DurableJobs:
+    """Background responses and queued generations, woken in this process when it runs jobs
+    (else the next poll of a `llmrelay worker` finds them)."""
+    from llmrelay.jobs.submissions import Submissions
+
+    wake = stack.runner.wake if stack.runner is not None else None
+    return Submissions(stack.settings, stack.engine, stack.sealer, wake)
 
 
 def _limiter(settings: Settings, metrics: Metrics, engine: AsyncEngine) -> Limiter:
@@ -210,15 +237,23 @@ def _executor(registry: ProviderRegistry, snapshots: SnapshotHolder, metrics: Me
     router = Router()
     metrics.watch_breakers(breakers.states)
 
+    #: The denylist of the snapshot last followed.
+    denied = [snapshots.current.denied_providers]
+
     def follow(snapshot: Snapshot) -> None:
         breakers.update_settings(snapshot.breaker)
-        routes = {
-            route.id
+        every = [
+            route
             for models in snapshot.models.values()
             for model in models.values()
             for route in model.routes
-        }
-        breakers.forget(routes)
+        ]
+        routes = {route.id for route in every}
+        # A provider a probe found online again (it left the denylist): its routes' breakers,
+        # opened by the failures that had it probed, start closed (the probe just succeeded).
+        back = denied[0] - snapshot.denied_providers
+        denied[0] = snapshot.denied_providers
+        breakers.forget({route.id for route in every if route.provider.id not in back})
         router.latency.forget(routes)
 
     snapshots.listeners.append(follow)

@@ -6,6 +6,7 @@ developer limited to the own tenant's first project), and a signed-in client per
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -18,6 +19,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from llmrelay.admin.access import Role
 from llmrelay.admin.app import create_admin
 from llmrelay.admin.state import AdminState
+from llmrelay.deadlines import Deadlines
+from llmrelay.jobs.probe import Prober
+from llmrelay.providers.http import HttpTransport
+from llmrelay.providers.registry import ProviderRegistry
 from llmrelay.store import migrate, rollups
 from llmrelay.store.db import create_engine, session_factory
 from llmrelay.store.models import RequestRecord, UsageRollupDirty
@@ -25,7 +30,7 @@ from llmrelay.store.models_access import AuditEntry, Membership, User
 from llmrelay.store.types import utcnow
 from tests.admin.access_support import FAST_PASSWORDS, PASSWORD, login
 from tests.admin.conftest import ADMIN_TOKEN, SEALER
-from tests.admin.route_table import ANONYMOUS, CALLERS, TOKEN, Side, World
+from tests.admin.route_table import ANONYMOUS, CALLERS, TOKEN, Side, World, queue_job
 from tests.conftest import need_postgres
 from tests.support.databases import postgres_database, sqlite_url
 
@@ -79,6 +84,7 @@ async def _side(admin: httpx.AsyncClient, engine: AsyncEngine, slug: str) -> Sid
             )
         )
         await session.commit()
+    job = await queue_job(engine, tenant, "matrix")
     return Side(
         tenant=tenant,
         project=project,
@@ -94,6 +100,7 @@ async def _side(admin: httpx.AsyncClient, engine: AsyncEngine, slug: str) -> Sid
         member_email=member_email,
         request_id=request_ids[0],
         outside_request_id=request_ids[1],
+        job=job,
     )
 
 
@@ -138,6 +145,8 @@ async def caller_client(world: World, caller: str, email: str) -> AsyncIterator[
 @asynccontextmanager
 async def build_world(engine: AsyncEngine) -> AsyncIterator[World]:
     state = AdminState(ADMIN_TOKEN, engine=engine, sealer=SEALER, passwords=FAST_PASSWORDS)
+    providers = ProviderRegistry(HttpTransport(Deadlines(asyncio.get_running_loop())))
+    state.prober = Prober(engine, SEALER, providers, delays_s=(300.0,))
     app = create_admin(state)
     transport = httpx.ASGITransport(app=app)
     headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -151,7 +160,10 @@ async def build_world(engine: AsyncEngine) -> AsyncIterator[World]:
             await session.commit()
         for role in Role:
             await add_account(world, role.value, f"{role.value}@example.com")
-        yield world
+        try:
+            yield world
+        finally:
+            await providers.close()
 
 
 # --- fixtures (import them into a test module) ---------------------------------------

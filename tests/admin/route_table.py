@@ -9,6 +9,7 @@ project...): see `PARAMS`. The world the requests run in is tests/admin/matrix_w
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -20,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.admin.access import Role
 from llmrelay.admin.state import AdminState
+from llmrelay.jobs import queue
 from tests.admin.access_support import PASSWORD, totp_code
 
 #: Recognisable secrets planted in requests that carry one: no audit row may ever hold them.
@@ -52,6 +54,7 @@ class Side:
     member_email: str
     request_id: str
     outside_request_id: str
+    job: str  # a queued job of the tenant
 
     def outside_view(self) -> Side:
         """The same tenant, aimed at the project outside the developer's list."""
@@ -110,6 +113,7 @@ PARAMS = {
     "policy_id": "policy",
     "user_id": "member",
     "request_id": "request_id",
+    "job_id": "job",
 }
 
 
@@ -227,6 +231,20 @@ async def _spare(world: World, side: Side) -> str:
     return await world.make("/users", body | {"tenant_id": side.tenant})
 
 
+async def _job(world: World, side: Side) -> str:
+    """A queued job of the side's tenant (jobs are made by the system, not through the API)."""
+    return await queue_job(world.engine, side.tenant, f"matrix-{world.n()}")
+
+
+async def queue_job(engine: AsyncEngine, tenant: str | None, kind: str) -> str:
+    async with engine.begin() as conn:
+        job_id = await queue.enqueue(
+            conn, kind, {"n": 1}, now=time.time(), tenant_id=tenant, payload_sealed="sealed"
+        )
+    assert job_id is not None
+    return job_id
+
+
 def _route_body(world: World, side: Side) -> dict[str, Any]:
     return {"provider": side.provider_slug, "upstream_model": f"up-model-{world.n()}"}
 
@@ -259,6 +277,10 @@ async def _add_member(world: World, side: Side, api: httpx.AsyncClient) -> Call:
     floater = await _floater(world, side)
     body = {"user_id": floater, "role": "viewer"}
     return Call("POST", f"/tenants/{side.tenant}/members", body, target=floater)
+
+
+async def _deliveries(world: World, side: Side, api: httpx.AsyncClient) -> Call:
+    return Call("GET", "/webhooks/deliveries", params={"project": side.project})
 
 
 async def _login(world: World, side: Side, api: httpx.AsyncClient) -> Call:
@@ -375,6 +397,14 @@ ROUTES: list[Route] = [
     Route("GET", "/providers/{provider_id}/models", "providers:read"),
     Route("PUT", "/providers/{provider_id}/models", "providers:write",
           body=lambda w, s: {"models": [f"listed-{w.n()}"]}, action="provider.inventory"),
+    _list("/providers/health", "providers:read", _ids("provider_id")),
+    Route("POST", "/providers/{provider_id}/test", "providers:write", action="provider.test"),
+    Route("POST", "/providers/{provider_id}/discover", "providers:write",
+          action="provider.discover"),
+    # jobs
+    _list("/jobs", "jobs:read", _ids()),
+    Route("GET", "/jobs/{job_id}", "jobs:read"),
+    Route("POST", "/jobs/{job_id}/cancel", "jobs:write", make=_job, action="job.cancel"),
     # models, routes, prices
     *_crud("model", "/models", "{model_id}",
            lambda w, s: {"name": f"m{w.n()}", "routes": [_route_body(w, s)]},
@@ -391,6 +421,12 @@ ROUTES: list[Route] = [
           action="price.create"),
     Route("DELETE", "/models/{model_id}/prices/{price_id}", "prices:write", make=_price,
           action="price.delete"),
+    # webhooks: a project's signing secret (shown to its writers) and its deliveries
+    Route("GET", "/projects/{project_id}/webhook-secret", "projects:write", project_scoped=True),
+    Route("POST", "/projects/{project_id}/webhook-secret/rotate", "projects:write",
+          project_scoped=True, action="project.webhook_secret_rotate"),
+    Route("GET", "/webhooks/deliveries", "projects:read", project_scoped=True,
+          custom=_deliveries),
     # routing policies and the gateway-wide setting
     *_crud("policy", "/policies", "{policy_id}", _n("name", "pol"),
            lambda w, s: {"regions": [f"r{w.n()}"]}, _policy),

@@ -11,7 +11,7 @@ on."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import httpx
@@ -30,10 +30,13 @@ from sqlalchemy.pool import NullPool
 
 from llmrelay.admin.app import create_admin
 from llmrelay.admin.state import AdminState
+from llmrelay.jobs.probe import Prober
+from llmrelay.providers.registry import ProviderRegistry
 from llmrelay.store.db import async_url, create_engine, is_sqlite
 from tests.admin.access_support import FAST_PASSWORDS, add_user
 from tests.admin.conftest import ADMIN_TOKEN, SEALER
 from tests.admin.support import assert_error
+from tests.jobs.ops_support import registry
 
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
@@ -125,10 +128,25 @@ def _with_seeded_rows(loaded: BaseSchema, seeded: dict[str, str]) -> None:
 
 
 @pytest.fixture
-def admin_schema(database_url: str, seeded: dict[str, str]) -> BaseSchema:
+async def providers() -> AsyncIterator[ProviderRegistry]:
+    """The providers layer for POST /providers/{id}/test (the seeded provider is the
+    built-in mock: answered in process, whatever loop the case runs on)."""
+    async with registry() as found:
+        yield found
+
+
+@pytest.fixture
+def admin_schema(
+    database_url: str, seeded: dict[str, str], providers: ProviderRegistry
+) -> BaseSchema:
     """The admin app's schema, loaded from the app the cases are sent to."""
+    engine = _unpooled(database_url)
     state = AdminState(
-        ADMIN_TOKEN, engine=_unpooled(database_url), sealer=SEALER, passwords=FAST_PASSWORDS
+        ADMIN_TOKEN,
+        engine=engine,
+        sealer=SEALER,
+        passwords=FAST_PASSWORDS,
+        prober=Prober(engine, SEALER, providers, delays_s=(300.0,)),
     )
     loaded = schemathesis.openapi.from_asgi("/openapi.json", create_admin(state))
     _with_seeded_rows(loaded, seeded)

@@ -196,3 +196,49 @@ def test_a_provider_credential_changed_through_a_is_used_by_b_within_2s(
     assert "api_key" not in changed  # write-only
     within(PROPAGATION_S, lambda: credential_b_sends() == NEW_CREDENTIAL)
     pair.in_step()
+
+
+def test_a_provider_found_unavailable_through_a_leaves_routing_on_b_within_2s(
+    pair: Pair, upstream: MockUpstream
+) -> None:
+    """A provider's health is in every replica's snapshot: A's probe marks it unavailable
+    and B stops routing to it (503: B never called it), then A's probe brings it back."""
+    refused = f"sk-refused-{pair.transport}-0123456789"
+    upstream.refused_keys.add(refused)
+    provider = pair.changed(
+        pair.admin.post(
+            "/providers",
+            json={
+                "slug": "flaky",
+                "type": "openai_compatible",
+                "base_url": upstream.base_url,
+                "api_key": refused,
+            },
+        ),
+        201,
+    )
+    pair.changed(
+        pair.admin.post(
+            "/models",
+            json={"name": "flaky", "routes": [{"provider": "flaky", "upstream_model": "echo"}]},
+        ),
+        201,
+    )
+    # B knows the model (without calling the provider, whose refusal would queue a probe).
+    within(PROPAGATION_S, lambda: "flaky" in _models(pair.b, pair.keep))
+    tested = pair.changed(pair.admin.post(f"/providers/{provider['id']}/test"))
+    assert (tested["status"], tested["reason"]) == ("unavailable", "credentials_refused")
+    within(PROPAGATION_S, lambda: chat(pair.b, pair.keep, "flaky") == 503)
+
+    upstream.refused_keys.discard(refused)  # the provider took the key back
+    tested = pair.changed(pair.admin.post(f"/providers/{provider['id']}/test"))
+    assert tested["status"] == "online"
+    within(PROPAGATION_S, lambda: chat(pair.b, pair.keep, "flaky") == 200)
+    pair.in_step()
+
+
+def _models(replica: GatewayProcess, key: str) -> set[str]:
+    answer = httpx.get(
+        f"{replica.base_url}/models", headers={"Authorization": f"Bearer {key}"}, timeout=10
+    )
+    return {model["id"] for model in answer.json()["data"]}

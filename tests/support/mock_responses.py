@@ -5,6 +5,11 @@ text), like the chat handler. Each answer gets a new `resp_...` id, and `previou
 must name one this server gave out (else 404, as OpenAI answers for a response it does not
 hold): tests can see a continued conversation reach the provider that holds it. Failures
 (`status-CODE`, `fail-first-N`, ...) are the server's shared ones.
+
+Background mode (`background: true`), as OpenAI runs it: the create call answers at once with
+the response `queued`; `GET /v1/responses/{id}` shows it `in_progress` until it is done
+(`slow-MS`: MS milliseconds after the create; else at once), then `completed`; a cancel before
+that leaves it `cancelled` for good.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from tests.support.mock_upstream import MockUpstream, ReceivedRequest, _error
+from tests.support.mock_upstream import MockUpstream, ReceivedRequest, _behaviour, _error
 
 _IDS = itertools.count(1)
 
@@ -25,19 +30,30 @@ class OpenAIResponses:
     def __init__(self, server: MockUpstream) -> None:
         self.server = server
         self.issued: dict[str, dict[str, Any]] = {}
+        #: Background responses: id -> when (time.monotonic()) it is done.
+        self.ready_at: dict[str, float] = {}
 
     async def stored(self, request: web.Request) -> web.Response:
         """GET /v1/responses/{id}, POST /v1/responses/{id}/cancel."""
         self.server.requests.append(
             ReceivedRequest(request.path, dict(request.headers), {}, dict(request.query))
         )
-        found = self.issued.get(request.match_info["id"])
+        response_id = request.match_info["id"]
+        found = self.issued.get(response_id)
         if found is None:
             return web.json_response(
                 {"error": {"message": "not found", "type": "invalid_request_error"}}, status=404
             )
+        ready_at = self.ready_at.get(response_id)
+        running = ready_at is not None and time.monotonic() < ready_at
         if request.method == "POST":
             found = {**found, "status": "cancelled"}
+            if running:  # a background response stops for good
+                found["output"], found["usage"] = [], None
+                self.issued[response_id] = found
+                self.ready_at.pop(response_id)
+        elif running and found["status"] == "completed":
+            found = {**found, "status": "in_progress", "output": [], "usage": None}
         return web.json_response(found, dumps=_dumps)
 
     async def compact(self, request: web.Request) -> web.Response:
@@ -53,9 +69,12 @@ class OpenAIResponses:
     async def create(self, request: web.Request) -> web.StreamResponse:
         body = await self.server._receive(request)
         model = str(body.get("model", ""))
-        refused = await self.server._admit(request, model, _error)
-        if refused is not None:
-            return refused
+        kind, delay_ms = _behaviour(model)
+        background = body.get("background") is True
+        if not (background and kind == "slow"):  # a slow background response answers at once
+            refused = await self.server._admit(request, model, _error)
+            if refused is not None:
+                return refused
         previous = body.get("previous_response_id")
         if previous is not None and previous not in self.issued:
             return web.json_response(
@@ -72,6 +91,13 @@ class OpenAIResponses:
         response_id = f"resp_mock{next(_IDS):06d}"
         text = _input_text(body.get("input"))
         done = self.issued[response_id] = _response(response_id, model, text, "completed")
+        if background:
+            done["background"] = True
+            self.ready_at[response_id] = time.monotonic() + (
+                delay_ms / 1000 if kind == "slow" else 0
+            )
+            queued = {**done, "status": "queued", "output": [], "usage": None}
+            return web.json_response(queued, dumps=_dumps)
         if body.get("stream") is not True:
             return web.json_response(done, dumps=_dumps)
         stream = web.StreamResponse(headers={"content-type": "text/event-stream"})

@@ -30,6 +30,9 @@ adapters meet the real thing; their base URL is the host root (`root_url`):
     azure_openai  /openai/deployments/{deployment}/chat/completions and /embeddings: the OpenAI
                   answers behind Azure's checks (mock_azure; model `content-filter`)
 
+Each protocol's model list (GET), and a credential check on every route: keys put in
+`refused_keys` are refused as each provider refuses them (tests.support.mock_models).
+
 Like OpenAI, which answers a request for `gpt-4o-mini` as `gpt-4o-mini-2024-07-18`, every
 answer names a dated snapshot of the model asked for (`reported_model`): the gateway must
 still show its clients only the virtual model.
@@ -50,6 +53,9 @@ import orjson
 from aiohttp import web
 
 from tests.support.ports import free_port
+
+#: What the model lists name by default: catalogue models (dated or not) and one it lacks.
+LISTED_MODELS = ("gpt-4o-mini-2024-07-18", "gpt-4o", "claude-sonnet-4-5", "house-model-7b")
 
 
 @dataclass
@@ -79,6 +85,14 @@ class MockUpstream:
     #: Chat requests being answered now, and the most there ever were at once.
     in_flight: int = 0
     peak_in_flight: int = 0
+    #: What the model lists name; a status they answer instead (None: the list); the list
+    #: requests seen (apart from `requests`).
+    listed_models: list[str] = field(default_factory=lambda: list(LISTED_MODELS))
+    models_status: int | None = None
+    listings: list[ReceivedRequest] = field(default_factory=list)
+    #: Credentials refused on every route (a revoked key), and how many requests were.
+    refused_keys: set[str] = field(default_factory=set)
+    refusals: int = 0
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
     _runner: web.AppRunner | None = None
@@ -129,7 +143,10 @@ class MockUpstream:
         from tests.support.mock_anthropic import AnthropicMessages
         from tests.support.mock_azure import AzureDeployments
         from tests.support.mock_gemini import GeminiModels
+        from tests.support.mock_models import ModelLists
         from tests.support.mock_responses import OpenAIResponses
+
+        ModelLists(self).install(app)
 
         anthropic = AnthropicMessages(self)
         azure = AzureDeployments(self)

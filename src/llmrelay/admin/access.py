@@ -43,6 +43,7 @@ RESOURCES = (
     "usage",
     "audit",
     "playground",
+    "jobs",  # durable background jobs (probes, discovery, price sync, retention, ...)
 )
 ACTIONS = ("read", "write")
 PERMISSIONS = frozenset(f"{resource}:{action}" for resource in RESOURCES for action in ACTIONS)

@@ -1,11 +1,13 @@
-"""The resource routers of the admin API (projects, keys, providers, models and routes,
-routing policies, prices, limits and budgets), mounted by admin/app.py in one call."""
+"""The resource routers of the admin API (projects, keys, providers and their health, models
+and routes, routing policies, prices, limits and budgets, jobs, webhooks), mounted by
+admin/app.py in one call."""
 
 from __future__ import annotations
 
 from fastapi import FastAPI
 from pydantic import BaseModel
 
+from llmrelay.admin.jobs import endpoints as jobs
 from llmrelay.admin.keys import endpoints as keys
 from llmrelay.admin.kit import http, openapi
 from llmrelay.admin.limits import endpoints as limits
@@ -14,7 +16,9 @@ from llmrelay.admin.policies import endpoints as policies
 from llmrelay.admin.prices import endpoints as prices
 from llmrelay.admin.projects import endpoints as projects
 from llmrelay.admin.providers import endpoints as providers
+from llmrelay.admin.providers import health_endpoints as provider_health
 from llmrelay.admin.settings import endpoints as settings
+from llmrelay.admin.webhooks import endpoints as webhooks
 from llmrelay.config.schema import (
     KeyConfig,
     ModelConfig,
@@ -42,12 +46,15 @@ def include(app: FastAPI) -> None:
     for router in (
         projects.router,
         keys.router,
+        provider_health.router,  # before providers: /providers/health is no provider id
         providers.router,
         models.router,
         prices.router,
         policies.router,
         limits.router,
         settings.router,
+        jobs.router,
+        webhooks.router,
     ):
         app.include_router(router)
     openapi.with_bodies(app, _BODIES)

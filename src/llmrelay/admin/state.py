@@ -3,6 +3,7 @@ exist only once the lifespan has run)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -14,6 +15,8 @@ from llmrelay.settings import Environment, Settings
 from llmrelay.store.crypto import Sealer
 
 if TYPE_CHECKING:
+    from llmrelay.jobs.probe import Prober
+    from llmrelay.routing.breaker import Breakers
     from llmrelay.snapshot.signals import ConfigPublisher
 
 
@@ -54,11 +57,22 @@ class AdminState:
     sealer: Sealer | None = None
     #: argon2 hashing of console passwords (admin/identity/credentials.py).
     passwords: Passwords = field(default_factory=Passwords)
+    #: Probes a provider now (POST /providers/{id}/test); set at start-up with the engine.
+    prober: Prober | None = None
+    #: This process's circuit breakers (GET /providers/health shows their states).
+    breakers: Breakers | None = None
+    #: Wakes this process's job runner after a job was queued (None: no runner here).
+    wake_jobs: Callable[[], None] | None = None
 
     def database(self) -> AsyncEngine:
         if self.engine is None:
             raise AdminError(503, "the database is not open yet", "unavailable")
         return self.engine
+
+    def probes(self) -> Prober:
+        if self.prober is None:
+            raise AdminError(503, "provider probes are not available yet", "unavailable")
+        return self.prober
 
     def secrets(self) -> Sealer:
         if self.sealer is None:

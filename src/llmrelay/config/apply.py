@@ -115,6 +115,7 @@ async def _upsert_provider(
     )
     existing[config.slug] = outcome.row
     note(result, "provider", config.slug, outcome.created, outcome.changed)
+    await providers_service.reprobe_if_changed(session, outcome.row, outcome.changed)
 
 
 def _upsert_policy(

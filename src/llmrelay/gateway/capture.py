@@ -96,6 +96,14 @@ class Capture:
 
         return sending, receiving
 
+    def keep(self, request: bytes, response: bytes) -> None:
+        """Both bodies at once, for a call no client is connected to (a durable job's: the
+        request as it was submitted, the answer as its client reads it)."""
+        self._request.add(request, self.limit)
+        self._request_done = True
+        self._response = _Capped()
+        self._response.add(response, self.limit)
+
     def row(self, request_id: str, created: float) -> tuple[Any, ...]:
         """The payload row in PAYLOAD_COLUMNS order; `created_at` is the record's (a Unix
         timestamp), so a payload is never pruned later than its record."""

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from time import time as now
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 from starlette.types import Receive, Send
@@ -49,6 +49,9 @@ from llmrelay.providers.presets import reports_stream_usage, speaks_responses
 from llmrelay.providers.translated import TranslatedResponse
 from llmrelay.snapshot.holder import SnapshotHolder
 from llmrelay.snapshot.model import KeySnap, ModelSnap, PolicySnap, RouteSnap, Snapshot
+
+if TYPE_CHECKING:
+    from llmrelay.gateway.durable import DurableJobs
 
 
 @dataclass(slots=True)
@@ -125,6 +128,9 @@ class Dispatcher:
         #: Response id -> (route id, project id) of Responses a provider stores (bounded).
         self.stored_responses: OrderedDict[str, tuple[str, str | None]] = OrderedDict()
         self.scopes = ScopeCache()
+        #: Background responses and queued generations (jobs/submissions.py, set by
+        #: stack.py); None: this process takes none (400 naming the field).
+        self.durable: DurableJobs | None = None
 
     async def answer(
         self,

@@ -25,6 +25,7 @@ from llmrelay.gateway.dispatch import Dispatcher, Runtime, bind
 from llmrelay.gateway.entry import Handler
 from llmrelay.gateway.errors import ClientDisconnected, GatewayError
 from llmrelay.gateway.executor import UpstreamRejected
+from llmrelay.gateway.generate import GENERATE_PREFIX, GenerateRoutes
 from llmrelay.gateway.ingress import RequestContext
 from llmrelay.gateway.messages import MessagesRoutes
 from llmrelay.gateway.responses import ResponsesRoutes
@@ -39,13 +40,15 @@ __all__ = ["DataPlane", "Handler", "Runtime"]
 
 
 class DataPlane(Dispatcher):
-    """OpenAI's routes: chat completions, embeddings, the model list."""
+    """OpenAI's routes: chat completions, embeddings, the model list (and llmrelay's own
+    /v1/generate)."""
 
     def handlers(self) -> dict[tuple[str, str], Handler]:
         """(method, path) -> handler, for the app's direct dispatch."""
         anthropic = MessagesRoutes(self)
         responses = ResponsesRoutes(self)
         stored = StoredResponses(self)
+        generate = GenerateRoutes(self)
         return {
             ("POST", "/v1/chat/completions"): self.chat_completions,
             ("POST", "/v1/embeddings"): self.embeddings,
@@ -54,11 +57,15 @@ class DataPlane(Dispatcher):
             ("POST", "/v1/messages/count_tokens"): anthropic.count_tokens,
             ("POST", "/v1/responses"): responses.create,
             ("POST", "/v1/responses/compact"): stored.compact,
+            ("POST", "/v1/generate"): generate.create,
         }
 
     def prefixed(self) -> dict[str, Handler]:
         """Path prefix -> handler, for paths with an id in them (tried after `handlers`)."""
-        return {RESPONSES_PREFIX: StoredResponses(self).by_id}
+        return {
+            RESPONSES_PREFIX: StoredResponses(self).by_id,
+            GENERATE_PREFIX: GenerateRoutes(self).by_id,
+        }
 
     # -- endpoints ---------------------------------------------------------------------
 

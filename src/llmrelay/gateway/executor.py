@@ -8,7 +8,8 @@ The contract's rules (docs/api.md, "Failover"):
   a few attempts per second at most); then the next route;
 - timeouts (connect, first byte, first token): the next route at once, never the same one;
 - 401/403/404: the route is misconfigured: its breaker opens at once, next route, and never a
-  401 to the client;
+  401 to the client; a 401 or 403 also tells `on_credentials_refused` (the process queues
+  one health probe of the provider: jobs/probe_trigger.py);
 - 400/413/422: about the request itself: returned to the client as they are.
 
 The first attempt costs a breaker admission and a clock read more than a plain call; the
@@ -48,10 +49,11 @@ from llmrelay.providers.registry import ProviderRegistry, UnsupportedProvider
 from llmrelay.routing.affinity import SessionAffinity
 from llmrelay.routing.breaker import Breakers
 from llmrelay.routing.strategies import Router
-from llmrelay.snapshot.model import ModelSnap, PolicySnap, RouteSnap
+from llmrelay.snapshot.model import ModelSnap, PolicySnap, ProviderSnap, RouteSnap
 
 _CLIENT_FAULT: Final = frozenset({400, 413, 422})
 _MISCONFIGURED: Final = frozenset({401, 403, 404})
+_CREDENTIALS_REFUSED: Final = frozenset({401, 403})
 _SECRETISH: Final = re.compile(
     r"\b((sk|pk|key|token|bearer)[-_ ]?[A-Za-z0-9*._-]{6,}|AIza[A-Za-z0-9_-]{20,})", re.IGNORECASE
 )
@@ -182,6 +184,9 @@ class Executor:
         self.affinity = SessionAffinity()
         self._rng = rng or random.Random()
         self.clock = clock
+        #: Called with a provider's id when it refuses the gateway's credentials (401/403);
+        #: it must return at once (it queues a probe off the request path).
+        self.on_credentials_refused: Callable[[str], None] | None = None
 
     def usable(self, route_id: str) -> bool:
         """Whether a route's breaker is closed (a session is kept only on a healthy route)."""
@@ -270,6 +275,13 @@ class Executor:
                     code="routes_cooling_down",
                     headers={"Retry-After": str(retry)},
                 )
+            denied = sorted({r.provider.slug for r in model.routes if r.denied})
+            if denied:
+                raise NoCandidate(
+                    "the providers of this model's routes are unavailable (their health probe "
+                    f"failed: {', '.join(denied)}); they are probed again automatically",
+                    code="providers_unavailable",
+                )
             raise NoCandidate("no enabled route for this model")
         if hint is not None and not last.headers:  # "retry after" where a provider said when
             last.headers = {"Retry-After": str(max(1, math.ceil(hint)))}
@@ -344,7 +356,7 @@ class Executor:
             record.mark_first_byte()
             status = response.status
             if status >= 300:
-                await self._refused(response, slug, ticket)
+                await self._refused(response, provider, ticket)
             try:
                 result = await finish(route, response)
             except UpstreamTimeoutError as timed_out:
@@ -374,9 +386,12 @@ class Executor:
             if counted and not committed:
                 in_flight.end(route.id)
 
-    async def _refused(self, response: UpstreamResponse, provider: str, ticket: Any) -> None:
+    async def _refused(
+        self, response: UpstreamResponse, provider_snap: ProviderSnap, ticket: Any
+    ) -> None:
         """An error answer: raise what the executor does next (always raises)."""
         status = response.status
+        provider = provider_snap.slug
         try:
             body = await response.read()
         except UpstreamError:
@@ -391,6 +406,9 @@ class Executor:
         detail = summarise(upstream_error_message(body) or body.decode("utf-8", "replace")[:200])
         if status in _MISCONFIGURED:
             self.breakers.failed(ticket, misconfigured=True)
+            refused = self.on_credentials_refused
+            if refused is not None and status in _CREDENTIALS_REFUSED:
+                refused(provider_snap.id)
             raise _NextRoute(
                 UpstreamFailed(
                     f"provider {provider} refused the gateway's request ({status}): {detail}",

@@ -5,8 +5,10 @@ as it came, only `model` rewritten; any other provider gets it through chat
 (providers.responses_bridge), which refuses, with a 400 naming the field, what chat cannot
 carry (stored conversation state, built-in tools). A request that continues a conversation
 (`previous_response_id`) goes back to the route that answered it, while that route is healthy
-(the provider holds the conversation). `background: true` needs durable jobs, which this
-version does not have: 400. Errors are OpenAI-shaped, as on every OpenAI route.
+(the provider holds the conversation). `background: true` is checked and resolved the same
+way, then handed to the durable jobs (`Dispatcher.durable`, gateway/background.py: queued,
+answered with the Response in status `queued`, or its events with `stream: true`; its job
+makes the call and records it). Errors are OpenAI-shaped, as on every OpenAI route.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from starlette.types import Receive, Scope, Send
 from llmrelay.gateway import requests as checks
 from llmrelay.gateway.asgi import read_body, send_json, send_sse
 from llmrelay.gateway.auth import authenticate
+from llmrelay.gateway.background import answer_background, submit_background
 from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
 from llmrelay.gateway.dispatch import Dispatcher, bind, response_session
 from llmrelay.gateway.errors import ClientDisconnected, GatewayError, InvalidRequest
@@ -44,6 +47,7 @@ class ResponsesRoutes:
         )
         headers = [(b"x-request-id", context.request_id.encode())]
         streaming = False
+        queued = False  # a background response: its job records the call
         try:
             snapshot = runtime.snapshots.current
             principal = authenticate(scope["headers"], snapshot, context.client_ip, time.time())
@@ -51,11 +55,29 @@ class ResponsesRoutes:
             if principal.capture:
                 send, receive = dispatcher.capture(record, send, receive)
             payload = checks.parse_object(await read_body(receive, runtime.max_body_bytes))
-            check_responses(payload)
+            background = check_responses(payload)
             model, pinned = checks.resolve_model(
                 snapshot, principal, payload["model"], embedding=False
             )
             record.virtual_model = model.name
+            if background:
+                durable = dispatcher.durable
+                submitted = await submit_background(
+                    durable, scope, principal, model, payload, context
+                )
+                queued = True
+                assert durable is not None
+                await answer_background(
+                    durable,
+                    receive,
+                    send,
+                    principal,
+                    submitted,
+                    payload.get("stream") is True,
+                    headers,
+                    runtime.client_watches,
+                )
+                return
             session = context.session_id
             previous = payload.get("previous_response_id")
             if isinstance(previous, str) and previous:
@@ -96,11 +118,12 @@ class ResponsesRoutes:
             streaming = False
             record.fail(CLIENT_CLOSED_REQUEST, "client_disconnected")
         finally:
-            if not streaming:
+            if not streaming and not queued:
                 dispatcher.finish(record)
 
 
-def check_responses(payload: dict[str, Any]) -> None:
+def check_responses(payload: dict[str, Any]) -> bool:
+    """Whether the request asks for a background response (400 for what is malformed)."""
     model = payload.get("model")
     if not isinstance(model, str) or not model:
         raise InvalidRequest(
@@ -109,12 +132,10 @@ def check_responses(payload: dict[str, Any]) -> None:
     given = payload.get("input")
     if given is not None and not isinstance(given, str | list):
         raise InvalidRequest("'input' must be a string or an array of items", param="input")
-    if payload.get("background") is True:
-        raise InvalidRequest(
-            "'background' responses are not yet supported by this gateway",
-            param="background",
-            code="unsupported_parameter",
-        )
+    background = payload.get("background")
+    if background is not None and not isinstance(background, bool):
+        raise InvalidRequest("'background' must be a boolean", param="background")
     stream = payload.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise InvalidRequest("'stream' must be a boolean", param="stream")
+    return background is True

@@ -3,14 +3,16 @@ and `POST /v1/responses/compact`.
 
 A stored response lives at the provider that created it, so reading or cancelling one goes
 to the route that answered it, as this process remembered (dispatch.Dispatcher.
-stored_responses). An id this process did not give out, one from another project, or one
-answered through chat (nothing was stored) is a 404, as OpenAI answers for an id it does not
-hold. Compaction needs a provider that serves the Responses API.
+stored_responses). A background response (`resp_` + a job id) is read from its job instead
+(`Dispatcher.durable`), whichever process queued it. An id this process did not give out, one
+from another project, or one answered through chat (nothing was stored) is a 404, as OpenAI
+answers for an id it does not hold. Compaction needs a provider that serves the Responses API.
 """
 
 from __future__ import annotations
 
 import time
+from urllib.parse import parse_qs
 
 import orjson
 from starlette.types import Receive, Scope, Send
@@ -18,8 +20,10 @@ from starlette.types import Receive, Scope, Send
 from llmrelay.gateway import requests as checks
 from llmrelay.gateway.asgi import read_body, send_json
 from llmrelay.gateway.auth import authenticate
+from llmrelay.gateway.background import send_events
 from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
 from llmrelay.gateway.dispatch import Dispatcher, bind
+from llmrelay.gateway.durable import is_background_response
 from llmrelay.gateway.errors import (
     ClientDisconnected,
     GatewayError,
@@ -58,6 +62,30 @@ class StoredResponses:
                 raise NotFound(f"no route for {method} {scope.get('path', '')}")
             snapshot = runtime.snapshots.current
             principal = authenticate(scope["headers"], snapshot, context.client_ip, time.time())
+            durable = self._dispatcher.durable
+            if (
+                durable is not None
+                and response_id not in self._dispatcher.stored_responses
+                and is_background_response(response_id)
+            ):
+                stream, starting_after = _stream_query(scope)
+                if stream and not action:
+                    events = await durable.response_events(
+                        principal, response_id, starting_after=starting_after
+                    )
+                    if events is not None:
+                        await send_events(receive, send, events, headers, runtime.client_watches)
+                        return
+                    raise NotFound(
+                        f"No response found with id '{response_id}'.", code="response_not_found"
+                    )
+                found = await durable.response(principal, response_id, cancel=action == "cancel")
+                if found is None:
+                    raise NotFound(
+                        f"No response found with id '{response_id}'.", code="response_not_found"
+                    )
+                await send_json(send, 200, orjson.dumps(found), headers)
+                return
             route = self._route_of(snapshot, principal, response_id)
             provider = route.provider
             path = f"/responses/{response_id}" + ("/cancel" if action else "")
@@ -156,3 +184,19 @@ def _virtual_model(snapshot: Snapshot, principal: KeySnap, route: RouteSnap) -> 
         if any(r.id == route.id for r in model.routes):
             return model.name
     return None
+
+
+def _stream_query(scope: Scope) -> tuple[bool, int | None]:
+    """`?stream=true&starting_after=N` of a GET: whether to stream, and after which event."""
+    query = parse_qs(bytes(scope.get("query_string", b"")).decode("latin-1"))
+    stream = query.get("stream", ["false"])[-1].lower() == "true"
+    after = query.get("starting_after", [None])[-1]
+    if after is None:
+        return stream, None
+    try:
+        starting_after = int(after)
+    except ValueError:
+        raise InvalidRequest(
+            "'starting_after' must be an integer", param="starting_after"
+        ) from None
+    return stream, starting_after

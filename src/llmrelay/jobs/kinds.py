@@ -83,6 +83,9 @@ class JobKind:
     #: A finished job of this kind is deleted this long after it ended (None: the runner's
     #: default, LLMRELAY_JOBS_KEEP_FINISHED_S).
     keep_finished_s: float | None = None
+    #: The expiry the job was queued with stands when it ends, however long it ran (a
+    #: background response lives its TTL from submission): `keep_finished_s` is not applied.
+    keep_expiry: bool = False
     #: An attempt running longer than this is cancelled and counted as failed.
     timeout_s: float | None = 600.0
 

@@ -316,6 +316,27 @@ async def request_cancel(conn: AsyncConnection | AsyncSession, job_id: str, *, n
     return str(state or "")
 
 
+async def cancel_requested(engine: AsyncEngine, job_id: str, epoch: int) -> bool:
+    """Whether a cancel was asked for the job this worker holds (False once it is not this
+    worker's any more: nothing of it is this worker's to cancel)."""
+    async with engine.connect() as conn:
+        found = (
+            await conn.execute(select(jobs.c.cancel_requested).where(_fenced(job_id, epoch)))
+        ).scalar()
+    return bool(found)
+
+
+async def fence(conn: AsyncConnection, job_id: str, epoch: int, *, now: float) -> None:
+    """Inside the caller's transaction: the job is still this worker's (its row now locked
+    until the commit), so what the transaction also writes about the job's work (a webhook
+    delivery's attempt) is written by its one holder. Raises LeaseLost."""
+    done = await conn.execute(
+        update(jobs).where(_fenced(job_id, epoch)).values(updated_at=utc(now))
+    )
+    if done.rowcount != 1:
+        raise LeaseLost(job_id)
+
+
 async def repair_expired(engine: AsyncEngine, *, now: float) -> tuple[int, int]:
     """Jobs whose lease ran out (their worker died or stalled): queued again while attempts
     are left, else failed. The counts (requeued, failed). The next claim moves the epoch, so
@@ -355,6 +376,25 @@ async def prune(engine: AsyncEngine, *, now: float, keep_finished_s: float) -> i
             )
         )
     return result.rowcount or 0
+
+
+async def holder(conn: AsyncConnection | AsyncSession, dedupe_key: str) -> str | None:
+    """The id of the live job that holds `dedupe_key` (None: no job holds it)."""
+    found = await conn.execute(select(jobs.c.id).where(jobs.c.dedupe_key == dedupe_key))
+    value = found.scalar()
+    return None if value is None else str(value)
+
+
+async def hasten(conn: AsyncConnection | AsyncSession, dedupe_key: str, *, now: float) -> bool:
+    """Bring the queued job holding `dedupe_key` forward to now when it was due later (a
+    probe waiting for its next round when something says to look again at once); whether
+    one was."""
+    result = await conn.execute(
+        update(jobs)
+        .where(jobs.c.dedupe_key == dedupe_key, jobs.c.status == QUEUED, jobs.c.run_at > utc(now))
+        .values(run_at=utc(now), updated_at=utc(now))
+    )
+    return bool(getattr(result, "rowcount", 0))
 
 
 async def _fenced_update(engine: AsyncEngine, job_id: str, epoch: int, **values: Any) -> None:

@@ -3,14 +3,18 @@ runner is built from (stack.py), so `serve` and `llmrelay worker` run the same j
 
 from __future__ import annotations
 
+from llmrelay.jobs import operations
+from llmrelay.jobs.background_responses import BACKGROUND_RESPONSE
+from llmrelay.jobs.generations import GENERATION
 from llmrelay.jobs.kinds import JobKind
 from llmrelay.jobs.runner import Schedule
+from llmrelay.jobs.webhooks.delivery import WEBHOOK_DELIVERY
 from llmrelay.settings import Settings
 
 
 def job_kinds() -> list[JobKind]:
-    return []
+    return [*operations.kinds(), BACKGROUND_RESPONSE, GENERATION, WEBHOOK_DELIVERY]
 
 
 def schedules(settings: Settings) -> list[Schedule]:
-    return []
+    return [*operations.schedules(settings)]

@@ -222,7 +222,9 @@ class JobRunner:
         context = JobContext(job, self.engine, self.sealer, self.services, self.options.lease_s)
         outcome = "lost"
         engine = self.engine
-        keep_s = kind.keep_finished_s or self.options.keep_finished_s
+        keep_s: float | None = kind.keep_finished_s or self.options.keep_finished_s
+        if kind.keep_expiry:
+            keep_s = None
         try:
             try:
                 result = await asyncio.wait_for(kind.run(context), kind.timeout_s)
@@ -237,7 +239,7 @@ class JobRunner:
                 result=result,
                 result_sealed=context.sealed_result,
                 release_dedupe=kind.release_dedupe,
-                expires_at=now + keep_s,
+                expires_at=_expiry(now, keep_s),
             )
             outcome = "succeeded"
         except RunAgainAt as again:
@@ -254,7 +256,7 @@ class JobRunner:
                 retry_at=None,
                 release_dedupe=kind.release_dedupe,
                 result=given_up.result,
-                expires_at=now + keep_s,
+                expires_at=_expiry(now, keep_s),
             )
             outcome = "failed"
         except RetryLater as retry:
@@ -272,7 +274,12 @@ class JobRunner:
                 self.metrics.jobs_finished.labels(job.kind, outcome).inc()
 
     async def _failed(
-        self, job: ClaimedJob, kind: JobKind, error: str, delay_s: float | None, keep_s: float
+        self,
+        job: ClaimedJob,
+        kind: JobKind,
+        error: str,
+        delay_s: float | None,
+        keep_s: float | None,
     ) -> str:
         now = self.clock()
         delay = kind.backoff(job.attempts) if delay_s is None else delay_s
@@ -285,7 +292,7 @@ class JobRunner:
                 now=now,
                 retry_at=now + delay,
                 release_dedupe=kind.release_dedupe,
-                expires_at=now + keep_s,
+                expires_at=_expiry(now, keep_s),
             )
         except LeaseLost:
             return "lost"
@@ -335,3 +342,8 @@ class JobRunner:
                 if cancel and not running.cancel_requested:
                     running.cancel_requested = True
                     running.task.cancel()
+
+
+def _expiry(now: float, keep_s: float | None) -> float | None:
+    """When a job ending now is deleted (None: the expiry it was queued with stands)."""
+    return None if keep_s is None else now + keep_s

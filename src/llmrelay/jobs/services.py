@@ -5,6 +5,7 @@ call providers through its transports)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -12,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from llmrelay.gateway.dispatch import Dispatcher
 from llmrelay.providers.registry import ProviderRegistry
 from llmrelay.settings import Settings
+from llmrelay.snapshot.signals import ConfigPublisher
 from llmrelay.store.crypto import Sealer
 
 
@@ -22,3 +24,8 @@ class Services:
     sealer: Sealer
     dispatcher: Dispatcher
     registry: ProviderRegistry
+    #: Announces a config generation a job bumped (a provider's health changed routing,
+    #: prices synced) to every replica; None: they see it at their next poll.
+    publisher: ConfigPublisher | None = None
+    #: Looks for due jobs now (a job queued a follow-up to run at once).
+    wake: Callable[[], None] | None = None

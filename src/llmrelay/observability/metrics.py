@@ -36,6 +36,12 @@ class Metrics:
             "Seconds since the snapshot in use was built (it is rebuilt when the config changes).",
             registry=self.registry,
         )
+        self.providers_denied = Gauge(
+            "llmrelay_providers_denied",
+            "Providers left out of routing in the snapshot in use: their health probe found "
+            "them unavailable (refused credentials, unreachable).",
+            registry=self.registry,
+        )
         self.snapshot_build_failures = Counter(
             "llmrelay_snapshot_build_failures",
             "Config generations whose snapshot failed to build or validate (the last good one "

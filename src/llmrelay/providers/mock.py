@@ -1,7 +1,8 @@
 """The built-in `mock` provider: answers in process, deterministically, with no network.
 
 Chat echoes the last user message (streamed in several chunks) and reports usage;
-embeddings are unit vectors derived from a hash of each input. It speaks the OpenAI wire
+embeddings are unit vectors derived from a hash of each input; the model list names the two
+models `serve --demo` routes to. It speaks the OpenAI wire
 format, so it exercises the same pass-through path as a real provider.
 """
 
@@ -20,6 +21,9 @@ from llmrelay.providers.base import Operation, UnsupportedOperation, UpstreamReq
 from llmrelay.snapshot.model import ProviderSnap, RouteSnap
 
 DEFAULT_DIMENSIONS = 64
+#: The model list's address (a GET: probes and discovery), and what it lists.
+MODELS_URL = "mock://models"
+LISTED_MODELS = ("mock-chat", "mock-embedding")
 _MAX_STREAM_CHUNKS = 8
 
 
@@ -109,10 +113,17 @@ def _error(status: int, message: str) -> MockResponse:
 
 class MockTransport:
     async def send(self, request: UpstreamRequest, provider: ProviderSnap) -> MockResponse:
+        if request.url == MODELS_URL:  # the model list (providers/model_list.py)
+            return _models()
         payload = orjson.loads(request.body)
         if request.url == f"mock://{Operation.EMBEDDINGS.value}":
             return _embeddings(payload)
         return _chat(payload)
+
+
+def _models() -> MockResponse:
+    data = [{"id": name, "object": "model", "owned_by": "llmrelay"} for name in LISTED_MODELS]
+    return MockResponse(200, [orjson.dumps({"object": "list", "data": data})])
 
 
 def _chat(payload: dict[str, Any]) -> MockResponse:

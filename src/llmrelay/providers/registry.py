@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from llmrelay.providers.anthropic import AnthropicAdapter
 from llmrelay.providers.azure import AzureOpenAIAdapter
 from llmrelay.providers.base import Adapter, Transport
@@ -39,6 +41,18 @@ class ProviderRegistry:
 
     def transport(self, provider_type: str) -> Transport:
         return self._transports.get(provider_type, self.http)
+
+    def wrapped(
+        self,
+        adapter: Callable[[Adapter], Adapter],
+        transport: Callable[[Transport], Transport],
+    ) -> ProviderRegistry:
+        """This registry with each adapter and transport wrapped, sharing its adapters and
+        connection pool: one headless call's hooks (gateway/headless.py). Never closed."""
+        view = ProviderRegistry(self.http)
+        view._adapters = {name: adapter(found) for name, found in self._adapters.items()}
+        view._transports = {name: transport(self.transport(name)) for name in self._adapters}
+        return view
 
     async def close(self) -> None:
         await self.http.close()

@@ -33,6 +33,7 @@ from llmrelay.store.credentials import open_credentials
 from llmrelay.store.crypto import Sealer
 from llmrelay.store.models import (
     CAPTURE_FULL,
+    CATALOGUE_SOURCE,
     ApiKey,
     GatewaySetting,
     PriceVersion,
@@ -42,6 +43,7 @@ from llmrelay.store.models import (
     RoutingPolicy,
     VirtualModel,
 )
+from llmrelay.store.models_jobs import UNAVAILABLE, ProviderHealth
 from llmrelay.store.types import utcnow
 
 _CAPABILITY_FIELDS = tuple(f.name for f in fields(Capabilities))
@@ -57,10 +59,16 @@ class SnapshotError(RuntimeError):
 
 async def build_snapshot(session: AsyncSession, sealer: Sealer) -> Snapshot:
     generation = await current_generation(session)
-    providers = {p.id: _provider(p, sealer) for p in await session.scalars(select(Provider))}
+    providers = {p.id: provider_snap(p, sealer) for p in await session.scalars(select(Provider))}
+    # The denylist: a sparse table (a row only while a provider is unhealthy), one small query.
+    denied = frozenset(
+        await session.scalars(
+            select(ProviderHealth.provider_id).where(ProviderHealth.status == UNAVAILABLE)
+        )
+    )
     routes_by_model: dict[str, list[RouteSnap]] = defaultdict(list)
     for route in await session.scalars(select(Route)):
-        routes_by_model[route.model_id].append(_route(route, providers))
+        routes_by_model[route.model_id].append(_route(route, providers, denied))
     price_rows = list(await session.scalars(select(PriceVersion)))
     now = utcnow()
     prices = _prices_in_force(price_rows, now)
@@ -112,12 +120,15 @@ async def build_snapshot(session: AsyncSession, sealer: Sealer) -> Snapshot:
         models=MappingProxyType({t: MappingProxyType(m) for t, m in models.items()}),
         breaker=breaker,
         rebuild_at=min(scheduled).timestamp() if scheduled else None,
+        denied_providers=denied,
     )
     validate(snapshot)  # before anyone can install it: raises SnapshotInvalid
     return snapshot
 
 
-def _provider(row: Provider, sealer: Sealer) -> ProviderSnap:
+def provider_snap(row: Provider, sealer: Sealer) -> ProviderSnap:
+    """A provider row as requests see it (credentials opened); probes and discovery call the
+    provider with the same."""
     credentials = open_credentials(row, sealer) or {}
     return ProviderSnap(
         id=row.id,
@@ -136,10 +147,11 @@ def _provider(row: Provider, sealer: Sealer) -> ProviderSnap:
     )
 
 
-def _route(row: Route, providers: dict[str, ProviderSnap]) -> RouteSnap:
+def _route(row: Route, providers: dict[str, ProviderSnap], denied: frozenset[str]) -> RouteSnap:
     provider = providers.get(row.provider_id)
     if provider is None:
         raise SnapshotError(f"route {row.id} names a missing provider {row.provider_id}")
+    unavailable = row.provider_id in denied
     return RouteSnap(
         id=row.id,
         provider=provider,
@@ -147,10 +159,11 @@ def _route(row: Route, providers: dict[str, ProviderSnap]) -> RouteSnap:
         priority=row.priority,
         weight=row.weight,
         tag=row.tag,
-        disabled=row.disabled,
+        disabled=row.disabled or unavailable,
         position=row.position,
         capabilities=_capabilities(row.capabilities),
         price=_route_price(row.id, row.pricing),
+        denied=unavailable,
     )
 
 
@@ -192,9 +205,26 @@ def _prices_in_force(rows: Iterable[PriceVersion], now: datetime) -> dict[str, P
             output=row.output_micros_per_mtok,
             cached_input=row.cached_input_micros_per_mtok,
             cache_write=row.cache_write_micros_per_mtok,
+            # Versions the price sync wrote from the catalogue say so in the records.
+            source="catalogue" if row.source == CATALOGUE_SOURCE else "model",
         )
         for model_id, row in latest.items()
+        if not _withdrawn(row)
     }
+
+
+def _withdrawn(row: PriceVersion) -> bool:
+    """A catalogue version without a single price: the price sync withdrew the model's price
+    (its routes name different catalogue models), so each route is costed on its own."""
+    return row.source == CATALOGUE_SOURCE and all(
+        value is None
+        for value in (
+            row.input_micros_per_mtok,
+            row.output_micros_per_mtok,
+            row.cached_input_micros_per_mtok,
+            row.cache_write_micros_per_mtok,
+        )
+    )
 
 
 def _policy(row: RoutingPolicy) -> PolicySnap:

@@ -51,11 +51,15 @@ class RouteSnap:
     priority: int
     weight: float
     tag: str | None
+    #: Never tried: an administrator's switch (config `disabled`), or `denied`.
     disabled: bool
     position: int
     capabilities: Capabilities | None = None
     #: The route's own price (config `routes[].pricing`), before the model's.
     price: Price | None = None
+    #: Its provider's health probe found it unavailable (the snapshot's denylist): left out
+    #: of routing like a disabled route (`disabled` is set too) until a probe succeeds.
+    denied: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +173,9 @@ class Snapshot:
     #: the next scheduled price version starts (None when none is scheduled). Nothing moves
     #: the generation then, so the holder rebuilds at that moment (snapshot/reload.py).
     rebuild_at: float | None = None
+    #: Providers their health probe found unavailable (table provider_health): their routes
+    #: are built disabled (`RouteSnap.denied`), so no request tries them.
+    denied_providers: frozenset[str] = frozenset()
 
     def model(self, tenant_id: str, name: str) -> ModelSnap | None:
         return self.models.get(tenant_id, MappingProxyType({})).get(name)

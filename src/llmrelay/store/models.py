@@ -214,6 +214,11 @@ class Route(Versioned, Timestamped, Base):
     pricing: Mapped[dict[str, Any] | None] = mapped_column(JSONDoc, nullable=True)
 
 
+#: `PriceVersion.source` of versions the price sync job made from the bundled catalogue
+#: (the others: "config" from `llmrelay apply`, "api" from the admin API).
+CATALOGUE_SOURCE = "catalogue"
+
+
 class PriceVersion(Base):
     """A model's prices from a moment on; never updated, superseded by a newer row."""
 

@@ -26,6 +26,11 @@ FAILED = "failed"
 CANCELLED = "cancelled"
 FINISHED = (SUCCEEDED, FAILED, CANCELLED)
 
+#: A provider's health as its probes find it (`ProviderHealth.status`; online has no row).
+ONLINE = "online"
+DEGRADED = "degraded"
+UNAVAILABLE = "unavailable"
+
 
 class Job(Base):
     """One unit of background work, claimed by one worker at a time under a lease.

@@ -8,23 +8,20 @@ removes are the ones this removes (at most one round later). Neither set: payloa
 long as their records do, for ever.
 
 Batches of BATCH_ROWS rows, each its own short transaction (a payload row can hold a couple
-of MiB, so fewer rows per batch than the records'); one replica prunes at a time on
-PostgreSQL (a session advisory lock taken without waiting; the others skip that round).
+of MiB, so fewer rows per batch than the records'). It runs as a periodic job
+(jobs/retention.py: one replica each round); on PostgreSQL a session advisory lock taken without
+waiting keeps a second pruner out all the same.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from datetime import UTC, datetime
 
-import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.store.models import RequestPayload
 from llmrelay.store.retention import delete_before, try_lock, unlock
-
-log = structlog.get_logger(__name__)
 
 BATCH_ROWS = 500
 _PG_PAYLOAD_RETENTION_LOCK = 7_211_960_126
@@ -57,16 +54,3 @@ async def prune(engine: AsyncEngine, days: float, now: float | None = None) -> i
         finally:
             if postgres:
                 await unlock(lock_holder, _PG_PAYLOAD_RETENTION_LOCK)
-
-
-async def run(engine: AsyncEngine, days: float, interval_s: float) -> None:
-    """Prune now, then every `interval_s`, until cancelled; a failure is logged and the
-    next round tries again."""
-    while True:
-        try:
-            deleted = await prune(engine, days)
-            if deleted:
-                log.info("payloads_pruned", deleted=deleted, retention_days=days)
-        except Exception as exc:  # noqa: BLE001 - a database hiccup must not end the task
-            log.warning("payloads_prune_failed", error=str(exc))
-        await asyncio.sleep(interval_s)

@@ -7,8 +7,9 @@ rows to vacuum), then what is left older than the cutoff, in the month that stra
 batches so a large backlog never holds a long lock or a huge transaction; attempt rows are
 few and always deleted in batches.
 
-One replica prunes at a time on PostgreSQL (a session advisory lock taken without waiting;
-the others skip that round); SQLite has one process.
+It runs as a periodic job (jobs/retention.py: one replica each round, every
+LLMRELAY_RETENTION_INTERVAL_S); a session advisory lock taken without waiting keeps a second
+pruner on PostgreSQL out all the same (a round that outlasts its interval).
 
 Rollups stay: the hourly usage rollups of pruned hours are kept (they are small), so the
 usage API's totals and time series go back beyond the record retention, while the request
@@ -26,14 +27,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import structlog
 from sqlalchemy import delete, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from llmrelay.store import partitions
 from llmrelay.store.models import RequestAttempt, RequestRecord
-
-log = structlog.get_logger(__name__)
 
 BATCH_ROWS = 5_000
 _PG_RETENTION_LOCK = 7_211_960_124
@@ -109,21 +107,3 @@ async def try_lock(conn: AsyncConnection, lock_id: int) -> bool:
 
 async def unlock(conn: AsyncConnection, lock_id: int) -> None:
     await conn.execute(text(f"SELECT pg_advisory_unlock({lock_id})"))
-
-
-async def run(engine: AsyncEngine, retention_days: float, interval_s: float) -> None:
-    """Prune now, then every `interval_s`, until cancelled; a failure is logged and the
-    next round tries again."""
-    while True:
-        try:
-            pruned = await prune(engine, retention_days)
-            if pruned.deleted or pruned.dropped:
-                log.info(
-                    "records_pruned",
-                    deleted=pruned.deleted,
-                    partitions_dropped=list(pruned.dropped),
-                    retention_days=retention_days,
-                )
-        except Exception as exc:  # noqa: BLE001 - a database hiccup must not end the task
-            log.warning("records_prune_failed", error=str(exc))
-        await asyncio.sleep(interval_s)

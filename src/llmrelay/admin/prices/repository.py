@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from llmrelay.store.models import PriceVersion
+from llmrelay.store.models import CATALOGUE_SOURCE, PriceVersion
 
 
 async def in_force(session: AsyncSession, model_id: str, now: datetime) -> PriceVersion | None:
@@ -49,3 +49,15 @@ async def for_models(
         for row in rows:
             found[row.model_id].append(row)
     return found
+
+
+async def drop_future_catalogue(session: AsyncSession, model_id: str, now: datetime) -> None:
+    """Delete the model's catalogue versions that have not started (jobs/price_sync.py wrote
+    them): an operator's price is never superseded by one."""
+    await session.execute(
+        delete(PriceVersion).where(
+            PriceVersion.model_id == model_id,
+            PriceVersion.source == CATALOGUE_SOURCE,
+            PriceVersion.effective_from > now,
+        )
+    )

@@ -3,7 +3,8 @@ validation (USD per million tokens, not negative, by bucket), stored as integer 
 A price version is never updated: a change is a new version from its effective time on, so
 the cost of past requests keeps the price they were charged. A version may start later
 (scheduled), never earlier than now (that would rewrite what past requests cost), and only a
-version not yet in force may be deleted."""
+version not yet in force may be deleted. Setting a price also removes the catalogue versions
+the price sync scheduled for the model (jobs/price_sync.py): they must not supersede it."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from llmrelay.admin.kit.problems import Conflict, Invalid, from_validation
 from llmrelay.admin.kit.rows import micros_to_usd, usd_to_micros
 from llmrelay.admin.prices import repository
 from llmrelay.config.schema import PricingConfig
-from llmrelay.store.models import PriceVersion, VirtualModel
+from llmrelay.store.models import CATALOGUE_SOURCE, PriceVersion, VirtualModel
 from llmrelay.store.types import utcnow
 
 #: How far in the past an effective time may be (clock skew between an admin and the server).
@@ -50,8 +51,13 @@ async def sync_price(session: AsyncSession, model: VirtualModel, pricing: Pricin
     wanted = price_values(pricing)
     now = utcnow()
     latest = await repository.in_force(session, model.id, now)
-    if latest is not None and all(getattr(latest, k) == v for k, v in wanted.items()):
+    if (
+        latest is not None
+        and latest.source != CATALOGUE_SOURCE  # the price sync's: the config's must be its own
+        and all(getattr(latest, k) == v for k, v in wanted.items())
+    ):
         return False
+    await repository.drop_future_catalogue(session, model.id, now)
     session.add(PriceVersion(model_id=model.id, effective_from=now, source="config", **wanted))
     return True
 
@@ -85,6 +91,7 @@ async def add_price(
 ) -> PriceVersion:
     if all(v is None for v in price_values(pricing).values()):
         raise Invalid("a price needs at least one bucket (input_per_mtok, ...)")
+    await repository.drop_future_catalogue(session, model.id, utcnow())
     row = PriceVersion(
         model_id=model.id, effective_from=effective_from, source="api", **price_values(pricing)
     )

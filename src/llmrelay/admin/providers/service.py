@@ -10,6 +10,7 @@ drop those routes)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,11 +22,15 @@ from llmrelay.admin.kit.problems import Conflict, Invalid, from_validation
 from llmrelay.admin.kit.rows import Outcome, assign
 from llmrelay.admin.providers import repository
 from llmrelay.config.schema import ProviderConfig
+from llmrelay.jobs import queue
+from llmrelay.jobs.keys import probe_key
 from llmrelay.store.credentials import open_credentials
 from llmrelay.store.crypto import CredentialError, Sealer
 from llmrelay.store.models import Provider, new_id
 
 _SECRET_FIELDS = ("api_key", "headers")
+#: Changes after which a pending health probe of the provider runs at once.
+_REPROBE = frozenset({"credentials", "base_url", "type", "api_version"})
 #: The most models one provider's inventory lists (the largest public catalogues have a few
 #: hundred).
 MAX_INVENTORY = 5000
@@ -147,8 +152,17 @@ async def update_provider(
         if wanted != stored or not readable:
             _seal(row, wanted, sealer)
             changed.append("credentials")
+    await reprobe_if_changed(session, row, changed)
     await session.flush()
     return changed
+
+
+async def reprobe_if_changed(session: AsyncSession, row: Provider, changed: list[str]) -> None:
+    """A probe waiting to look at this provider again (it was found unhealthy) looks now
+    when its credentials or address changed: a fixed key brings the provider back without
+    waiting for the probe's next round (jobs/probe.py)."""
+    if _REPROBE.intersection(changed):
+        await queue.hasten(session, probe_key(row.id), now=time.time())
 
 
 async def delete_provider(session: AsyncSession, row: Provider) -> None:

@@ -1,0 +1,104 @@
+"""A real HTTP server that receives webhook events, on loopback in a background thread (like
+mock_upstream.py), keeping each request's exact bytes and headers for the test to check.
+
+The path chooses the answer:
+
+    /ok...            200
+    /fail-first-N...  500 to the first N requests on that path, then 200
+    /status-CODE...   always CODE
+    /redirect...      307 to /moved (which a sender must not follow)
+    /slow-MS...       wait MS milliseconds, then 200
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from tests.support.ports import free_port
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    def header(self, name: str) -> str:
+        return {k.lower(): v for k, v in self.headers.items()}[name.lower()]
+
+
+@dataclass
+class WebhookReceiver:
+    host: str = "127.0.0.1"
+    port: int = field(default_factory=free_port)
+    received: list[Received] = field(default_factory=list)
+    _seen: dict[str, int] = field(default_factory=dict)
+    _loop: asyncio.AbstractEventLoop | None = None
+    _thread: threading.Thread | None = None
+    _runner: web.AppRunner | None = None
+
+    def url(self, path: str) -> str:
+        return f"http://{self.host}:{self.port}{path}"
+
+    def on(self, path: str) -> list[Received]:
+        return [r for r in self.received if r.path == path]
+
+    def start(self) -> WebhookReceiver:
+        ready = threading.Event()
+        self._loop = asyncio.new_event_loop()
+
+        def run() -> None:
+            assert self._loop is not None
+            asyncio.set_event_loop(self._loop)
+            self._loop.run_until_complete(self._start())
+            ready.set()
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name="webhook-receiver", daemon=True)
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("webhook receiver did not start")
+        return self
+
+    def stop(self) -> None:
+        if self._loop is None:
+            return
+        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        assert self._thread is not None
+        self._thread.join(10)
+        self._loop.close()
+        self._loop = None
+
+    async def _start(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._receive)
+        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self.host, self.port).start()
+
+    async def _stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _receive(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        path = request.path
+        self.received.append(Received(path, dict(request.headers), body))
+        self._seen[path] = self._seen.get(path, 0) + 1
+        if path.startswith("/redirect"):
+            raise web.HTTPTemporaryRedirect("/moved")
+        number = re.search(r"\d+", path)
+        n = int(number.group()) if number else 0
+        if path.startswith("/fail-first-") and self._seen[path] <= n:
+            return web.Response(status=500, text="not yet")
+        if path.startswith("/status-"):
+            return web.Response(status=n, text="as asked")
+        if path.startswith("/slow-"):
+            await asyncio.sleep(n / 1000)
+        return web.Response(status=200, text="ok")
