@@ -43,6 +43,8 @@ models:
     pricing: {{input_per_mtok: 1, output_per_mtok: 2}}
   - name: story
     routes: [{{provider: up, upstream_model: stall-after-3}}]
+  - name: refused
+    routes: [{{provider: up, upstream_model: status-401}}]
 projects:
   - name: main
     keys:

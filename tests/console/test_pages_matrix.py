@@ -28,6 +28,7 @@ PAGES = [
     ("/playground", "playground:read", "Playground"),
     ("/users", "users:read", "Users & roles"),
     ("/tenants", "tenants:read", "Tenants"),
+    ("/jobs", "jobs:read", "Jobs"),
     ("/audit", "audit:read", "Audit log"),
     ("/account", None, None),
 ]

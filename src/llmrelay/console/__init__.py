@@ -4,7 +4,7 @@ over ASGI with the user's session cookie and CSRF token: every permission, valid
 entry and ETag rule is the admin API's; the console never reads the database itself.
 
 May import: settings, store.crypto (sealing its sign-in step), admin.access (the role table,
-to show only what a role may use), metering (nothing else). Never imported by the data plane,
+to show only what a role may use); nothing else of ours. Never imported by the data plane,
 and never imports it (gateway/, limits/, providers/, protocols/): the Playground calls the data
 plane from the browser, over HTTP.
 """

@@ -21,6 +21,7 @@ from llmrelay.console.pages import (
     auth,
     dashboard,
     guides,
+    jobs,
     keys,
     models,
     projects,
@@ -79,6 +80,7 @@ def create_console(
         *usage.routes(console),
         *activity.routes(console),
         *guides.routes(console),
+        *jobs.routes(console),
     ]
     app = Starlette(
         routes=routes,
