@@ -107,3 +107,19 @@ def test_signing_out_ends_the_session(site: Site) -> None:
     page.goto("/dashboard")
     assert "/sign-in" in page.url
     context.close()
+
+
+def test_after_sign_in_only_a_path_of_this_site() -> None:
+    from llmrelay.console.pages.auth import _next
+
+    assert _next("/keys?status=active") == "/keys?status=active"
+    for hostile in (
+        "//evil.example",
+        "/\t/evil.example",
+        "/\\evil.example",
+        "https://evil.example",
+        "/ok\n/x",
+        None,
+        "",
+    ):
+        assert _next(hostile) == "/dashboard", hostile

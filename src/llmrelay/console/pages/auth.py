@@ -3,6 +3,7 @@ signing out, and the user's own account: password and two-factor setup."""
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -16,6 +17,7 @@ from llmrelay.console.web import (
     CSRF_COOKIE,
     CSRF_FIELD,
     Console,
+    PageRefused,
     client_for,
     form_visit,
     page,
@@ -32,9 +34,14 @@ STEP_S = 300
 _STEP_CONTEXT = "console.sign-in"
 
 
+#: A path of this site: no scheme, no `//host`, no backslash, control character or space
+#: (browsers drop tabs and new lines from URLs, so `/\t/evil.example` would become `//...`).
+_LOCAL_PATH = re.compile(r"^/(?![/\\])[A-Za-z0-9\-._~!$&'()*+,;=:@%/?]*$")
+
+
 def _next(value: str | None) -> str:
-    """Only a path of this site (never `//host` or a scheme): no open redirect."""
-    if value and value.startswith("/") and not value.startswith("//") and "\\" not in value:
+    """Where to go after signing in: only a path of this site (no open redirect)."""
+    if value and _LOCAL_PATH.match(value):
         return value
     return "/dashboard"
 
@@ -132,7 +139,9 @@ async def sign_in(console: Console, request: Request) -> Response:
 async def sign_out(console: Console, request: Request) -> Response:
     fields = await read_form(request)
     admin = client_for(console, request, fields.get(CSRF_FIELD, ""))
-    await admin.call("POST", "/auth/logout")
+    answer = await admin.call("POST", "/auth/logout")
+    if not answer.ok and answer.status != 401:  # 401: already ended; else it still lives
+        raise PageRefused(answer.status, answer.message)
     response = RedirectResponse("/sign-in", status_code=303)
     pass_cookies(response, admin)
     response.delete_cookie(CSRF_COOKIE, path="/", httponly=True, samesite="lax")
