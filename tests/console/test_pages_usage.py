@@ -55,3 +55,23 @@ def test_a_bad_filter_is_answered_in_the_admin_apis_words(site: Site) -> None:
     assert answer.status == 400
     expect(page.get_by_role("alert")).to_contain_text("no-such-key")
     page.close()
+
+
+def test_the_dashboard_refreshes_its_figures_from_its_fragment(site: Site) -> None:
+    """The dashboard's script fetches `data-refresh` every 15 s and puts it in place: the
+    fragment answers the figures as they are now."""
+    context = site.signed_in("viewer")
+    page = context.new_page()
+    page.goto("/dashboard")
+    shown = int(page.locator('[data-metric="requests"]').inner_text().replace(",", ""))
+    fragment = page.locator("#dashboard-charts").get_attribute("data-refresh") or ""
+    _requests(site, 2)
+    answer = context.request.get(fragment)
+    assert answer.status == 200
+    assert "<html" not in answer.text()  # a fragment, not a page
+    part = context.new_page()
+    part.set_content(answer.text())
+    now = int(part.locator('[data-metric="requests"]').inner_text().replace(",", ""))
+    assert now == shown + 2
+    part.close()
+    page.close()
