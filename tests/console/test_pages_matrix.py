@@ -216,3 +216,24 @@ def test_a_form_without_its_csrf_token_changes_nothing(site: Site) -> None:
     with site.admin() as admin:
         names: list[Any] = [p["name"] for p in admin.get("/projects").json()["data"]]
     assert "no-token" not in names
+
+
+def test_keyboard_first_stop_and_the_theme_toggle(site: Site) -> None:
+    """The first Tab reaches the skip link, which moves to the main content; the theme
+    follows the system's until the toggle picks one, which a reload keeps."""
+    context = site.browser.new_context(base_url=site.url, color_scheme="dark")
+    context.add_cookies(site.signed_in(Role.VIEWER.value).cookies())
+    page = context.new_page()
+    page.goto("/dashboard")
+    page.keyboard.press("Tab")
+    focused = page.evaluate("() => document.activeElement.textContent")
+    assert focused == "Skip to content"
+    page.keyboard.press("Enter")
+    assert page.evaluate("() => document.activeElement.id") == "main"
+    background = page.evaluate("() => getComputedStyle(document.body).backgroundColor")
+    page.get_by_role("button", name="Switch between dark and light theme").click()
+    assert page.evaluate("() => document.documentElement.dataset.theme") == "light"
+    page.reload()
+    assert page.evaluate("() => document.documentElement.dataset.theme") == "light"
+    assert page.evaluate("() => getComputedStyle(document.body).backgroundColor") != background
+    context.close()
