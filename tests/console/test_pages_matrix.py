@@ -221,8 +221,10 @@ def test_a_form_without_its_csrf_token_changes_nothing(site: Site) -> None:
 def test_keyboard_first_stop_and_the_theme_toggle(site: Site) -> None:
     """The first Tab reaches the skip link, which moves to the main content; the theme
     follows the system's until the toggle picks one, which a reload keeps."""
-    context = site.browser.new_context(base_url=site.url, color_scheme="dark")
-    context.add_cookies(site.signed_in(Role.VIEWER.value).cookies())
+    signed_in = site.signed_in(Role.VIEWER.value).storage_state()
+    context = site.browser.new_context(
+        base_url=site.url, color_scheme="dark", storage_state=signed_in
+    )
     page = context.new_page()
     page.goto("/dashboard")
     page.keyboard.press("Tab")
