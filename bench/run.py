@@ -326,6 +326,11 @@ def main() -> None:
         help="rounds (the medians' sample) for the comparison, --translation and --limits: more"
         " rounds of the same windows when the machine is noisy",
     )
+    parser.add_argument(
+        "--prepaid",
+        action="store_true",
+        help="prepaid billing: its transactions, and a request prepaid against not (SQLite, PG)",
+    )
     parser.add_argument("--rows", type=int, default=2_000_000, help="--usage-api: records")
     parser.add_argument(
         "--modes", help=f"comma-separated subset of {','.join(ALL_MODES)} (not --translation)"
@@ -345,6 +350,18 @@ def main() -> None:
             data["kind"] = "usage-api"
             print(usage_markdown(data))
             print(f"\nresults: {save('usage-api', data)}")
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        return
+    if args.prepaid:
+        from bench.prepaid import bench_prepaid, prepaid_markdown
+
+        folder = Path(tempfile.mkdtemp(prefix="llmrelay-bench-"))
+        try:
+            data = bench_prepaid(folder)
+            data["kind"] = "prepaid"
+            print(prepaid_markdown(data))
+            print(f"\nresults: {save('prepaid', data)}")
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         return

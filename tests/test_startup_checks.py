@@ -82,6 +82,25 @@ def test_cors_everyone_with_credentials_is_refused_but_either_alone_is_not() -> 
     assert _problems(cors_origins="https://a.example", cors_allow_credentials=True) == {}
 
 
+def test_mail_needs_a_public_url_and_never_logs_its_links() -> None:
+    assert "development only" in _problems(mail_log=True)["LLMRELAY_MAIL_LOG"]
+    smtp = "smtps://relay:pw@mail.example:465"
+    assert "base URL" in _problems(smtp_url=smtp)["LLMRELAY_PUBLIC_URL"]
+    assert "LLMRELAY_PUBLIC_URL" in _problems(signup_enabled=True)
+    assert _problems(smtp_url=smtp, public_url="https://console.example.com/") == {}
+
+
+def test_mail_urls_are_checked_when_read() -> None:
+    with pytest.raises(ValueError, match="LLMRELAY_SMTP_URL"):
+        Settings(smtp_url="mail.example:25")
+    with pytest.raises(ValueError, match="LLMRELAY_PUBLIC_URL"):
+        Settings(public_url="console.example.com")
+    assert Settings(public_url="https://console.example.com/app/").public_url == (
+        "https://console.example.com/app"
+    )
+    assert Settings(smtp_url=" ").smtp_url is None
+
+
 def test_a_command_is_checked_only_for_the_settings_it_uses() -> None:
     settings = Settings(env=PROD, admin_token="short")
     assert [p.setting for p in check_settings(settings)] == [

@@ -20,7 +20,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from llmrelay.admin.cors import with_cors
 from llmrelay.admin.identity.bootstrap import ensure_bootstrap_admin
-from llmrelay.admin.state import AdminState, SessionPolicy
+from llmrelay.admin.state import AccountPolicy, AdminState, SessionPolicy
+from llmrelay.billing import webhook_route
+from llmrelay.billing.payments import Payments
+from llmrelay.billing.stripe_config import StripeConfig
 from llmrelay.gateway.endpoints import DataPlane
 from llmrelay.gateway.entry import GatewayApp
 from llmrelay.gateway.errors import GatewayError, NotFound
@@ -118,7 +121,12 @@ def create_app(settings: Settings) -> GatewayApp:
     dataplane = DataPlane()
     health = Health(metrics, settings.metrics_token)
     handlers = dataplane.handlers()
-    admin = AdminState(settings.admin_token, sessions=SessionPolicy.from_settings(settings))
+    admin = AdminState(
+        settings.admin_token,
+        sessions=SessionPolicy.from_settings(settings),
+        accounts=AccountPolicy.from_settings(settings),
+    )
+    stripe_webhook = webhook_route.StripeWebhookRoute()
     admin_app = _BuiltOnFirstUse(partial(_admin_app, admin, settings))
     routes: list[BaseRoute] = [
         Route(path, _Refused(), methods=[method]) for method, path in handlers
@@ -128,6 +136,7 @@ def create_app(settings: Settings) -> GatewayApp:
         Route("/readyz", _Endpoint(health.readyz), methods=["GET"]),
         Route("/healthz", _Endpoint(health.readyz), methods=["GET"]),
         Route("/metrics", _Endpoint(health.metrics), methods=["GET"]),
+        Route(webhook_route.PATH, stripe_webhook, methods=["POST"]),
         Mount("/api/admin", app=admin_app),
     ]
     if settings.console:
@@ -139,7 +148,11 @@ def create_app(settings: Settings) -> GatewayApp:
         stack = await Stack.open(settings, metrics, dataplane, jobs=settings.jobs_in_process)
         engine, snapshots, recorder = stack.engine, stack.snapshots, stack.recorder
         tasks: list[asyncio.Task[None]] = []
+        payments: Payments | None = None
         try:
+            payments = Payments.from_config(
+                engine, stack.sealer, StripeConfig.from_settings(settings), metrics
+            )
             metrics.watch(metrics.record_queue_depth, lambda: recorder.depth)
             metrics.watch(metrics.snapshot_generation, lambda: snapshots.current.generation)
             metrics.watch(metrics.snapshot_age, snapshots.age_s)
@@ -159,6 +172,7 @@ def create_app(settings: Settings) -> GatewayApp:
             )
             admin.breakers = stack.runtime.executor.breakers
             admin.wake_jobs = stack.runner.wake if stack.runner is not None else None
+            admin.payments = stripe_webhook.payments = payments
             await ensure_bootstrap_admin(engine, settings, admin.passwords)
             tasks.append(asyncio.create_task(snapshots.poll(settings.snapshot_poll_s)))
             tasks.append(asyncio.create_task(rollups.run(engine, settings.rollup_interval_s)))
@@ -172,6 +186,8 @@ def create_app(settings: Settings) -> GatewayApp:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            if payments is not None:
+                await payments.close()
             await stack.close()
 
     fallback = Starlette(

@@ -9,9 +9,10 @@ from __future__ import annotations
 import ipaddress
 import re
 import secrets
+from decimal import Decimal
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -28,6 +29,10 @@ class Environment(StrEnum):
 class RedisFailurePolicy(StrEnum):
     FAIL_OPEN = "fail_open"
     FAIL_CLOSED = "fail_closed"
+
+
+#: LLMRELAY_SMTP_STARTTLS (see Settings.smtp_starttls).
+SmtpStartTls = Literal["auto", "required", "off"]
 
 
 class SettingsError(ValueError):
@@ -78,6 +83,9 @@ class Settings(BaseSettings):
     price_sync_interval_s: float = Field(default=86400.0, gt=0)
     #: The most of each captured body (request, response) that is kept; the rest is cut off.
     capture_max_bytes: int = Field(default=MIB, gt=0)
+    #: The most characters of text guardrails screen in one request or answer; a body with
+    #: more (for a key with rules in force) is refused with 413, never passed unscreened.
+    guardrails_max_chars: int = Field(default=1_000_000, gt=0)
     #: False: no request records are written (for benchmarks and experiments only: usage,
     #: the usage API and budgets after a restart all read the records).
     record_requests: bool = True
@@ -109,6 +117,11 @@ class Settings(BaseSettings):
     jobs_lease_s: float = Field(default=60.0, ge=1)
     jobs_poll_s: float = Field(default=1.0, gt=0)
     jobs_keep_finished_s: float = Field(default=7 * 86400.0, gt=0)
+    #: How often finished jobs past their expiry (a background response's TTL) are deleted.
+    jobs_prune_interval_s: float = Field(default=300.0, gt=0)
+    #: An idle runner's waits grow from LLMRELAY_JOBS_POLL_S up to this: what a job queued by
+    #: another process (a replica with LLMRELAY_JOBS_IN_PROCESS=false) may wait at most.
+    jobs_idle_poll_s: float = Field(default=5.0, gt=0)
     #: Background responses and queued generations (jobs/): kept this long from submission
     #: (a day), then deleted with their answer; one not finished by then fails `expired`.
     background_ttl_s: float = Field(default=86400.0, gt=0)
@@ -130,9 +143,105 @@ class Settings(BaseSettings):
     )
     #: One delivery attempt's limit (connect, send, the receiver's answer).
     webhook_timeout_s: float = Field(default=10.0, gt=0)
+    #: Prepaid billing (docs/billing.md). The output a reservation assumes when a request
+    #: sets no max tokens (the catalogue's `max_output` for the model, never more than this);
+    #: a flat reservation for routes without a price (0: a prepaid request that could reach
+    #: one is refused, 402 model_not_priced); the longest a reservation may wait for the
+    #: database before the request is refused (503); settles waiting in memory at most.
+    billing_default_max_output_tokens: int = Field(default=4096, ge=1)
+    billing_unpriced_reserve_micros: int = Field(default=0, ge=0)
+    billing_reserve_timeout_s: float = Field(default=5.0, gt=0)
+    billing_settle_queue_size: int = Field(default=100_000, gt=0)
+    #: The reconciliation job (billing_reconcile): how often it runs; how long a top-up
+    #: order may stay pending before it is looked up at Stripe; the margin past the longest
+    #: model deadline after which a reservation still held is settled from its record.
+    billing_reconcile_interval_s: float = Field(default=300.0, gt=0)
+    billing_order_pending_s: float = Field(default=300.0, ge=0)
+    billing_reservation_margin_s: float = Field(default=600.0, ge=0)
+    #: Stripe (top-ups). The secret API key (sk_...), the webhook endpoint's signing secret
+    #: (whsec_...), the API's address (a test server's in tests), where Checkout sends the
+    #: payer back, the smallest and largest top-up in USD, and how old a webhook's signed
+    #: timestamp may be.
+    stripe_secret_key: str | None = None
+    stripe_webhook_secret: str | None = None
+    stripe_api_base: str = "https://api.stripe.com"
+    stripe_success_url: str | None = None
+    stripe_cancel_url: str | None = None
+    stripe_min_topup_usd: Decimal = Field(default=Decimal(5), gt=0)
+    stripe_max_topup_usd: Decimal = Field(default=Decimal(10_000), gt=0)
+    stripe_webhook_tolerance_s: int = Field(default=300, ge=1)
+    #: Mail (mail/): the SMTP server, `smtp://user:pass@host:587` (STARTTLS when offered) or
+    #: `smtps://user:pass@host:465` (TLS from the first byte); unset: mails stay `pending`
+    #: in the outbox (a warning says so) and go out once it is set.
+    smtp_url: str | None = None
+    #: `auto` (STARTTLS when the server offers it), `required` (refuse to send without it),
+    #: `off` (never; loopback test servers only). smtps:// ignores it (always TLS).
+    smtp_starttls: SmtpStartTls = Field(default="auto")
+    #: A CA file to verify the SMTP server's certificate with (else the system's CAs).
+    smtp_ca_file: Path | None = None
+    smtp_timeout_s: float = Field(default=30.0, gt=0)
+    #: The From of every mail: `Name <address>` or an address.
+    mail_from: str = "llmrelay <noreply@localhost>"
+    #: Development only: with no SMTP server, also log each mail's text (links included) to
+    #: the console. Refused when LLMRELAY_ENV=production.
+    mail_log: bool = False
+    #: The first retry of a refused or failed send waits this long, doubling up to an hour.
+    mail_retry_base_s: float = Field(default=30.0, ge=0)
+    #: A mail still pending this long after it was queued is marked failed, not sent.
+    mail_max_age_s: float = Field(default=2 * 86400.0, gt=0)
+    #: The console's base URL as users reach it (`https://gateway.example.com`): every link
+    #: a mail carries starts with it. Required in production for mails with links.
+    public_url: str | None = None
+    #: Self-service sign-up (`POST /api/admin/signup`): off unless true. A new tenant's wallet
+    #: is prepaid (requests need a balance) unless LLMRELAY_SIGNUP_PREPAID=false, and starts
+    #: with LLMRELAY_SIGNUP_FREE_CREDIT_USD (a ledger adjustment; 0: none).
+    signup_enabled: bool = False
+    signup_prepaid: bool = True
+    signup_free_credit_usd: float = Field(default=0.0, ge=0, le=1_000_000)
+    #: Sign-ups per client IP within the window (429 beyond).
+    signup_max_per_ip: int = Field(default=5, ge=1)
+    signup_window_s: float = Field(default=3600.0, gt=0)
+    #: Password-reset requests per address and per client IP within the window (429 beyond).
+    password_reset_max_per_account: int = Field(default=3, ge=1)
+    password_reset_max_per_ip: int = Field(default=20, ge=1)
+    password_reset_window_s: float = Field(default=3600.0, gt=0)
+    #: How long the links of account mails work.
+    invitation_ttl_s: float = Field(default=7 * 86400.0, gt=0)
+    verification_ttl_s: float = Field(default=2 * 86400.0, gt=0)
+    password_reset_ttl_s: float = Field(default=3600.0, gt=0)
+    #: How often the low-balance and budget alerts look for wallets and budgets to mail about.
+    alerts_interval_s: float = Field(default=60.0, gt=0)
     #: The web console at `/` (console/); false: `/` and the console's pages answer the
     #: JSON 404 (an API-only gateway). The data plane never reaches it either way.
     console: bool = True
+
+    @field_validator("smtp_url", "public_url", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("smtp_url")
+    @classmethod
+    def _check_smtp_url(cls, value: str | None) -> str | None:
+        if value is not None and not _SMTP_URL.fullmatch(value):
+            raise ValueError(
+                "LLMRELAY_SMTP_URL: smtp://[user:password@]host[:port] or "
+                "smtps://[user:password@]host[:port]"
+            )
+        return value
+
+    @field_validator("public_url")
+    @classmethod
+    def _check_public_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        value = value.strip().rstrip("/")
+        if not _PUBLIC_URL.fullmatch(value):
+            raise ValueError(
+                "LLMRELAY_PUBLIC_URL: the console's base URL, http(s)://host[:port][/path], "
+                "no query or fragment"
+            )
+        return value
 
     @field_validator("trusted_proxies", mode="before")
     @classmethod
@@ -249,6 +358,8 @@ class Settings(BaseSettings):
 
 _ORIGIN = re.compile(r"https?://[^/\s?#]+")
 _HOSTNAME = re.compile(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*")
+_SMTP_URL = re.compile(r"smtps?://([^@/\s]+@)?[^@/:\s]+(:\d{1,5})?/?")
+_PUBLIC_URL = re.compile(r"https?://[^/\s?#]+(/[^\s?#]*)?")
 
 
 def resolve_secret_key(settings: Settings) -> str:

@@ -17,6 +17,8 @@ from typing import IO
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from llmrelay.billing.estimate import ReservePolicy
+from llmrelay.billing.prepaid import Prepaid
 from llmrelay.deadlines import Deadlines
 from llmrelay.gateway.dispatch import Dispatcher, Runtime
 from llmrelay.gateway.durable import DurableJobs
@@ -64,6 +66,7 @@ class Stack:
     tracing: Tracing | None
     live_reload: LiveReload
     runtime: Runtime
+    prepaid: Prepaid
     #: The job runner (None: this process runs no jobs, LLMRELAY_JOBS_IN_PROCESS=false).
     runner: JobRunner | None = None
     #: SQLite: this process's mark that the database is in use (`llmrelay restore` waits).
@@ -98,6 +101,8 @@ class Stack:
             await engine.dispose()
             raise
         recorder.start()
+        prepaid = _prepaid(settings, metrics, engine)
+        prepaid.start()
         limiter = _limiter(settings, metrics, engine)
         tracing = tracing_from_environment()
         await limiter.start()
@@ -116,6 +121,8 @@ class Stack:
             tracing,
             settings.record_requests,
             capture_max_bytes=settings.capture_max_bytes,
+            prepaid=prepaid,
+            guard_max_chars=settings.guardrails_max_chars,
         )
         dispatcher.runtime = runtime
         live_reload = LiveReload(
@@ -137,6 +144,7 @@ class Stack:
             tracing,
             live_reload,
             runtime,
+            prepaid,
         )
         if settings.sqlite_path is not None:
             stack.in_use = hold_in_use(settings.sqlite_path)
@@ -159,6 +167,7 @@ class Stack:
             await self.probe_trigger.close()
         await self.live_reload.stop()
         await self.recorder.stop(timeout_s=max(settings.drain_timeout_s, 5.0))
+        await self.prepaid.stop(timeout_s=max(settings.drain_timeout_s, 5.0))
         await self.limiter.close()
         if self.tracing is not None:
             await self.tracing.close(timeout_s=5)
@@ -180,7 +189,9 @@ def _runner(stack: Stack, dispatcher: Dispatcher, metrics: Metrics) -> JobRunner
             concurrency=settings.jobs_concurrency,
             lease_s=settings.jobs_lease_s,
             poll_s=settings.jobs_poll_s,
+            idle_poll_s=settings.jobs_idle_poll_s,
             keep_finished_s=settings.jobs_keep_finished_s,
+            prune_every_s=settings.jobs_prune_interval_s,
         ),
         schedules=schedules(settings),
         metrics=metrics,
@@ -204,6 +215,21 @@ def _submissions(stack: Stack) -> DurableJobs:
 
     wake = stack.runner.wake if stack.runner is not None else None
     return Submissions(stack.settings, stack.engine, stack.sealer, wake)
+
+
+def _prepaid(settings: Settings, metrics: Metrics, engine: AsyncEngine) -> Prepaid:
+    """Reservations and settles of prepaid tenants' requests (only they use it)."""
+    policy = ReservePolicy(
+        default_max_output_tokens=settings.billing_default_max_output_tokens,
+        unpriced_reserve_micros=settings.billing_unpriced_reserve_micros,
+    )
+    return Prepaid(
+        engine,
+        policy,
+        metrics=metrics,
+        max_queue=settings.billing_settle_queue_size,
+        reserve_timeout_s=settings.billing_reserve_timeout_s,
+    )
 
 
 def _limiter(settings: Settings, metrics: Metrics, engine: AsyncEngine) -> Limiter:

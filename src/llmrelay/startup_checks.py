@@ -66,6 +66,8 @@ class Setting(StrEnum):
     METRICS_TOKEN = "LLMRELAY_METRICS_TOKEN"
     BOOTSTRAP_ADMIN_PASSWORD = "LLMRELAY_BOOTSTRAP_ADMIN_PASSWORD"
     CORS = "LLMRELAY_CORS_ORIGINS"
+    MAIL_LOG = "LLMRELAY_MAIL_LOG"
+    PUBLIC_URL = "LLMRELAY_PUBLIC_URL"
 
 
 #: What `serve` uses: everything.
@@ -132,6 +134,23 @@ def check_settings(settings: Settings, uses: Collection[Setting] = ALL_SETTINGS)
                 Setting.CORS,
                 "allows every origin (*) with credentials (LLMRELAY_CORS_ALLOW_CREDENTIALS): "
                 "any web site could act with a signed-in user's session; list the origins",
+            )
+        )
+    if Setting.MAIL_LOG in uses and settings.mail_log:
+        problems.append(
+            Problem(
+                Setting.MAIL_LOG,
+                "is on: it writes mails, their sign-in and reset links included, to the "
+                "log (development only)",
+            )
+        )
+    mails_links = settings.smtp_url is not None or settings.signup_enabled
+    if Setting.PUBLIC_URL in uses and mails_links and settings.public_url is None:
+        problems.append(
+            Problem(
+                Setting.PUBLIC_URL,
+                "is not set: mails (LLMRELAY_SMTP_URL, LLMRELAY_SIGNUP_ENABLED) carry links "
+                "to the console, which need its base URL",
             )
         )
     return [p for p in problems if p is not None]

@@ -18,7 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.admin.access import Role
 from llmrelay.admin.app import create_admin
-from llmrelay.admin.state import AdminState
+from llmrelay.admin.state import AccountPolicy, AdminState
+from llmrelay.billing.payments import Payments
 from llmrelay.deadlines import Deadlines
 from llmrelay.jobs.probe import Prober
 from llmrelay.providers.http import HttpTransport
@@ -27,12 +28,23 @@ from llmrelay.store import migrate, rollups
 from llmrelay.store.db import create_engine, session_factory
 from llmrelay.store.models import RequestRecord, UsageRollupDirty
 from llmrelay.store.models_access import AuditEntry, Membership, User
+from llmrelay.store.models_guardrails import GuardrailHit
 from llmrelay.store.types import utcnow
 from tests.admin.access_support import FAST_PASSWORDS, PASSWORD, login
 from tests.admin.conftest import ADMIN_TOKEN, SEALER
 from tests.admin.route_table import ANONYMOUS, CALLERS, TOKEN, Side, World, queue_job
 from tests.conftest import need_postgres
 from tests.support.databases import postgres_database, sqlite_url
+from tests.support.fake_stripe import FakeStripe, stripe_config
+
+#: Sign-up on, and the account routes' throttles out of the way of the matrix's many calls
+#: from one client address.
+OPEN = AccountPolicy(
+    signup_enabled=True,
+    signup_max_per_ip=1_000_000,
+    reset_max_per_account=1_000_000,
+    reset_max_per_ip=1_000_000,
+)
 
 
 async def _side(admin: httpx.AsyncClient, engine: AsyncEngine, slug: str) -> Side:
@@ -54,6 +66,8 @@ async def _side(admin: httpx.AsyncClient, engine: AsyncEngine, slug: str) -> Sid
         tenant_id=tenant,
     )
     policy = (await post("/policies", {"name": "eu-only"}, tenant_id=tenant))["id"]
+    pii = {"name": "pii", "rules": [{"detector": "pii", "action": "mask"}]}
+    guardrail = (await post("/guardrails", pii, tenant_id=tenant))["id"]
     member_email = f"member@{slug}.example.com"
     member = await post(
         "/users",
@@ -71,6 +85,25 @@ async def _side(admin: httpx.AsyncClient, engine: AsyncEngine, slug: str) -> Sid
                     endpoint="chat.completions",
                     status_code=200,
                     latency_ms=5.0,
+                )
+            )
+            session.add(
+                GuardrailHit(
+                    request_id=request_id,
+                    seq=0,
+                    created_at=utcnow(),
+                    tenant_id=tenant,
+                    project_id=project_id,
+                    key_id="k",
+                    policy_id=guardrail,
+                    policy="pii",
+                    rule="pii",
+                    detector="email",
+                    action="mask",
+                    location="request",
+                    field="messages[0].content",
+                    count=1,
+                    matched_chars=16,
                 )
             )
         session.add(
@@ -96,6 +129,7 @@ async def _side(admin: httpx.AsyncClient, engine: AsyncEngine, slug: str) -> Sid
         model=model["id"],
         route=model["routes"][0]["id"],
         policy=policy,
+        guardrail=guardrail,
         member=member["id"],
         member_email=member_email,
         request_id=request_ids[0],
@@ -144,7 +178,28 @@ async def caller_client(world: World, caller: str, email: str) -> AsyncIterator[
 
 @asynccontextmanager
 async def build_world(engine: AsyncEngine) -> AsyncIterator[World]:
-    state = AdminState(ADMIN_TOKEN, engine=engine, sealer=SEALER, passwords=FAST_PASSWORDS)
+    state = AdminState(
+        ADMIN_TOKEN, engine=engine, sealer=SEALER, passwords=FAST_PASSWORDS, accounts=OPEN
+    )
+    async with _payments(engine) as payments:  # top-ups (billing) against a fake Stripe
+        state.payments = payments
+        async with _world(state, engine) as world:
+            yield world
+
+
+@asynccontextmanager
+async def _payments(engine: AsyncEngine) -> AsyncIterator[Payments]:
+    stripe = FakeStripe().start()
+    payments = Payments.from_config(engine, SEALER, stripe_config(stripe))
+    try:
+        yield payments
+    finally:
+        await payments.close()
+        stripe.stop()
+
+
+@asynccontextmanager
+async def _world(state: AdminState, engine: AsyncEngine) -> AsyncIterator[World]:
     providers = ProviderRegistry(HttpTransport(Deadlines(asyncio.get_running_loop())))
     state.prober = Prober(engine, SEALER, providers, delays_s=(300.0,))
     app = create_admin(state)

@@ -21,8 +21,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.admin.access import Role
 from llmrelay.admin.state import AdminState
+from llmrelay.billing import ledger, orders
 from llmrelay.jobs import queue
 from tests.admin.access_support import PASSWORD, totp_code
+from tests.support.mail import mail_text, token_in
 
 #: Recognisable secrets planted in requests that carry one: no audit row may ever hold them.
 PLANTED_API_KEY = "sk-planted-provider-secret-7f3a9c"
@@ -50,6 +52,7 @@ class Side:
     model: str
     route: str
     policy: str
+    guardrail: str
     member: str  # a viewer of this tenant only
     member_email: str
     request_id: str
@@ -111,6 +114,7 @@ PARAMS = {
     "model_id": "model",
     "route_id": "route",
     "policy_id": "policy",
+    "guardrail_id": "guardrail",
     "user_id": "member",
     "request_id": "request_id",
     "job_id": "job",
@@ -218,6 +222,23 @@ async def _policy(world: World, side: Side) -> str:
     return await world.make("/policies", {"name": f"pol{world.n()}"}, tenant_id=side.tenant)
 
 
+def _guardrail_body(world: World, side: Side) -> dict[str, Any]:
+    return {"name": f"g{world.n()}", "rules": [{"detector": "email", "action": "mask"}]}
+
+
+async def _guardrail(world: World, side: Side) -> str:
+    return await world.make("/guardrails", _guardrail_body(world, side), tenant_id=side.tenant)
+
+
+async def _global_guardrails(world: World, side: Side, api: httpx.AsyncClient) -> Call:
+    """A new policy of the default tenant (the global binding's) to bind: each call a change."""
+    name = f"global{world.n()}"
+    await world.make(
+        "/guardrails", {"name": name, "rules": [{"detector": "card", "action": "block"}]}
+    )
+    return Call("PUT", "/settings/guardrails", {"global": [name]}, target="guardrails")
+
+
 async def _floater(world: World, side: Side) -> str:
     """An account in no tenant (to be added as a member)."""
     return await world.make(
@@ -243,6 +264,22 @@ async def queue_job(engine: AsyncEngine, tenant: str | None, kind: str) -> str:
         )
     assert job_id is not None
     return job_id
+
+
+async def _metering_failed(world: World, side: Side) -> str:
+    """A reservation of the side's tenant whose metering failed (to be reconciled)."""
+    request_id = f"unmetered-{world.n()}"
+    async with world.engine.begin() as conn:
+        await ledger.ensure_wallet(conn, side.tenant, prepaid=False)
+        await ledger.credit(conn, side.tenant, 1_000, kind="topup", key=f"seed:{request_id}")
+        await ledger.reserve(conn, side.tenant, request_id, 1_000)
+        await ledger.settle(conn, request_id, None)
+    return request_id
+
+
+async def _order(world: World, side: Side) -> str:
+    async with world.engine.begin() as conn:
+        return (await orders.create(conn, side.tenant, orders.CHECKOUT, 10_000_000)).id
 
 
 def _route_body(world: World, side: Side) -> dict[str, Any]:
@@ -286,6 +323,54 @@ async def _deliveries(world: World, side: Side, api: httpx.AsyncClient) -> Call:
 async def _login(world: World, side: Side, api: httpx.AsyncClient) -> Call:
     body = {"email": side.member_email, "password": PASSWORD}
     return Call("POST", "/auth/login", body, target=side.member)
+
+
+async def _mailed_token(world: World, to: str, kind: str) -> str:
+    """The token of the last `kind` mail to `to`, opened from the sealed outbox."""
+    assert world.state.sealer is not None
+    return token_in(await mail_text(world.engine, world.state.sealer, to, kind))
+
+
+async def _accept_invitation(world: World, side: Side, api: httpx.AsyncClient) -> Call:
+    email = f"invitee{world.n()}@example.com"
+    body = {"email": email, "tenant_id": side.tenant, "role": "viewer"}
+    invited = await world.make("/invitations", body)
+    token = await _mailed_token(world, email, "invitation")
+    body = {"token": token, "password": PLANTED_PASSWORD}
+    return Call("POST", "/auth/invitation/accept", body, target=invited)
+
+
+async def _reset_request(world: World, side: Side, api: httpx.AsyncClient) -> Call:
+    return Call("POST", "/auth/password-reset", {"email": side.member_email}, target=side.member)
+
+
+async def _reset(world: World, side: Side, api: httpx.AsyncClient) -> Call:
+    email = f"forgot{world.n()}@example.com"
+    user = await world.make("/users", {"email": email, "password": PASSWORD})
+    async with world.client() as anonymous:
+        asked = await anonymous.post("/auth/password-reset", json={"email": email})
+        assert asked.status_code == 202, asked.text
+    token = await _mailed_token(world, email, "password_reset")
+    body = {"token": token, "password": PLANTED_PASSWORD}
+    return Call("POST", "/auth/password-reset/confirm", body, target=user)
+
+
+async def _verify(world: World, side: Side, api: httpx.AsyncClient) -> Call:
+    email = f"verify{world.n()}@example.com"
+    user = await world.make("/users", {"email": email, "password": PASSWORD})
+    async with world.client() as own:
+        signed_in = await own.post("/auth/login", json={"email": email, "password": PASSWORD})
+        own.headers["X-CSRF-Token"] = signed_in.json()["csrf_token"]
+        assert (await own.post("/auth/verify-email/send")).status_code == 202
+    token = await _mailed_token(world, email, "verification")
+    return Call("POST", "/auth/verify-email", {"token": token}, target=user)
+
+
+async def _signup(world: World, side: Side, api: httpx.AsyncClient) -> Call:
+    n = world.n()
+    body = {"email": f"founder{n}@example.com", "password": PLANTED_PASSWORD}
+    body["tenant_name"] = f"Signed up {n}"
+    return Call("POST", "/signup", body)
 
 
 # --- what a list shows -----------------------------------------------------------------
@@ -339,6 +424,21 @@ ROUTES: list[Route] = [
           action="user.totp_enable"),
     Route("POST", "/auth/totp/disable", None, "self", token_status=400, custom=_totp_disable,
           action="user.totp_disable"),
+    Route("POST", "/auth/verify-email/send", None, "self", token_status=400,
+          action="user.verification_sent", empty_diff=True),
+    # invitations, the account mails' links, sign-up
+    Route("POST", "/invitations", "users:write", new=True, action="user.invite",
+          body=lambda w, s: {"email": f"invited{w.n()}@example.com", "tenant_id": s.tenant,
+                             "role": "viewer"}),
+    Route("POST", "/auth/invitation/accept", None, "public", custom=_accept_invitation,
+          action="user.accept_invitation"),
+    Route("POST", "/auth/password-reset", None, "public", custom=_reset_request,
+          action="user.password_reset_request", empty_diff=True),
+    Route("POST", "/auth/password-reset/confirm", None, "public", custom=_reset,
+          action="user.password_reset"),
+    Route("POST", "/auth/verify-email", None, "public", custom=_verify,
+          action="user.verify_email"),
+    Route("POST", "/signup", None, "public", custom=_signup, new=True, action="tenant.signup"),
     # tenants, users, members
     _list("/tenants", "tenants:read", _ids()),
     Route("POST", "/tenants", "tenants:write", "global", platform_only=True, new=True,
@@ -347,6 +447,9 @@ ROUTES: list[Route] = [
     Route("GET", "/tenants/{tenant_id}", "tenants:read"),
     Route("PATCH", "/tenants/{tenant_id}", "tenants:write", body=_n("name", "T"),
           action="tenant.update"),
+    Route("GET", "/tenants/{tenant_id}/preferences", "tenants:read"),
+    Route("PUT", "/tenants/{tenant_id}/preferences", "tenants:write",
+          body=lambda w, s: {"low_balance_usd": 1 + w.n()}, action="tenant.preferences"),
     _list("/users", "users:read", _ids("email")),
     Route("POST", "/users", "users:write", new=True, action="user.create",
           body=lambda w, s: {"email": f"made{w.n()}@example.com", "password": PLANTED_PASSWORD,
@@ -434,4 +537,33 @@ ROUTES: list[Route] = [
     Route("PUT", "/settings/routing", "policies:write", "global", platform_only=True,
           body=lambda w, s: {"breaker": {"failures": 1 + w.n() % 999}},
           action="settings.routing", target="routing"),
+    # billing: wallets, the ledger, reservations, refunds, adjustments, top-ups
+    Route("GET", "/billing/{tenant_id}/wallet", "billing:read"),
+    Route("PATCH", "/billing/{tenant_id}/wallet", "billing:write", action="wallet.update",
+          body=lambda w, s: {"auto_topup_threshold_micros": 1_000 + w.n()}),
+    Route("GET", "/billing/{tenant_id}/ledger", "billing:read"),
+    Route("GET", "/billing/{tenant_id}/reservations", "billing:read"),
+    Route("POST", "/billing/{tenant_id}/reservations/{request_id}/reconcile", "billing:write",
+          make=_metering_failed, body=lambda w, s: {"cost_micros": 1},
+          action="reservation.reconcile"),
+    Route("POST", "/billing/{tenant_id}/refunds", "billing:write", new=True,
+          action="billing.refund",
+          body=lambda w, s: {"amount_micros": 1 + w.n(), "reason": "r", "refund_id": f"rf{w.n()}"}),
+    Route("POST", "/billing/{tenant_id}/adjustments", "billing:write", new=True,
+          platform_only=True, action="billing.adjustment",
+          body=lambda w, s: {"amount_micros": 1 + w.n(), "reason": "r",
+                             "adjustment_id": f"ad{w.n()}"}),
+    Route("GET", "/billing/{tenant_id}/orders", "billing:read"),
+    Route("GET", "/billing/{tenant_id}/orders/{order_id}", "billing:read", make=_order),
+    Route("POST", "/billing/{tenant_id}/checkout", "billing:write", new=True,
+          action="order.checkout", body=lambda w, s: {"amount_usd": "10"}),
+    # guardrails: policies, the dry run, the audit records of hits, the global binding
+    *_crud("guardrail", "/guardrails", "{guardrail_id}", _guardrail_body,
+           lambda w, s: {"description": f"d{w.n()}"}, _guardrail),
+    _list("/guardrails/hits", "guardrails:read", _ids("request_id"), **SCOPED),
+    Route("POST", "/guardrails/{guardrail_id}/test", "guardrails:read", action="guardrail.test",
+          body=lambda w, s: {"text": f"mail {PLANTED_KEY} to a@example.com"}, empty_diff=True),
+    Route("GET", "/settings/guardrails", "guardrails:read", "global"),
+    Route("PUT", "/settings/guardrails", "guardrails:write", "global", platform_only=True,
+          custom=_global_guardrails, action="settings.guardrails", target="guardrails"),
 ]  # fmt: skip

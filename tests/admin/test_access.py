@@ -54,6 +54,8 @@ def test_the_role_table_says_what_the_issue_says() -> None:
         "prices:read",
         "prices:write",
         "projects:read",
+        "billing:read",
+        "billing:write",
     }
     assert ROLE_PERMISSIONS[Role.VIEWER] == reads - {"audit:read"}
     assert ROLE_PERMISSIONS[Role.AUDITOR] == {"audit:read", "usage:read"}

@@ -299,7 +299,7 @@ def test_a_capturing_keys_bodies_are_kept(gateway: GatewayProcess) -> None:
 def test_gone_after_its_ttl(upstream: MockUpstream, tmp_path: Path) -> None:
     """LLMRELAY_BACKGROUND_TTL_S from submission: then a 404, and the runner deletes it; a job
     whose limits reset only after its TTL fails at once instead of waiting in vain."""
-    env = {"LLMRELAY_BACKGROUND_TTL_S": "3"}
+    env = {"LLMRELAY_BACKGROUND_TTL_S": "3", "LLMRELAY_JOBS_PRUNE_INTERVAL_S": "1"}
     process = GatewayProcess(tmp_path, config=background_config(upstream), env=env).start()
     try:
         with _client(process) as short, _client(process, LIMITED_KEY) as limited:

@@ -21,16 +21,20 @@ class Sink:
         self.records: list[Row] = []
         self.attempts: list[Row] = []
         self.payloads: list[Row] = []
+        self.hits: list[Row] = []
         self.calls = 0
         self.failing = False
 
-    async def __call__(self, records: list[Row], attempts: list[Row], payloads: list[Row]) -> None:
+    async def __call__(
+        self, records: list[Row], attempts: list[Row], payloads: list[Row], hits: list[Row]
+    ) -> None:
         self.calls += 1
         if self.failing:
             raise ConnectionRefusedError("database away")
         self.records += records
         self.attempts += attempts
         self.payloads += payloads
+        self.hits += hits
 
 
 def _files(spool: Spool) -> list[str]:
@@ -225,12 +229,29 @@ async def test_payload_rows_round_trip_byte_for_byte(tmp_path: Path) -> None:
     assert _listing(tmp_path) == [] and spool.pending_rows == 0
 
 
+async def test_guardrail_hit_rows_round_trip(tmp_path: Path) -> None:
+    hits: list[Row] = [
+        ("req-1", 0, 1_733_000_000.5, "t", "p", "k", "pol", "pii", "pii", "email", "mask",
+         "request", "messages[0].content", 2, 31),
+        ("req-1", 1, 1_733_000_000.5, None, None, None, "pol", "pii", "pii", "card", "block",
+         "response", "choices[0].message.content", 1, 19),
+    ]  # fmt: skip
+    spool = Spool(tmp_path)
+    spool.append([("req-1",)], [], [], hits)
+    (name,) = _listing(tmp_path)
+    assert b'"hits":["request_id","seq"' in (tmp_path / name).read_bytes()
+    sink = Sink()
+    assert await spool.replay(sink) is True
+    _same(sink.hits, hits)
+
+
 async def test_a_file_written_before_payloads_existed_still_replays(tmp_path: Path) -> None:
     older = tmp_path / "records-999999-1.jsonl"
     older.write_bytes(b'{"records":["id"],"attempts":["id"]}\n["r",["old"]]\n["a",["try"]]\n')
     sink = Sink()
     await Spool(tmp_path, record_columns=["id"], attempt_columns=["id"]).replay(sink)
     assert (sink.records, sink.attempts, sink.payloads) == ([("old",)], [("try",)], [])
+    assert sink.hits == []
 
 
 async def test_a_payload_line_that_cannot_be_decoded_is_skipped_not_fatal(tmp_path: Path) -> None:

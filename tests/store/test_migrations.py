@@ -45,7 +45,7 @@ _DROPPED_IN_0010 = {
 
 #: What revisions after 0010 add: a database stopped at an earlier revision lacks them, and
 #: only them, compared with the models (0011 console identity and audit, 0012 resource versions,
-#: 0013 durable jobs, 0017 billing and mail).
+#: 0013 durable jobs, 0014 billing and mail, 0015 guardrails).
 _TABLES_ADDED_AFTER_0010 = {
     "users",
     "memberships",
@@ -63,6 +63,9 @@ _TABLES_ADDED_AFTER_0010 = {
     "stripe_events",
     "email_outbox",
     "account_tokens",
+    "guardrail_policies",
+    "guardrail_bindings",
+    "guardrail_hits",
 }
 _COLUMNS_ADDED_AFTER_0010 = {
     ("tenants", "require_2fa"),

@@ -13,6 +13,7 @@ from llmrelay.gateway.call import CallRecord
 from llmrelay.gateway.recorder import Recorder
 from llmrelay.store import partitions, retention
 from llmrelay.store.models import RequestAttempt, RequestRecord
+from llmrelay.store.models_guardrails import GuardrailHit
 from llmrelay.store.partitions import add_months, month_of, partition_name
 
 DAY = 86_400.0
@@ -30,7 +31,7 @@ def _record(request_id: str, created: float, failed_attempt: bool = False) -> Ca
     return record
 
 
-async def _count(engine: AsyncEngine, table: type[RequestRecord] | type[RequestAttempt]) -> int:
+async def _count(engine: AsyncEngine, table: type[RequestRecord | RequestAttempt]) -> int:
     async with engine.connect() as conn:
         return int((await conn.execute(select(func.count()).select_from(table))).scalar_one())
 
@@ -45,7 +46,9 @@ async def test_prune_deletes_only_what_is_older_than_the_period(
     old = [_record(f"old-{i}", now - 40 * DAY - i, failed_attempt=i % 3 == 0) for i in range(30)]
     new = [_record(f"new-{i}", now - 10 * DAY - i, failed_attempt=i % 3 == 0) for i in range(5)]
     for record in (*old, *new):
-        recorder.record(record.row(1.0), record.attempt_log)
+        hit = (record.request_id, 0, record.created, "t", "p", "k", "pol", "pol", "pii")
+        hits = [(*hit, "email", "mask", "request", "messages[0].content", 1, 16)]
+        recorder.record(record.row(1.0), record.attempt_log, None, hits)
     await recorder.stop(timeout_s=10)
     assert await _count(engine, RequestRecord) == 35
 
@@ -55,6 +58,9 @@ async def test_prune_deletes_only_what_is_older_than_the_period(
         attempts = {row[0] for row in await conn.execute(select(RequestAttempt.request_id))}
     assert kept == {f"new-{i}" for i in range(5)}
     assert attempts == {"new-0", "new-3"}
+    async with engine.connect() as conn:
+        hit_ids = {row[0] for row in await conn.execute(select(GuardrailHit.request_id))}
+    assert hit_ids == kept  # a record's hits go with it
     assert await retention.prune(engine, 30, now) == retention.Pruned()  # nothing left to do
 
 

@@ -44,6 +44,8 @@ RESOURCES = (
     "audit",
     "playground",
     "jobs",  # durable background jobs (probes, discovery, price sync, retention, ...)
+    "billing",  # wallets, the ledger, refunds, top-ups (adjustments: platform admins only)
+    "guardrails",  # guardrail policies, their global binding, the audit records of hits
 )
 ACTIONS = ("read", "write")
 PERMISSIONS = frozenset(f"{resource}:{action}" for resource in RESOURCES for action in ACTIONS)
@@ -72,10 +74,11 @@ ROLE_PERMISSIONS: Mapping[Role, frozenset[str]] = {
     Role.PLATFORM_ADMIN: PERMISSIONS,
     Role.TENANT_ADMIN: PERMISSIONS,
     Role.DEVELOPER: _all("keys", "models", "playground")
-    | _all("projects", "providers", "usage", actions=("read",)),
-    Role.BILLING: _all("limits", "prices") | _all("usage", "projects", actions=("read",)),
+    | _all("projects", "providers", "usage", "guardrails", actions=("read",)),
+    Role.BILLING: _all("limits", "prices", "billing")
+    | _all("usage", "projects", actions=("read",)),
     Role.VIEWER: frozenset(p for p in PERMISSIONS if p.endswith(":read") and p != "audit:read"),
-    Role.AUDITOR: frozenset({"audit:read", "usage:read"}),
+    Role.AUDITOR: frozenset({"audit:read", "usage:read", "guardrails:read"}),
 }
 
 

@@ -150,6 +150,25 @@ def note_sign_in(request: Request, email: str, user_id: str | None) -> None:
     context.target_id = user_id
 
 
+def note_anonymous(
+    request: Request,
+    action: str,
+    target_type: str,
+    target_id: str | None,
+    email: str | None,
+    after: Mapping[str, Any] | None,
+    tenant_id: str | None = None,
+) -> None:
+    """A public route's change (a sign-up, a password reset with an emailed token): audited
+    with no actor, under the email it concerns. Never pass a token or a password in `after`."""
+    context = _context(request)
+    if context is None:
+        return
+    note(request, action, target_type, target_id, None, after, tenant_id)
+    context.force = True
+    context.email = email
+
+
 class AuditMiddleware:
     """Writes the audit row of each state-changing admin request (see the module doc)."""
 

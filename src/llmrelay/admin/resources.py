@@ -1,12 +1,14 @@
 """The resource routers of the admin API (projects, keys, providers and their health, models
-and routes, routing policies, prices, limits and budgets, jobs, webhooks), mounted by
-admin/app.py in one call."""
+and routes, routing policies, prices, limits and budgets, jobs, webhooks, billing,
+guardrails), mounted by admin/app.py in one call."""
 
 from __future__ import annotations
 
 from fastapi import FastAPI
 from pydantic import BaseModel
 
+from llmrelay.admin.billing import endpoints as billing
+from llmrelay.admin.guardrails import endpoints as guardrails
 from llmrelay.admin.jobs import endpoints as jobs
 from llmrelay.admin.keys import endpoints as keys
 from llmrelay.admin.kit import http, openapi
@@ -20,6 +22,8 @@ from llmrelay.admin.providers import health_endpoints as provider_health
 from llmrelay.admin.settings import endpoints as settings
 from llmrelay.admin.webhooks import endpoints as webhooks
 from llmrelay.config.schema import (
+    GuardrailPolicyConfig,
+    GuardrailsConfig,
     KeyConfig,
     ModelConfig,
     PolicyConfig,
@@ -38,6 +42,8 @@ _BODIES: dict[tuple[str, str], tuple[type[BaseModel], tuple[str, ...]]] = {
     ("/models/{model_id}/routes", "post"): (RouteConfig, ()),
     ("/policies", "post"): (PolicyConfig, ()),
     ("/settings/routing", "put"): (RoutingConfig, ("policies",)),
+    ("/guardrails", "post"): (GuardrailPolicyConfig, ()),
+    ("/settings/guardrails", "put"): (GuardrailsConfig, ("policies",)),
 }
 
 
@@ -55,6 +61,8 @@ def include(app: FastAPI) -> None:
         settings.router,
         jobs.router,
         webhooks.router,
+        billing.router,
+        guardrails.router,
     ):
         app.include_router(router)
     openapi.with_bodies(app, _BODIES)

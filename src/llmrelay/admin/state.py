@@ -15,6 +15,7 @@ from llmrelay.settings import Environment, Settings
 from llmrelay.store.crypto import Sealer
 
 if TYPE_CHECKING:
+    from llmrelay.billing.payments import Payments
     from llmrelay.jobs.probe import Prober
     from llmrelay.routing.breaker import Breakers
     from llmrelay.snapshot.signals import ConfigPublisher
@@ -44,6 +45,46 @@ class SessionPolicy:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class AccountPolicy:
+    """Account mails and self-service sign-up (Settings.public_url, signup_*, password_reset_*
+    and the *_ttl_s lifetimes; admin/accounts, admin/signup)."""
+
+    #: The console's base URL for links in mails; None: development uses the request's own
+    #: base URL, production refuses to mail a link (a Host header must never make one).
+    public_url: str | None = None
+    production: bool = False
+    signup_enabled: bool = False
+    signup_prepaid: bool = True
+    signup_free_credit_micros: int = 0
+    signup_max_per_ip: int = 5
+    signup_window_s: float = 3600.0
+    reset_max_per_account: int = 3
+    reset_max_per_ip: int = 20
+    reset_window_s: float = 3600.0
+    invitation_ttl_s: float = 7 * 86400.0
+    verification_ttl_s: float = 2 * 86400.0
+    password_reset_ttl_s: float = 3600.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> AccountPolicy:
+        return cls(
+            public_url=settings.public_url,
+            production=settings.env is Environment.PRODUCTION,
+            signup_enabled=settings.signup_enabled,
+            signup_prepaid=settings.signup_prepaid,
+            signup_free_credit_micros=round(settings.signup_free_credit_usd * 1_000_000),
+            signup_max_per_ip=settings.signup_max_per_ip,
+            signup_window_s=settings.signup_window_s,
+            reset_max_per_account=settings.password_reset_max_per_account,
+            reset_max_per_ip=settings.password_reset_max_per_ip,
+            reset_window_s=settings.password_reset_window_s,
+            invitation_ttl_s=settings.invitation_ttl_s,
+            verification_ttl_s=settings.verification_ttl_s,
+            password_reset_ttl_s=settings.password_reset_ttl_s,
+        )
+
+
 @dataclass(slots=True)
 class AdminState:
     admin_token: str | None
@@ -63,6 +104,10 @@ class AdminState:
     breakers: Breakers | None = None
     #: Wakes this process's job runner after a job was queued (None: no runner here).
     wake_jobs: Callable[[], None] | None = None
+    #: Stripe top-ups (billing/payments.py); set at start-up with the engine.
+    payments: Payments | None = None
+    #: Invitations, verification and password-reset mails, sign-up (admin/accounts, signup).
+    accounts: AccountPolicy = field(default_factory=AccountPolicy)
 
     def database(self) -> AsyncEngine:
         if self.engine is None:

@@ -25,7 +25,10 @@ from sqlalchemy import Table, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from llmrelay.billing.errors import BillingError, InsufficientBalance, NoWallet
 from llmrelay.store.models_billing import LedgerEntry, Reservation, Wallet
+
+__all__ = ["BillingError", "InsufficientBalance", "Movement", "NoWallet"]
 
 wallets: Table = Wallet.__table__  # type: ignore[assignment]
 entries: Table = LedgerEntry.__table__  # type: ignore[assignment]
@@ -37,26 +40,6 @@ RELEASED = "released"
 METERING_FAILED = "metering_failed"
 
 
-class BillingError(Exception):
-    """A money movement that cannot be made; the message says why."""
-
-
-class InsufficientBalance(BillingError):
-    """The wallet's available balance cannot cover the amount (402 on the data plane)."""
-
-    def __init__(self, needed: int, available: int) -> None:
-        super().__init__(
-            f"the prepaid balance ({_usd(available)}) cannot cover this request's "
-            f"reservation ({_usd(needed)}): top up the wallet"
-        )
-        self.needed = needed
-        self.available = available
-
-
-class NoWallet(BillingError):
-    """The tenant has no wallet."""
-
-
 @dataclass(frozen=True, slots=True)
 class Movement:
     """What a movement did: the wallet's balances after it, and whether it was new (False:
@@ -65,10 +48,6 @@ class Movement:
     balance_micros: int
     reserved_micros: int
     applied: bool
-
-
-def _usd(micros: int) -> str:
-    return f"${micros / 1_000_000:,.6f}".rstrip("0").rstrip(".")
 
 
 def _now() -> datetime:
@@ -303,11 +282,12 @@ async def credit(
     kind: str,
     key: str,
     order_id: str | None = None,
+    request_id: str | None = None,
     actor: str | None = None,
     note: str | None = None,
 ) -> Movement:
     """Add money (a top-up, a refund, a positive adjustment); a negative adjustment takes
-    it away, never below zero. Once per `key`."""
+    it away, never below zero. Once per `key`. `request_id`, `order_id`: what it is about."""
     if kind not in ("topup", "refund", "adjustment"):
         raise BillingError(f"unknown credit kind {kind!r}")
     if amount_micros < 0 and kind != "adjustment":
@@ -320,6 +300,7 @@ async def credit(
         reserved=0,
         key=key,
         order_id=order_id,
+        request_id=request_id,
         actor=actor,
         note=note,
         require_available=-amount_micros if amount_micros < 0 else None,

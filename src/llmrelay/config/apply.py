@@ -1,9 +1,10 @@
 """Applying a validated config to the store: an idempotent upsert in one transaction.
 
 Resources named in the file are created or brought in line with it; resources the file does
-not name are left alone (routing policies included), except a model's routes, which the file
-lists completely. A binding the file leaves out of an entry it names (a project's or key's
-`routing_policy`, `routing.policy` of a `routing` section) is cleared. Applying the same file
+not name are left alone (routing and guardrail policies included), except a model's routes,
+which the file lists completely. A binding the file leaves out of an entry it names (a
+project's or key's `routing_policy` or `guardrails`, `routing.policy` of a `routing` section,
+`guardrails.global` of a `guardrails` section) is cleared. Applying the same file
 twice changes no row and does not move the config generation.
 
 Each resource is written by the admin API's own service (`admin/<domain>/service.py`), so a
@@ -17,6 +18,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from llmrelay.admin.guardrails import service as guardrails_service
 from llmrelay.admin.keys import service as keys_service
 from llmrelay.admin.kit.problems import ServiceError
 from llmrelay.admin.policies import service as policies_service
@@ -33,6 +35,7 @@ from llmrelay.config.apply_rows import (
 from llmrelay.config.loader import ConfigError, Problem, check_references
 from llmrelay.config.schema import (
     GatewayConfig,
+    GuardrailPolicyConfig,
     PolicyConfig,
     ProjectConfig,
     ProviderConfig,
@@ -44,6 +47,7 @@ from llmrelay.store.models import (
     RoutingPolicy,
     VirtualModel,
 )
+from llmrelay.store.models_guardrails import GuardrailPolicy
 
 __all__ = ["ApplyResult", "GeneratedKey", "apply_config"]
 
@@ -70,8 +74,20 @@ async def apply_config(
             select(RoutingPolicy).where(RoutingPolicy.tenant_id == tenant.id)
         )
     }
+    guardrails = {
+        g.name: g
+        for g in await session.scalars(
+            select(GuardrailPolicy).where(GuardrailPolicy.tenant_id == tenant.id)
+        )
+    }
     problems = list(
-        check_references(config, frozenset(providers), frozenset(models), frozenset(policies))
+        check_references(
+            config,
+            frozenset(providers),
+            frozenset(models),
+            frozenset(policies),
+            frozenset(guardrails),
+        )
     )
     if problems:
         raise ConfigError(source, problems)
@@ -83,6 +99,10 @@ async def apply_config(
     if config.routing is not None:
         for policy_config in config.routing.policies:
             _upsert_policy(session, tenant.id, policy_config, policies, result)
+    if config.guardrails is not None:
+        for guardrail_config in config.guardrails.policies:
+            _upsert_guardrail(session, tenant.id, guardrail_config, guardrails, result)
+        await session.flush()  # bindings below refer to the policies by id
     for index, project_config in enumerate(config.projects):
         try:
             await _upsert_project(session, tenant.id, project_config, policies, result)
@@ -93,6 +113,10 @@ async def apply_config(
         done = await settings_service.set_routing(session, value)
         if done is not None:
             result.changes.append(f"{done} setting routing")
+    if config.guardrails is not None and await guardrails_service.set_global(
+        session, config.guardrails.global_policies
+    ):
+        result.changes.append("updated setting guardrails")
 
     await session.flush()
     if result.changed:
@@ -128,6 +152,20 @@ def _upsert_policy(
     outcome = policies_service.upsert_policy(session, tenant_id, config, existing.get(config.name))
     existing[config.name] = outcome.row
     note(result, "routing policy", config.name, outcome.created, outcome.changed)
+
+
+def _upsert_guardrail(
+    session: AsyncSession,
+    tenant_id: str,
+    config: GuardrailPolicyConfig,
+    existing: dict[str, GuardrailPolicy],
+    result: ApplyResult,
+) -> None:
+    outcome = guardrails_service.upsert_policy(
+        session, tenant_id, config, existing.get(config.name)
+    )
+    existing[config.name] = outcome.row
+    note(result, "guardrail policy", config.name, outcome.created, outcome.changed)
 
 
 async def _upsert_project(

@@ -149,6 +149,11 @@ def check_uniqueness(config: GatewayConfig) -> Iterable[Problem]:
     policies = config.routing.policies if config.routing is not None else []
     for name, idx in _duplicates(p.name for p in policies).items():
         yield Problem(f"routing.policies[{idx[1]}].name", f"duplicate routing policy name {name!r}")
+    guardrails = config.guardrails.policies if config.guardrails is not None else []
+    for name, idx in _duplicates(p.name for p in guardrails).items():
+        yield Problem(
+            f"guardrails.policies[{idx[1]}].name", f"duplicate guardrail policy name {name!r}"
+        )
     key_values: dict[str, str] = {}
     for pi, project in enumerate(config.projects):
         for name, idx in _duplicates(k.name for k in project.keys).items():
@@ -169,9 +174,10 @@ def check_references(
     known_providers: frozenset[str] = frozenset(),
     known_models: frozenset[str] = frozenset(),
     known_policies: frozenset[str] = frozenset(),
+    known_guardrails: frozenset[str] = frozenset(),
 ) -> Iterable[Problem]:
-    """Every provider, model and routing policy the file names exists in the file or is
-    already stored."""
+    """Every provider, model, routing policy and guardrail policy the file names exists in
+    the file or is already stored."""
     providers = known_providers | {p.slug for p in config.providers}
     models = known_models | {m.name for m in config.models}
     policies = set(known_policies)
@@ -184,6 +190,12 @@ def check_references(
                         f"routing.policies[{pi}].providers[{i}]", f"unknown provider {slug!r}"
                     )
         yield from _unknown_policy("routing.policy", config.routing.policy, policies)
+    guardrails = set(known_guardrails)
+    if config.guardrails is not None:
+        guardrails.update(p.name for p in config.guardrails.policies)
+        yield from _unknown_guardrails(
+            "guardrails.global", config.guardrails.global_policies, guardrails
+        )
     for mi, model in enumerate(config.models):
         for ri, route in enumerate(model.routes):
             if route.provider not in providers:
@@ -199,10 +211,12 @@ def check_references(
         yield from _unknown_policy(
             f"projects[{pi}].routing_policy", project.routing_policy, policies
         )
+        yield from _unknown_guardrails(f"projects[{pi}].guardrails", project.guardrails, guardrails)
         for ki, key in enumerate(project.keys):
             where = f"projects[{pi}].keys[{ki}]"
             yield from _unknown_models(f"{where}.models", key.models, models)
             yield from _unknown_policy(f"{where}.routing_policy", key.routing_policy, policies)
+            yield from _unknown_guardrails(f"{where}.guardrails", key.guardrails, guardrails)
 
 
 def _unknown_models(
@@ -216,3 +230,9 @@ def _unknown_models(
 def _unknown_policy(path: str, name: str | None, policies: set[str]) -> Iterable[Problem]:
     if name is not None and name not in policies:
         yield Problem(path, f"unknown routing policy {name!r}")
+
+
+def _unknown_guardrails(path: str, names: list[str], known: set[str]) -> Iterable[Problem]:
+    for i, name in enumerate(names):
+        if name not in known:
+            yield Problem(f"{path}[{i}]", f"unknown guardrail policy {name!r}")

@@ -12,6 +12,9 @@ from typing import Annotated, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from llmrelay.apikeys import MIN_KEY_LENGTH
+from llmrelay.guardrails import custom as guardrail_patterns
+from llmrelay.guardrails.detectors import CUSTOM as CUSTOM_DETECTORS
+from llmrelay.guardrails.detectors import DETECTORS
 from llmrelay.providers.presets import PRESETS
 
 _SLUG = r"^[a-z0-9][a-z0-9._-]{0,63}$"
@@ -228,6 +231,19 @@ def _capture_word(value: object) -> object:
     return "off" if value is False else value
 
 
+def _unique_names(values: list[str]) -> list[str]:
+    seen = set()
+    for value in values:
+        if value in seen:
+            raise ValueError(f"{value!r} is listed twice")
+        seen.add(value)
+    return values
+
+
+#: Guardrail policies bound to a project or key, by name, in the order given.
+GuardrailNames = Annotated[list[Name], Field(max_length=20)]
+
+
 class KeyConfig(_Strict):
     name: Name
     key: Annotated[str, Field(min_length=MIN_KEY_LENGTH, max_length=200)] | None = None
@@ -240,8 +256,12 @@ class KeyConfig(_Strict):
     routing_policy: Name | None = None
     #: Left out: the project's `capture`, else "off".
     capture: Capture | None = None
+    #: Guardrail policies bound to the key (they override the project's and the global
+    #: ones rule by rule: docs/guardrails.md).
+    guardrails: GuardrailNames = Field(default_factory=list)
 
     _capture = field_validator("capture", mode="before")(_capture_word)
+    _guardrails = field_validator("guardrails")(_unique_names)
 
     @field_validator("key")
     @classmethod
@@ -270,8 +290,11 @@ class ProjectConfig(_Strict):
     routing_policy: Name | None = None
     #: The `capture` of the keys listed here that set none of their own.
     capture: Capture | None = None
+    #: Guardrail policies bound to the project (over the global ones, under the key's).
+    guardrails: GuardrailNames = Field(default_factory=list)
 
     _capture = field_validator("capture", mode="before")(_capture_word)
+    _guardrails = field_validator("guardrails")(_unique_names)
 
 
 class BreakerConfig(_Strict):
@@ -304,8 +327,94 @@ class RoutingConfig(_Strict):
     policy: Name | None = None
 
 
+#: A guardrail rule's name (what a more specific binding overrides it by).
+RuleName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")]
+_PRINTABLE = re.compile(r"^[^\x00-\x1f\x7f]*$")
+
+
+class GuardrailRuleConfig(_Strict):
+    """One detector with one action (guardrails/policy.py)."""
+
+    #: A built-in detector (email, phone, card, iban, a credential format), a family (pii,
+    #: secrets), or the operator's own: regex, words.
+    detector: str
+    #: Defaults to the detector's name; required for regex and words.
+    name: RuleName | None = None
+    action: Literal["audit", "mask", "block", "off"]
+    #: Where it looks: the request's text, the non-streamed answer's, or both.
+    scope: Literal["request", "response", "both"] = "request"
+    #: What a masked match becomes; default `[DETECTOR]` (`[EMAIL]`, `[TICKET]`...).
+    placeholder: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+    #: regex: the pattern (RE2 syntax: linear time, no backreferences or lookaround).
+    pattern: str | None = None
+    #: regex: whether case matters (default: it does not).
+    case_sensitive: bool = False
+    #: words: matched whole, in any case (Unicode-aware).
+    words: list[str] | None = None
+
+    @field_validator("detector")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if value not in DETECTORS:
+            raise ValueError(f"unknown detector {value!r} (one of: {', '.join(DETECTORS)})")
+        return value
+
+    @field_validator("placeholder")
+    @classmethod
+    def _printable(cls, value: str | None) -> str | None:
+        if value is not None and not _PRINTABLE.match(value):
+            raise ValueError("a placeholder may not hold control characters")
+        return value
+
+    @model_validator(mode="after")
+    def _detector_fields(self) -> Self:
+        custom = self.detector in CUSTOM_DETECTORS
+        if custom and self.name is None:
+            raise ValueError(f"a {self.detector} rule needs a name")
+        if self.detector != "regex" and (self.pattern is not None or self.case_sensitive):
+            raise ValueError("pattern and case_sensitive are for regex rules only")
+        if self.detector != "words" and self.words is not None:
+            raise ValueError("words are for words rules only")
+        try:
+            if self.detector == "regex":
+                if self.pattern is None:
+                    raise ValueError("a regex rule needs a pattern")
+                guardrail_patterns.compile_pattern(self.pattern, case_sensitive=self.case_sensitive)
+            elif self.detector == "words":
+                guardrail_patterns.check_words(self.words or [])
+        except guardrail_patterns.PatternError as exc:
+            field = "pattern" if self.detector == "regex" else "words"
+            raise ValueError(f"{field}: {exc}") from None
+        return self
+
+    @property
+    def rule_name(self) -> str:
+        return self.name or self.detector
+
+
+class GuardrailPolicyConfig(_Strict):
+    name: Name
+    description: Annotated[str, Field(max_length=500)] | None = None
+    rules: Annotated[list[GuardrailRuleConfig], Field(min_length=1, max_length=100)]
+
+    @model_validator(mode="after")
+    def _one_rule_per_name(self) -> Self:
+        _unique_names([rule.rule_name for rule in self.rules])
+        return self
+
+
+class GuardrailsConfig(_Strict):
+    policies: list[GuardrailPolicyConfig] = Field(default_factory=list)
+    #: The global binding: policies in force for every key (of every tenant); left out of a
+    #: `guardrails` section, none.
+    global_policies: GuardrailNames = Field(default_factory=list, alias="global")
+
+    _global = field_validator("global_policies")(_unique_names)
+
+
 class GatewayConfig(_Strict):
     providers: list[ProviderConfig] = Field(default_factory=list)
     models: list[ModelConfig] = Field(default_factory=list)
     projects: list[ProjectConfig] = Field(default_factory=list)
     routing: RoutingConfig | None = None
+    guardrails: GuardrailsConfig | None = None

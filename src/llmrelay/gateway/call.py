@@ -89,6 +89,26 @@ ATTEMPT_COLUMNS: Final = (
     "latency_ms",
 )
 
+#: The order of a guardrail hit row (gateway/guard.py makes them); the recorder inserts them
+#: into `guardrail_hits` in this order, with the record they belong to.
+HIT_COLUMNS: Final = (
+    "request_id",
+    "seq",
+    "created_at",
+    "tenant_id",
+    "project_id",
+    "key_id",
+    "policy_id",
+    "policy",
+    "rule",
+    "detector",
+    "action",
+    "location",
+    "field",
+    "count",
+    "matched_chars",
+)
+
 
 class CallRecord:
     """Mutable on purpose: filled in step by step, then turned into one row."""
@@ -105,6 +125,7 @@ class CallRecord:
         "delivered_events",
         "endpoint",
         "error_code",
+        "guard_hits",
         "key_id",
         "payload",
         "policy_id",
@@ -113,6 +134,7 @@ class CallRecord:
         "provider",
         "provider_type",
         "request_id",
+        "reserved",
         "route_id",
         "started",
         "status_code",
@@ -176,6 +198,10 @@ class CallRecord:
         self.admission: Admission | None = None
         #: The request's bodies, when its key captures them (see gateway/capture.py).
         self.capture: Capture | None = None
+        #: A prepaid reservation was made for it (settled when the request ends).
+        self.reserved = False
+        #: Guardrail hit rows (gateway/guard.py HIT_COLUMNS), when a rule matched.
+        self.guard_hits: list[tuple[Any, ...]] | None = None
 
     def mark_first_byte(self) -> None:
         if self.ttfb_ms is None:

@@ -104,6 +104,15 @@ class Capture:
         self._response = _Capped()
         self._response.add(response, self.limit)
 
+    def replace_request(self, body: bytes) -> None:
+        """Keep `body` instead of the request as read: the body as guardrails masked it, so
+        no text a mask or block rule matched is stored (gateway/guard.py). Its size is the
+        masked body's."""
+        if not self._request_done:
+            return
+        request = self._request = _Capped()
+        request.add(body, self.limit)
+
     def row(self, request_id: str, created: float) -> tuple[Any, ...]:
         """The payload row in PAYLOAD_COLUMNS order; `created_at` is the record's (a Unix
         timestamp), so a payload is never pruned later than its record."""

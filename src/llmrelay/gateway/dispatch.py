@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 from starlette.types import Receive, Send
 
+from llmrelay.billing.prepaid import Prepaid
 from llmrelay.deadlines import Deadlines
 from llmrelay.gateway.call import CallRecord
 from llmrelay.gateway.capabilities import Needs, expected_tokens, price_of
@@ -27,13 +28,16 @@ from llmrelay.gateway.capture import DEFAULT_MAX_BYTES, Capture
 from llmrelay.gateway.ending import end_call
 from llmrelay.gateway.errors import UpstreamTimeout
 from llmrelay.gateway.executor import Executor, Finisher, candidates
+from llmrelay.gateway.guard import screen_answer, screen_request
 from llmrelay.gateway.ingress import RequestContext
 from llmrelay.gateway.messages_relay import MessagesStreamRelay
 from llmrelay.gateway.planner import serve
+from llmrelay.gateway.prepaid import reserve
 from llmrelay.gateway.recorder import Recorder
 from llmrelay.gateway.relay import ChatStreamRelay
 from llmrelay.gateway.responses_relay import ResponsesStreamRelay
 from llmrelay.gateway.watch import ClientWatches
+from llmrelay.guardrails.policy import Guard
 from llmrelay.limits.base import Limiter, Plan
 from llmrelay.limits.errors import LimitExceeded, LimitsUnavailable
 from llmrelay.limits.estimate import estimate_tokens
@@ -75,6 +79,10 @@ class Runtime:
     record_requests: bool = True
     #: The most of each captured body that is kept (keys with `capture: full`).
     capture_max_bytes: int = DEFAULT_MAX_BYTES
+    #: Reservations and settles of prepaid tenants' calls (billing/prepaid.py).
+    prepaid: Prepaid | None = None
+    #: The most characters of text guardrails screen in one body (LLMRELAY_GUARDRAILS_MAX_CHARS).
+    guard_max_chars: int = 1_000_000
 
 
 class ModelCall:
@@ -88,6 +96,7 @@ class ModelCall:
         "payload",
         "plan",
         "policy",
+        "prepaid",
         "record",
         "route_tag",
         "runtime",
@@ -106,6 +115,7 @@ class ModelCall:
         policy: PolicySnap | None,
         needs: Needs | None,
         plan: Plan | None = None,
+        prepaid: bool = False,
     ) -> None:
         self.runtime = runtime
         self.operation = operation
@@ -119,6 +129,8 @@ class ModelCall:
         self.needs = needs
         #: The limits the call is admitted by (None: none apply).
         self.plan = plan
+        #: Its tenant is prepaid: the call reserves before any provider call.
+        self.prepaid = prepaid
 
 
 class Dispatcher:
@@ -163,6 +175,17 @@ class Dispatcher:
                     _count_refusal(runtime.metrics, refused)
                     raise
                 call.record.admission = admission  # settled by `finish`
+        if call.prepaid and call.operation is not _COUNT_TOKENS:
+            await reserve(
+                runtime.prepaid,
+                call.record,
+                call.operation,
+                call.payload,
+                snapshot,
+                model,
+                pinned,
+                call.policy,
+            )  # settled by `finish`
         deadline = runtime.deadlines.watch(model.deadline_s, "request")
         deadline_at = runtime.executor.clock() + model.deadline_s
         try:
@@ -338,6 +361,16 @@ class Dispatcher:
     def finish(self, record: CallRecord) -> None:
         end_call(self.live(), record)
 
+    def screen_answer(
+        self, guard: Guard, operation: Operation, answer: dict[str, Any], record: CallRecord
+    ) -> bool:
+        """A non-streamed answer through the key's guardrails (only for a guard that screens
+        answers): True when its text was masked. Raises InvalidRequest when withheld."""
+        runtime = self.live()
+        return screen_answer(
+            guard, operation, answer, record, runtime.metrics, runtime.guard_max_chars
+        )
+
     def capture(self, record: CallRecord, send: Send, receive: Receive) -> tuple[Send, Receive]:
         """Keep this request's bodies (its key captures them): `send` and `receive` to use
         from here on. Called right after authentication, so the gateway's own error answers
@@ -366,7 +399,15 @@ class Dispatcher:
         session_id: str | None = None,
     ) -> ModelCall:
         """One call's inputs: the client headers a provider may see, with our request id
-        (it correlates provider-side logs), and the session (the client's, unless given)."""
+        (it correlates provider-side logs), and the session (the client's, unless given).
+        The key's guardrails run here, the one place every model call passes, before it is
+        admitted: they may mask `payload` or refuse the call (gateway/guard.py)."""
+        guard = principal.guard
+        if guard is not None:
+            runtime = self.live()
+            screen_request(
+                guard, operation, payload, record, runtime.metrics, runtime.guard_max_chars
+            )
         forwarded = forwardable(headers)
         forwarded["x-request-id"] = context.request_id
         record.payload = payload
@@ -381,6 +422,7 @@ class Dispatcher:
             principal.policy,
             needs,
             None if operation is _COUNT_TOKENS else self.scopes.of(principal),
+            principal.prepaid,
         )
 
     def live(self) -> Runtime:

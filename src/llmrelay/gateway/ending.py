@@ -1,6 +1,7 @@
 """The end of a data-plane call, however it ended (an answer, a stream's last event, an
-error, a client gone): its record queued, its limits settled, its metrics counted, its spans
-exported. Everything a finished request costs happens here, once."""
+error, a client gone): its record queued, its limits settled, its prepaid reservation's
+settle queued, its metrics counted, its spans exported. Everything a finished request costs
+happens here, once."""
 
 from __future__ import annotations
 
@@ -24,13 +25,17 @@ def end_call(runtime: Runtime, record: CallRecord) -> None:
     if runtime.record_requests:
         capture = record.capture
         payload = None if capture is None else capture.row(record.request_id, record.created)
-        runtime.recorder.record(row, record.attempt_log, payload)
+        runtime.recorder.record(row, record.attempt_log, payload, record.guard_hits)
     cost = row[COST_COLUMN]
     admission = record.admission
     if admission is not None:
         program = admission.program  # its owner took it, and settles it
         tokens = record.used_tokens() if program.reconciles else None  # for tpm only
         program.owner.settle(admission, tokens, cost)
+    if record.reserved:
+        prepaid = runtime.prepaid
+        if prepaid is not None:
+            prepaid.settle(row)  # charged from the priced record, off the request path
     stats = runtime.metrics.request_stats
     model, provider = record.virtual_model or "", record.provider or ""
     ttfb = record.ttfb_ms

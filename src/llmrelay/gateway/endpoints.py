@@ -164,10 +164,17 @@ class DataPlane(Dispatcher):
                 await send_sse(receive, send, relay, headers, runtime.client_watches)
                 return
             served, answer = await self.answer(call, receive, snapshot, model, pinned)
-            body = self.rename(served.name).apply(answer.raw, answer.body)
             record.take_usage(answer.body.get("usage"))
             if record.usage is None:
                 record.answer_tokens = answer_tokens(answer.body)
+            guard = principal.guard
+            if (
+                guard is not None
+                and guard.responses
+                and self.screen_answer(guard, operation, answer.body, record)
+            ):
+                answer.raw = orjson.dumps(answer.body)
+            body = self.rename(served.name).apply(answer.raw, answer.body)
             self.served_headers(headers, served, record)
             await send_json(send, 200, body, headers)
         except UpstreamRejected as rejected:

@@ -54,6 +54,33 @@ class NotFound(GatewayError):
     code = "not_found"
 
 
+class PaymentRequired(GatewayError):
+    """A prepaid tenant's balance cannot cover the request's reservation (or the model has
+    no price to reserve by): 402, nothing sent to a provider."""
+
+    status = 402
+    type = "insufficient_quota"
+    code = "insufficient_balance"
+
+
+class RequestIdReused(GatewayError):
+    """A prepaid request whose request id a billed request used before: serving it would
+    go unbilled (reservations are once per request id)."""
+
+    status = 409
+    type = "invalid_request_error"
+    code = "request_id_reused"
+
+
+class BillingUnavailable(GatewayError):
+    """The prepaid reservation could not be made (the database is unreachable): refused,
+    never served unbilled. Retryable."""
+
+    status = 503
+    type = "service_unavailable"
+    code = "billing_unavailable"
+
+
 class PayloadTooLarge(GatewayError):
     status = 413
     type = "invalid_request_error"

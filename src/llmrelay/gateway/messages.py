@@ -99,6 +99,9 @@ class MessagesRoutes:
                 record.take_messages_usage(answered.get("usage"))
                 if record.usage is None:
                     record.answer_tokens = answer_tokens(answered)
+                guard = principal.guard
+                if guard is not None and guard.responses:
+                    dispatcher.screen_answer(guard, operation, answered, record)
             dispatcher.served_headers(headers, served, record)
             await send_json(send, 200, orjson.dumps(answered), headers)
         except GatewayError as error:

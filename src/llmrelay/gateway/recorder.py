@@ -14,7 +14,8 @@ writer's one connection never runs two transactions at once. On shutdown the que
 drained to the database or, while it is down, to the spool, which the next start replays.
 
 Payload rows (the bodies of requests whose key captures them, gateway/capture.py) ride
-along with their records like attempt rows, through the spool too, into `request_payloads`.
+along with their records like attempt rows, through the spool too, into `request_payloads`;
+so do guardrail hit rows (gateway/guard.py), into `guardrail_hits`.
 The bodies they hold wait in memory only up to MAX_QUEUED_PAYLOAD_BYTES; past that a payload
 is dropped (its record is not) and counted, so a burst of large captured bodies cannot take
 the process's memory.
@@ -32,7 +33,7 @@ from typing import Final
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from llmrelay.gateway.call import ATTEMPT_COLUMNS, RECORD_COLUMNS
+from llmrelay.gateway.call import ATTEMPT_COLUMNS, HIT_COLUMNS, RECORD_COLUMNS
 from llmrelay.gateway.capture import PAYLOAD_COLUMNS
 from llmrelay.gateway.record_writers import (
     BatchWriter,
@@ -47,6 +48,7 @@ from llmrelay.observability.metrics import Metrics
 from llmrelay.store import rollups
 from llmrelay.store.key_use import KeyUse
 from llmrelay.store.models import RequestAttempt, RequestPayload, RequestRecord
+from llmrelay.store.models_guardrails import GuardrailHit
 
 log = structlog.get_logger(__name__)
 
@@ -91,6 +93,9 @@ class Recorder:
         self._payload_rows = InsertSql(
             engine, RequestPayload.__table__, PAYLOAD_COLUMNS, ["request_id"]
         )
+        self._hit_rows = InsertSql(
+            engine, GuardrailHit.__table__, HIT_COLUMNS, ["request_id", "seq"]
+        )
         self._writer: BatchWriter = writer_for(engine)
         self._mark_sql = rollups.mark_sql(engine)
         #: API keys' last_used_at, from each batch written (store/key_use.py).
@@ -108,8 +113,10 @@ class Recorder:
         #: bytes they hold.
         self._payloads: list[Row] = []
         self._payload_bytes = 0
+        #: Guardrail hit rows of queued records (only requests a rule matched have any).
+        self._hits: list[Row] = []
         #: The batch being written, kept for the spool if shutdown cancels its write.
-        self._inflight: tuple[list[Row], list[Row], list[Row]] | None = None
+        self._inflight: tuple[list[Row], list[Row], list[Row], list[Row]] | None = None
         self._task: asyncio.Task[None] | None = None
         self.spool = Spool(spool_dir) if spool_dir is not None else None
         #: True while the spool may hold files to replay (at start: a last run's).
@@ -127,7 +134,11 @@ class Recorder:
         self.payloads_dropped = 0
 
     def record(
-        self, row: Row, attempts: list[Row] | None = None, payload: Row | None = None
+        self,
+        row: Row,
+        attempts: list[Row] | None = None,
+        payload: Row | None = None,
+        hits: list[Row] | None = None,
     ) -> None:
         if not self._queue.put(row):
             self._count_dropped(1)
@@ -138,6 +149,8 @@ class Recorder:
             self._attempts.extend(attempts)
         if payload is not None:
             self._keep_payload(payload)
+        if hits:
+            self._hits.extend(hits)
 
     def _keep_payload(self, payload: Row) -> None:
         size = len(payload[_REQUEST_BODY] or b"") + len(payload[_RESPONSE_BODY] or b"")
@@ -193,8 +206,9 @@ class Recorder:
                 batch = self._queue.take(self._batch_size)
                 attempts, self._attempts = self._attempts, []
                 payloads, self._payloads, self._payload_bytes = self._payloads, [], 0
-                self._inflight = (batch, attempts, payloads)
-                await self._write(batch, attempts, payloads)
+                hits, self._hits = self._hits, []
+                self._inflight = (batch, attempts, payloads, hits)
+                await self._write(batch, attempts, payloads, hits)
                 self._inflight = None  # not reached when stop() cancels the write
             finally:
                 self._writing = False
@@ -214,39 +228,48 @@ class Recorder:
             return False
         return True
 
-    async def _write(self, batch: list[Row], attempts: list[Row], payloads: list[Row]) -> None:
+    async def _write(
+        self, batch: list[Row], attempts: list[Row], payloads: list[Row], hits: list[Row]
+    ) -> None:
         """To the database, retried once; else to the spool; dropped only if that fails."""
         for attempt, delay in enumerate((*_RETRY_DELAYS_S, None)):
             try:
-                await self._insert(batch, attempts, payloads)
+                await self._insert(batch, attempts, payloads, hits)
                 self.written += len(batch)
                 return
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the writer must outlive database trouble
                 if delay is None:
-                    await self._to_spool(batch, attempts, payloads, exc)
+                    await self._to_spool(batch, attempts, payloads, hits, exc)
                     return
                 log.warning("record_batch_retry", attempt=attempt + 1, error=str(exc))
                 await asyncio.sleep(delay)
 
     async def _insert(
-        self, batch: list[Row], attempts: list[Row], payloads: Sequence[Row] = ()
+        self,
+        batch: list[Row],
+        attempts: list[Row],
+        payloads: Sequence[Row] = (),
+        hits: Sequence[Row] = (),
     ) -> None:
-        """One transaction for the records, attempt rows and payload rows; raises when it
-        failed."""
+        """One transaction for the records, attempt rows, payload rows and hit rows; raises
+        when it failed."""
         statements = self._records.statements(self._records.prepare(batch))
         if attempts:
             statements += self._attempt_rows.statements(self._attempt_rows.prepare(attempts))
         if payloads:
             statements += self._payload_statements(payloads)
+        if hits:
+            statements += self._hit_rows.statements(self._hit_rows.prepare(list(hits)))
         # The hours these records fall in need their rollups recomputed (store/rollups.py):
         # marked in the same transaction, so a recompute can never miss a committed record.
         convert = self._records.convert_time
         for hour in sorted({int(row[_CREATED_AT] // 3600) for row in batch}):
             statements.append((self._mark_sql, (convert(hour * 3600.0), 1, 1)))
+        rows = len(batch) + len(attempts) + len(payloads) + len(hits)
         async with asyncio.timeout(self._write_timeout_s):
-            await self._writer.write(statements, len(batch) + len(attempts) + len(payloads))
+            await self._writer.write(statements, rows)
         await self._touch_keys(batch)
 
     async def _touch_keys(self, batch: list[Row]) -> None:
@@ -273,13 +296,18 @@ class Recorder:
         return [statement for row in rows for statement in insert.statements([row])]
 
     async def _to_spool(
-        self, batch: list[Row], attempts: list[Row], payloads: list[Row], error: Exception
+        self,
+        batch: list[Row],
+        attempts: list[Row],
+        payloads: list[Row],
+        hits: list[Row],
+        error: Exception,
     ) -> None:
         failure: Exception | None = None
         if self.spool is not None:
             try:
                 # In a thread: the fsync may take a while, and requests go on meanwhile.
-                await asyncio.to_thread(self.spool.append, batch, attempts, payloads)
+                await asyncio.to_thread(self.spool.append, batch, attempts, payloads, hits)
             except Exception as exc:  # noqa: BLE001 - a full or failing disk: counted as lost
                 failure = exc
         self._account(len(batch), failure or error, lost=self.spool is None or failure is not None)
@@ -307,17 +335,18 @@ class Recorder:
     def _keep_leftovers(self) -> None:
         """After the writer stopped: what is still queued (and the batch whose write was
         cancelled) to the spool, on the event loop (the process is about to exit)."""
-        batch, attempts, payloads = self._inflight or ([], [], [])
+        batch, attempts, payloads, hits = self._inflight or ([], [], [], [])
         self._inflight = None
         batch.extend(self._queue.take(len(self._queue)))
         attempts, self._attempts = attempts + self._attempts, []
         payloads, self._payloads, self._payload_bytes = payloads + self._payloads, [], 0
-        if not batch and not attempts and not payloads:
+        hits, self._hits = hits + self._hits, []
+        if not batch and not attempts and not payloads and not hits:
             return
         failure: Exception | None = None
         if self.spool is not None:
             try:
-                self.spool.append(batch, attempts, payloads)
+                self.spool.append(batch, attempts, payloads, hits)
             except Exception as exc:  # noqa: BLE001 - a full or failing disk: counted as lost
                 failure = exc
         error = failure or "shut down before the database took them"

@@ -6,12 +6,15 @@ and passes through untouched.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
 from llmrelay.gateway.errors import InvalidRequest, NotFound, PermissionDenied
 from llmrelay.snapshot.model import KeySnap, ModelSnap, PolicySnap, Snapshot
+
+#: The model name a request sends for its tenant's `default_model` preference.
+DEFAULT_MODEL: Final = "default"
 
 
 def parse_object(body: bytes) -> dict[str, Any]:
@@ -72,14 +75,13 @@ def _require_model(payload: dict[str, Any]) -> None:
 def resolve_model(
     snapshot: Snapshot, principal: KeySnap, name: str, *, embedding: bool
 ) -> tuple[ModelSnap, str | None]:
-    """The virtual model (and pinned provider slug, for `MODEL:PROVIDER`) the key may use."""
+    """The virtual model (and pinned provider slug, for `MODEL:PROVIDER`) the key may use.
+    `default` is the tenant's default model (its preferences) unless a model has that name;
+    the key's allowlist is checked against the model it stands for."""
     pinned = None
     model = snapshot.model(principal.tenant_id, name)
-    if model is None and ":" in name:
-        base, pinned = name.rsplit(":", 1)
-        model = snapshot.model(principal.tenant_id, base)
-    if model is None:
-        raise NotFound(f"model {name!r} does not exist", code="model_not_found", param="model")
+    if model is None:  # the name is not a model: a pin, `default`, or unknown
+        model, pinned = _not_a_model(snapshot, principal.tenant_id, name)
     if not principal.allows_model(model.name):
         raise PermissionDenied(
             f"this API key may not use model {model.name!r}",
@@ -101,6 +103,21 @@ def resolve_model(
     if policy is not None:
         check_policy(policy, model, pinned)
     return model, pinned
+
+
+def _not_a_model(snapshot: Snapshot, tenant_id: str, name: str) -> tuple[ModelSnap, str | None]:
+    """`MODEL:PROVIDER`, or `default` (the tenant's default model, when no model has the
+    name), else NotFound."""
+    if ":" in name:
+        base, pinned = name.rsplit(":", 1)
+        model = snapshot.model(tenant_id, base)
+        if model is not None:
+            return model, pinned
+    elif name == DEFAULT_MODEL:
+        model = snapshot.default_models.get(tenant_id)
+        if model is not None:
+            return model, None
+    raise NotFound(f"model {name!r} does not exist", code="model_not_found", param="model")
 
 
 def policy_reaches(policy: PolicySnap, model: ModelSnap, pinned: str | None = None) -> bool:

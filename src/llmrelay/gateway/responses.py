@@ -103,6 +103,9 @@ class ResponsesRoutes:
             record.take_responses_usage(answered.get("usage"))
             if record.usage is None:
                 record.answer_tokens = answer_tokens(answered)
+            guard = principal.guard
+            if guard is not None and guard.responses:
+                dispatcher.screen_answer(guard, Operation.RESPONSES, answered, record)
             response_id = answered.get("id")
             if isinstance(response_id, str):
                 dispatcher.remember_response(served, answer.route, record.project_id, response_id)

@@ -59,3 +59,8 @@ class RowQueue:
             return taken
         popleft = rows.popleft
         return [popleft() for _ in range(limit)]
+
+    def put_back(self, rows: list[Row]) -> None:
+        """Return rows a consumer took but could not handle, to the front, in their order
+        (past the size bound: they were admitted already)."""
+        self._rows.extendleft(reversed(rows))

@@ -10,12 +10,13 @@ after every row in it was written; the inserts are idempotent (by request id and
 so a file replayed twice, after a crash between writing and deleting, costs nothing.
 
 Format: a header line naming the columns, then one JSON array per row, `["r", [...]]` for a
-record, `["a", [...]]` for an attempt row and `["p", [...]]` for a payload row (captured
-bodies), with the values of the tuples (`created_at` a Unix timestamp; a body, which is bytes,
-as `{"b64": "..."}`). The header lets a newer version replay an older version's files: values
-are matched to columns by name, and a column the file lacks is None (a file without payload
-columns has no payload rows). A version that predates payloads skips their lines as corrupt
-and replays the rest. An append is flushed and fsynced once, so a batch that was spooled
+record, `["a", [...]]` for an attempt row, `["p", [...]]` for a payload row (captured
+bodies) and `["h", [...]]` for a guardrail hit row, with the values of the tuples
+(`created_at` a Unix timestamp; a body, which is bytes, as `{"b64": "..."}`). The header
+lets a newer version replay an older version's files: values are matched to columns by name,
+and a column the file lacks is None (a file without payload columns has no payload rows). A
+version that predates payloads (or hits) skips their lines as corrupt and replays the rest.
+An append is flushed and fsynced once, so a batch that was spooled
 survives a crash of the process or the machine.
 """
 
@@ -34,20 +35,21 @@ from typing import Any
 import orjson
 import structlog
 
-from llmrelay.gateway.call import ATTEMPT_COLUMNS, RECORD_COLUMNS
+from llmrelay.gateway.call import ATTEMPT_COLUMNS, HIT_COLUMNS, RECORD_COLUMNS
 from llmrelay.gateway.capture import PAYLOAD_COLUMNS
 
 log = structlog.get_logger(__name__)
 
 Row = tuple[Any, ...]
-#: Writes record rows, attempt rows and payload rows in one transaction; raises when it
-#: could not.
-WriteRows = Callable[[list[Row], list[Row], list[Row]], Awaitable[None]]
+#: Writes record rows, attempt rows, payload rows and hit rows in one transaction; raises
+#: when it could not.
+WriteRows = Callable[[list[Row], list[Row], list[Row], list[Row]], Awaitable[None]]
 
 _RECORD = "r"
 _ATTEMPT = "a"
 _PAYLOAD = "p"
-_KINDS = (_RECORD, _ATTEMPT, _PAYLOAD)
+_HIT = "h"
+_KINDS = (_RECORD, _ATTEMPT, _PAYLOAD, _HIT)
 #: Past this size a file is closed and the next append begins another: replay reads a whole
 #: file into memory, so this bounds what one replay holds (about 20,000 records of some 400
 #: bytes, about 30 MB as Python tuples).
@@ -69,6 +71,7 @@ class Spool:
         record_columns: Sequence[str] = RECORD_COLUMNS,
         attempt_columns: Sequence[str] = ATTEMPT_COLUMNS,
         payload_columns: Sequence[str] = PAYLOAD_COLUMNS,
+        hit_columns: Sequence[str] = HIT_COLUMNS,
     ) -> None:
         self.directory = directory.absolute()
         self._max_file_bytes = max_file_bytes
@@ -77,12 +80,14 @@ class Spool:
             _RECORD: tuple(record_columns),
             _ATTEMPT: tuple(attempt_columns),
             _PAYLOAD: tuple(payload_columns),
+            _HIT: tuple(hit_columns),
         }
         self._header = orjson.dumps(
             {
                 "records": self._columns[_RECORD],
                 "attempts": self._columns[_ATTEMPT],
                 "payloads": self._columns[_PAYLOAD],
+                "hits": self._columns[_HIT],
             },
             option=orjson.OPT_APPEND_NEWLINE,
         )
@@ -98,13 +103,20 @@ class Spool:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def append(self, rows: list[Row], attempts: list[Row], payloads: Sequence[Row] = ()) -> None:
+    def append(
+        self,
+        rows: list[Row],
+        attempts: list[Row],
+        payloads: Sequence[Row] = (),
+        hits: Sequence[Row] = (),
+    ) -> None:
         """Write the rows to the current file and fsync it. Raises OSError (or orjson's
         error) when they could not be kept; the file then holds none of them."""
         dump, newline = orjson.dumps, orjson.OPT_APPEND_NEWLINE
         lines = [dump((_RECORD, row), option=newline) for row in rows]
         lines += [dump((_ATTEMPT, row), option=newline) for row in attempts]
         lines += [dump((_PAYLOAD, row), default=_bytes_out, option=newline) for row in payloads]
+        lines += [dump((_HIT, row), option=newline) for row in hits]
         data = b"".join(lines)
         with self._lock:
             fd = self._fd if self._fd is not None else self._open()
@@ -266,6 +278,7 @@ class Spool:
                         _ATTEMPT: self._converter(_ATTEMPT, item["attempts"]),
                         # an older version's file: no payload columns, and no payload rows
                         _PAYLOAD: self._converter(_PAYLOAD, item.get("payloads", [])),
+                        _HIT: self._converter(_HIT, item.get("hits", [])),
                     }
                 else:
                     kind, values = item
@@ -302,12 +315,14 @@ class Spool:
 
     def _chunks(
         self, rows: dict[str, list[Row]]
-    ) -> Iterator[tuple[list[Row], list[Row], list[Row]]]:
+    ) -> Iterator[tuple[list[Row], list[Row], list[Row], list[Row]]]:
         size = self._chunk_rows
-        records, attempts, payloads = rows[_RECORD], rows[_ATTEMPT], rows[_PAYLOAD]
-        for start in range(0, max(len(records), len(attempts), len(payloads)), size):
+        records, attempts = rows[_RECORD], rows[_ATTEMPT]
+        payloads, hits = rows[_PAYLOAD], rows[_HIT]
+        longest = max(len(records), len(attempts), len(payloads), len(hits))
+        for start in range(0, longest, size):
             end = start + size
-            yield records[start:end], attempts[start:end], payloads[start:end]
+            yield records[start:end], attempts[start:end], payloads[start:end], hits[start:end]
 
 
 def _bytes_out(value: Any) -> Any:

@@ -124,12 +124,9 @@ async def claim(
     """Claim up to `limit` due jobs of `kinds`, oldest due first."""
     if limit <= 0 or not kinds:
         return []
-    due = (
-        select(jobs.c.id)
-        .where(jobs.c.status == QUEUED, jobs.c.run_at <= utc(now), jobs.c.kind.in_(kinds))
-        .order_by(jobs.c.run_at)
-        .limit(limit)
-    )
+    if not await _any(engine, _due(kinds, now)):
+        return []  # an idle queue costs a read, never a write transaction
+    due = select(jobs.c.id).where(_due(kinds, now)).order_by(jobs.c.run_at).limit(limit)
     if engine.dialect.name == "postgresql":
         # A CTE, not `id IN (subquery)`: PostgreSQL may run such a subquery more than once
         # in one UPDATE, and with SKIP LOCKED each run can pick other rows (more than
@@ -171,6 +168,18 @@ async def claim(
     claimed = [ClaimedJob(*row) for row in rows]
     claimed.sort(key=lambda job: job.created_at)
     return claimed
+
+
+def _due(kinds: Sequence[str], now: float) -> Any:
+    return and_(jobs.c.status == QUEUED, jobs.c.run_at <= utc(now), jobs.c.kind.in_(kinds))
+
+
+async def _any(engine: AsyncEngine, condition: Any) -> bool:
+    """Whether a row matches: a plain read (on SQLite it takes no write lock, so the idle
+    polls of every runner never queue behind, or hold up, the recorder's writes)."""
+    async with engine.connect() as conn:
+        found = await conn.execute(select(jobs.c.id).where(condition).limit(1))
+        return found.first() is not None
 
 
 def _fenced(job_id: str, epoch: int) -> Any:
@@ -342,6 +351,8 @@ async def repair_expired(engine: AsyncEngine, *, now: float) -> tuple[int, int]:
     are left, else failed. The counts (requeued, failed). The next claim moves the epoch, so
     the old worker, should it wake up, is fenced out."""
     expired = and_(jobs.c.status == RUNNING, jobs.c.lease_until < utc(now))
+    if not await _any(engine, expired):
+        return 0, 0
     async with engine.begin() as conn:
         requeued = await conn.execute(
             update(jobs)

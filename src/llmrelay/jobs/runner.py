@@ -51,9 +51,13 @@ class RunnerOptions:
     concurrency: int = 4
     lease_s: float = 60.0
     poll_s: float = 1.0
+    #: The longest wait between rounds of an idle runner (see `_loop`).
+    idle_poll_s: float = 5.0
     keep_finished_s: float = DEFAULT_KEEP_FINISHED_S
-    #: How often expired leases are repaired, periodic jobs queued and old jobs pruned.
+    #: How often expired leases are repaired and periodic jobs queued (each a read while
+    #: there is nothing to do), and how often finished jobs past their expiry are deleted.
     housekeeping_s: float = 5.0
+    prune_every_s: float = 300.0
 
 
 def worker_name() -> str:
@@ -100,6 +104,9 @@ class JobRunner:
         self._loop_task: asyncio.Task[None] | None = None
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._next_housekeeping = 0.0
+        self._next_prune = 0.0
+        #: The slot of each schedule this runner saw queued: asked again only when it moves.
+        self._queued_slots: dict[str, int] = {}
         for schedule in self.schedules:
             if schedule.kind not in self.kinds:
                 raise ValueError(f"schedule for unknown job kind {schedule.kind!r}")
@@ -142,20 +149,30 @@ class JobRunner:
     # -- the loop ------------------------------------------------------------------------
 
     async def _loop(self) -> None:
-        idle_s = self.options.poll_s
+        """Rounds until stopped. While rounds find nothing, the wait between them doubles from
+        `poll_s` up to `idle_poll_s` (an idle gateway's runner costs a few reads a minute);
+        a claim, or a job queued in this process (`wake`), brings it back to `poll_s`."""
+        options = self.options
+        idle_s = options.poll_s
         while not self._stopping:
             try:
                 claimed = await self.run_round()
-                idle_s = self.options.poll_s
+                if claimed or self._running:
+                    idle_s = options.poll_s
+                else:
+                    idle_s = min(idle_s * 2, max(options.idle_poll_s, options.poll_s))
             except Exception as exc:  # noqa: BLE001 - process boundary: the database may be down
                 log.warning("jobs_round_failed", error=str(exc))
                 claimed = 0
                 idle_s = min(idle_s * 2, 30.0)
-            if claimed and len(self._running) < self.options.concurrency:
+            if claimed and len(self._running) < options.concurrency:
                 continue  # more may be due
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
+            try:
                 await asyncio.wait_for(self._wake.wait(), idle_s)
+                idle_s = options.poll_s
+            except TimeoutError:
+                pass
 
     async def run_round(self) -> int:
         """One round: housekeeping when due, then claim what fits and start it. The number
@@ -189,6 +206,8 @@ class JobRunner:
                 self.metrics.jobs_leases_repaired.labels("failed").inc(failed)
         for schedule in self.schedules:
             slot = int(now // schedule.interval_s)
+            if self._queued_slots.get(schedule.kind) == slot:
+                continue  # queued (by this runner or another) in an earlier round
             async with self.engine.begin() as conn:
                 await queue.enqueue(
                     conn,
@@ -199,7 +218,10 @@ class JobRunner:
                     dedupe_key=f"{schedule.kind}@{slot}",
                     max_attempts=self.kinds[schedule.kind].max_attempts,
                 )
-        await queue.prune(self.engine, now=now, keep_finished_s=self.options.keep_finished_s)
+            self._queued_slots[schedule.kind] = slot
+        if now >= self._next_prune:
+            self._next_prune = now + self.options.prune_every_s
+            await queue.prune(self.engine, now=now, keep_finished_s=self.options.keep_finished_s)
 
     async def run_until_idle(self, timeout_s: float = 30.0) -> None:
         """For tests and one-off commands: rounds until nothing is due or running."""

@@ -121,6 +121,21 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.guardrail_hits = Counter(
+            "llmrelay_guardrail_hits",
+            "Guardrail matches, by policy, rule, detector (what matched), action (audit, "
+            "mask, block) and location (request, response).",
+            ("policy", "rule", "detector", "action", "location"),
+            registry=self.registry,
+        )
+        self.guardrail_blocked = Counter(
+            "llmrelay_guardrail_blocked",
+            "Requests refused (location request) or answers withheld (location response) by "
+            "a guardrail block rule, by policy and rule.",
+            ("policy", "rule", "location"),
+            registry=self.registry,
+        )
+
         self.jobs_finished = Counter(
             "llmrelay_jobs_finished",
             "Job attempts this process ran, by kind and how they ended (succeeded, failed, "
@@ -138,6 +153,40 @@ class Metrics:
             "Jobs whose worker stopped (lease expired): queued again, or failed with no "
             "attempts left.",
             ("to",),
+            registry=self.registry,
+        )
+
+        self.billing_reservations = Counter(
+            "llmrelay_billing_reservations",
+            "Prepaid reservations before a provider call, by outcome (reserved, insufficient, "
+            "unpriced, request_id_used, unavailable).",
+            ("outcome",),
+            registry=self.registry,
+        )
+        self.billing_settlements = Counter(
+            "llmrelay_billing_settlements",
+            "Prepaid settles after a call, by outcome (charged, released, metering_failed, "
+            "none, retried, dropped: queue full, failed: left held for reconciliation).",
+            ("outcome",),
+            registry=self.registry,
+        )
+        self.billing_settle_queue_depth = Gauge(
+            "llmrelay_billing_settle_queue_depth",
+            "Settles of finished prepaid requests waiting to be written.",
+            registry=self.registry,
+        )
+        self.billing_reconciled = Counter(
+            "llmrelay_billing_reconciled",
+            "What the billing reconciliation job did (orders: credited, failed, expired, "
+            "mismatch; reservations: settled, released, metering_failed).",
+            ("what", "outcome"),
+            registry=self.registry,
+        )
+        self.billing_webhooks = Counter(
+            "llmrelay_billing_stripe_webhooks",
+            "Stripe webhook deliveries, by outcome (credited, ignored, duplicate, mismatch, "
+            "failed, expired, bad_signature).",
+            ("outcome",),
             registry=self.registry,
         )
 

@@ -6,15 +6,18 @@ import ipaddress
 import time
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import fields
+from dataclasses import fields, replace
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
+import structlog
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from llmrelay.guardrails.policy import Guard
 from llmrelay.metering.cost import Price
+from llmrelay.snapshot.guardrails import GuardrailsError, load_guards
 from llmrelay.snapshot.model import (
     BreakerSettings,
     Capabilities,
@@ -41,10 +44,14 @@ from llmrelay.store.models import (
     Provider,
     Route,
     RoutingPolicy,
+    Tenant,
     VirtualModel,
 )
+from llmrelay.store.models_billing import Wallet
 from llmrelay.store.models_jobs import UNAVAILABLE, ProviderHealth
 from llmrelay.store.types import utcnow
+
+log = structlog.get_logger(__name__)
 
 _CAPABILITY_FIELDS = tuple(f.name for f in fields(Capabilities))
 DEFAULT_TIMEOUT_S = 300.0
@@ -93,11 +100,18 @@ async def build_snapshot(session: AsyncSession, sealer: Sealer) -> Snapshot:
             created=int(model.created_at.timestamp()),
         )
 
+    default_models = await _apply_preferences(session, models)
+
     routing = await session.get(GatewaySetting, "routing")
     breaker = BreakerSettings(**routing.value.get("breaker", {})) if routing else BreakerSettings()
     policies = {p.id: _policy(p) for p in await session.scalars(select(RoutingPolicy))}
     global_policy = _bound(policies, routing.value.get("policy_id") if routing else None)
 
+    prepaid = frozenset(await session.scalars(select(Wallet.tenant_id).where(Wallet.prepaid)))
+    try:
+        guards = await load_guards(session)
+    except GuardrailsError as exc:
+        raise SnapshotError(str(exc)) from None
     project_rows = {p.id: p for p in await session.scalars(select(Project))}
     projects = {p.id: _project(p) for p in project_rows.values()}
     keys = {}
@@ -112,7 +126,11 @@ async def build_snapshot(session: AsyncSession, sealer: Sealer) -> Snapshot:
             policy = _bound(policies, project_rows[key.project_id].routing_policy_id)
         else:
             policy = global_policy
-        keys[key.digest] = _key(key, project, policy)
+        try:
+            guard = guards.for_key(key.project_id, key.id)
+        except GuardrailsError as exc:
+            raise SnapshotError(str(exc)) from None
+        keys[key.digest] = _key(key, project, policy, guard, key.tenant_id in prepaid)
     snapshot = Snapshot(
         generation=generation,
         built_at=time.time(),
@@ -121,9 +139,43 @@ async def build_snapshot(session: AsyncSession, sealer: Sealer) -> Snapshot:
         breaker=breaker,
         rebuild_at=min(scheduled).timestamp() if scheduled else None,
         denied_providers=denied,
+        default_models=MappingProxyType(default_models),
     )
     validate(snapshot)  # before anyone can install it: raises SnapshotInvalid
     return snapshot
+
+
+async def _apply_preferences(
+    session: AsyncSession, models: dict[str, dict[str, ModelSnap]]
+) -> dict[str, ModelSnap]:
+    """Tenant preferences, resolved once here so requests pay nothing for them: the
+    `fallback_model` is appended to the fallbacks of each of the tenant's models of the same
+    kind (chat or embedding; not to itself, nor twice); the `default_model` is returned per
+    tenant (gateway/requests.py serves it for the name `default`). A preference naming a
+    model that is gone is left out, with a warning."""
+    defaults: dict[str, ModelSnap] = {}
+    for tenant_id, stored in (await session.execute(select(Tenant.id, Tenant.preferences))).all():
+        if not stored:
+            continue
+        tenant_models = models.get(tenant_id, {})
+        for field in ("fallback_model", "default_model"):
+            name = stored.get(field)
+            if name and name not in tenant_models:
+                log.warning("tenant_preference_names_no_model", tenant_id=tenant_id, field=field)
+        fallback = tenant_models.get(stored.get("fallback_model") or "")
+        if fallback is not None:
+            for name, model in tenant_models.items():
+                if model.embedding == fallback.embedding and fallback.name not in (
+                    model.name,
+                    *model.fallbacks,
+                ):
+                    tenant_models[name] = replace(
+                        model, fallbacks=(*model.fallbacks, fallback.name)
+                    )
+        default = tenant_models.get(stored.get("default_model") or "")
+        if default is not None:
+            defaults[tenant_id] = default
+    return defaults
 
 
 def provider_snap(row: Provider, sealer: Sealer) -> ProviderSnap:
@@ -272,7 +324,13 @@ def _project(row: Project) -> ProjectSnap:
     )
 
 
-def _key(row: ApiKey, project: ProjectSnap, policy: PolicySnap | None) -> KeySnap:
+def _key(
+    row: ApiKey,
+    project: ProjectSnap,
+    policy: PolicySnap | None,
+    guard: Guard | None,
+    prepaid: bool = False,
+) -> KeySnap:
     own = None if row.allowed_models is None else frozenset(row.allowed_models)
     if own is None:
         allowed = project.allowed_models
@@ -292,4 +350,6 @@ def _key(row: ApiKey, project: ProjectSnap, policy: PolicySnap | None) -> KeySna
         limits=_limits(row),
         policy=policy,
         capture=row.capture == CAPTURE_FULL,
+        prepaid=prepaid,
+        guard=guard,
     )

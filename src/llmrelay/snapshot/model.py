@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from llmrelay.guardrails.policy import Guard
 from llmrelay.metering.cost import Price
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -147,6 +148,12 @@ class KeySnap:
     #: Whether the request and response bodies of its requests are kept (config `capture:
     #: full`; gateway/capture.py): a bool, so a key that does not capture costs one check.
     capture: bool = False
+    #: Whether its tenant's wallet is prepaid (billing/): each request reserves before the
+    #: provider call and settles after it. A bool, so a key that is not costs one check.
+    prepaid: bool = False
+    #: The guardrail rules in force (its bindings: global, its project's, its own; see
+    #: guardrails/policy.py); None when none is: such a key costs one attribute check.
+    guard: Guard | None = None
 
     def allows_model(self, name: str) -> bool:
         return self.allowed_models is None or name in self.allowed_models
@@ -176,6 +183,11 @@ class Snapshot:
     #: Providers their health probe found unavailable (table provider_health): their routes
     #: are built disabled (`RouteSnap.denied`), so no request tries them.
     denied_providers: frozenset[str] = frozenset()
+    #: tenant id -> the model its preferences name as `default_model`: what a request for the
+    #: model `default` gets when the tenant has no model of that name (gateway/requests.py).
+    #: A tenant's `fallback_model` needs no field: it is appended to each of its models'
+    #: `fallbacks` at build time (snapshot/builder.py), so it costs a request nothing.
+    default_models: Mapping[str, ModelSnap] = field(default_factory=lambda: MappingProxyType({}))
 
     def model(self, tenant_id: str, name: str) -> ModelSnap | None:
         return self.models.get(tenant_id, MappingProxyType({})).get(name)

@@ -73,7 +73,7 @@ class Tenant(Versioned, Timestamped, Base):
     name: Mapped[str] = mapped_column(String(200))
     #: Members must have two-factor authentication on to act in the tenant (migration 0011).
     require_2fa: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
-    #: Tenant preferences (migration 0017): {"default_model", "fallback_model"}; None = none.
+    #: Tenant preferences (migration 0014): {"default_model", "fallback_model"}; None = none.
     preferences: Mapped[dict[str, Any] | None] = mapped_column(JSONDoc, nullable=True)
 
 
@@ -429,4 +429,5 @@ class UsageRollupDirty(Base):
 # here so that Base.metadata, and so Alembic, always sees the whole schema.
 from llmrelay.store import models_access as models_access  # noqa: E402
 from llmrelay.store import models_billing as models_billing  # noqa: E402
+from llmrelay.store import models_guardrails as models_guardrails  # noqa: E402
 from llmrelay.store import models_jobs as models_jobs  # noqa: E402

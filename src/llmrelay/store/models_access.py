@@ -32,7 +32,7 @@ class User(Versioned, Timestamped, Base):
     totp_enabled: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     #: The last TOTP time step accepted: a code is never accepted twice.
     totp_last_step: Mapped[int | None] = mapped_column(Integer)
-    #: A self-service sign-up not confirmed yet (migration 0017): cannot sign in until its
+    #: A self-service sign-up not confirmed yet (migration 0014): cannot sign in until its
     #: email address is verified.
     pending: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     email_verified_at: Mapped[datetime | None]

@@ -1,4 +1,4 @@
-"""Prepaid billing, payments, mail and account tokens (migration 0017). On store/models.py's
+"""Prepaid billing, payments, mail and account tokens (migration 0014). On store/models.py's
 `Base`, so one metadata holds the whole schema.
 
 Money is integer micro-USD. A wallet's balances change only through ledger entries written in

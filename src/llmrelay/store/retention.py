@@ -1,4 +1,5 @@
-"""Deleting request records (and their attempt rows) older than the retention period.
+"""Deleting request records (and their attempt rows and guardrail hits) older than the
+retention period.
 
 On PostgreSQL the records are partitioned by month (store/partitions.py): every monthly
 partition wholly older than the cutoff is dropped first (DROP TABLE: instantaneous, no dead
@@ -32,6 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from llmrelay.store import partitions
 from llmrelay.store.models import RequestAttempt, RequestRecord
+from llmrelay.store.models_guardrails import GuardrailHit
 
 BATCH_ROWS = 5_000
 _PG_RETENTION_LOCK = 7_211_960_124
@@ -73,6 +75,9 @@ async def prune(engine: AsyncEngine, retention_days: float, now: float | None = 
                 RequestAttempt.id,
                 cutoff,
                 BATCH_ROWS,
+            )
+            await delete_before(
+                engine, GuardrailHit, GuardrailHit.created_at, GuardrailHit.id, cutoff, BATCH_ROWS
             )
         finally:
             if postgres:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import ColumnElement, delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from llmrelay.store.models import Tenant
@@ -75,11 +75,23 @@ async def revoke_sessions_of(session: AsyncSession, user_id: str, now: datetime)
     return int(getattr(result, "rowcount", 0) or 0)
 
 
+#: Rows of `login_failures` whose email starts with this are not sign-in failures but other
+#: throttled attempts (sign-ups, password-reset requests: admin/accounts/throttle.py), kept in
+#: the same table so every replica sees them; sign-in throttling leaves them out.
+ATTEMPT_MARK = "~"
+
+
+def _failure() -> ColumnElement[bool]:
+    return ~LoginFailure.email.startswith(ATTEMPT_MARK)
+
+
 async def failures_since(
     session: AsyncSession, since: datetime, *, email: str | None = None, ip: str | None = None
 ) -> tuple[int, datetime | None]:
     """How many sign-in failures for the email (or the IP) since `since`, and the oldest."""
-    query = select(func.count(), func.min(LoginFailure.at)).where(LoginFailure.at >= since)
+    query = select(func.count(), func.min(LoginFailure.at)).where(
+        LoginFailure.at >= since, _failure()
+    )
     if email is not None:
         query = query.where(LoginFailure.email == email)
     if ip is not None:
@@ -97,7 +109,7 @@ async def clear_failures(session: AsyncSession, email: str) -> None:
 
 
 async def prune_failures(session: AsyncSession, before: datetime) -> None:
-    await session.execute(delete(LoginFailure).where(LoginFailure.at < before))
+    await session.execute(delete(LoginFailure).where(LoginFailure.at < before, _failure()))
 
 
 async def replace_recovery_codes(

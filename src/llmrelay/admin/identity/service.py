@@ -86,7 +86,8 @@ async def authenticate_user(
     attempt: SignIn,
 ) -> User:
     """The user the credentials prove, or SignInFailed (to be recorded by the caller, in its
-    own transaction) / Throttled / 403 for a disabled account."""
+    own transaction) / Throttled / 403 for a disabled or pending (not activated) account:
+    said only to someone who knows the password."""
     email = normalize_email(attempt.email)
     await check_throttle(session, policy, email, attempt.ip, utcnow())
     user = await repository.user_by_email(session, email)
@@ -96,6 +97,13 @@ async def authenticate_user(
     assert user is not None
     if user.disabled:
         raise AdminError(403, "this account is disabled", "account_disabled")
+    if user.pending:
+        raise AdminError(
+            403,
+            "this account is not active yet: follow the link in its invitation or "
+            "verification mail (or ask for a password reset, which sends a new link)",
+            "account_pending",
+        )
     if user.totp_enabled:
         await second_factor(session, sealer, user, attempt.totp_code, attempt.recovery_code)
     if passwords.needs_rehash(user.password_hash):

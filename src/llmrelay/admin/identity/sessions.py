@@ -34,7 +34,7 @@ class Started:
 
 async def actor_for(state: AdminState, token: str) -> tuple[Actor, str] | None:
     """The actor of a live session and its CSRF token, or None (unknown, ended, expired, or
-    the user is disabled)."""
+    the user is disabled or not activated)."""
     now = utcnow()
     policy = state.sessions
     async with session_factory(state.database())() as session, session.begin():
@@ -45,6 +45,7 @@ async def actor_for(state: AdminState, token: str) -> tuple[Actor, str] | None:
         if (
             row.revoked_at is not None
             or user.disabled
+            or user.pending
             or now >= row.expires_at
             or now >= row.last_seen_at + timedelta(seconds=policy.idle_s)
         ):

@@ -10,12 +10,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from llmrelay.admin import audit
 from llmrelay.admin.access import Actor, require
+from llmrelay.admin.guardrails import repository as guardrail_bindings
+from llmrelay.admin.guardrails import service as guardrails
 from llmrelay.admin.keys import repository, service
 from llmrelay.admin.keys.schemas import IssuedKeyOut, KeyOut, KeyPage, Rotation, issued_out, key_out
 from llmrelay.admin.kit import handlers, lookups
 from llmrelay.admin.kit.http import Changes, Cursor, Limit, Session, commit_change, etag, fields
 from llmrelay.admin.kit.problems import NotFound
 from llmrelay.admin.kit.scope import visible
+from llmrelay.admin.projects.endpoints import ensure_guardrails
 from llmrelay.admin.projects.endpoints import load as load_project
 from llmrelay.store.models import ApiKey
 
@@ -33,7 +36,8 @@ async def load(session: AsyncSession, actor: Actor, permission: str, key_id: str
 
 
 async def _out(session: AsyncSession, row: ApiKey) -> KeyOut:
-    return key_out(row, await lookups.policy_name(session, row.routing_policy_id))
+    policy = await lookups.policy_name(session, row.routing_policy_id)
+    return key_out(row, policy, await guardrails.bound_names(session, key_id=row.id))
 
 
 @router.get("/keys")
@@ -55,7 +59,8 @@ async def list_keys(
         cursor=cursor,
     )
     names = await lookups.policy_names(session, (r.routing_policy_id for r in rows))
-    data = [key_out(r, names.get(r.routing_policy_id or "")) for r in rows]
+    bound = await guardrail_bindings.names_by_scope(session, key_ids=(r.id for r in rows))
+    data = [key_out(r, names.get(r.routing_policy_id or ""), bound.get(r.id)) for r in rows]
     return KeyPage(data=data, next_cursor=next_cursor)
 
 
@@ -71,6 +76,7 @@ async def create_key(
     """A new key: the fields of a YAML `keys[]` entry. The answer carries its secret, this
     once (`key`: generated unless the body gives one of at least 20 characters)."""
     project = await load_project(session, actor, "keys:write", project_id)
+    ensure_guardrails(actor, project.tenant_id, body)
     config = service.parse(body)
     issued = await service.create_key(session, project, config)
     row = issued.row
@@ -98,6 +104,7 @@ async def update_key(
     """A partial change (fields of KeyConfig except `key`: rotate for a new secret)."""
     row = await load(session, actor, "keys:write", key_id)
     project = await load_project(session, actor, "keys:write", row.project_id)
+    ensure_guardrails(actor, row.tenant_id, changes)
     return await handlers.updated(
         request,
         response,
@@ -128,7 +135,8 @@ async def rotate_key(
     await commit_change(request, session)
     etag(response, row.version)
     policy = await lookups.policy_name(session, row.routing_policy_id)
-    return issued_out(row, policy, issued.secret)
+    bound = await guardrails.bound_names(session, key_id=row.id)
+    return issued_out(row, policy, issued.secret, bound)
 
 
 @router.post("/keys/{key_id}/revoke")

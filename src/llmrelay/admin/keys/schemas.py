@@ -28,6 +28,8 @@ class KeyOut(LimitsOut):
     models: list[str] | None
     ip_allowlist: list[str]
     routing_policy: str | None
+    #: Guardrail policies bound to the key, in order.
+    guardrails: list[str]
     capture: str
     #: Who owns the row: config (a file), generated (a file, key generated), api.
     source: str
@@ -51,7 +53,9 @@ class Rotation(BaseModel):
     grace_s: int = Field(default=0, ge=0)
 
 
-def key_values(row: ApiKey, policy: str | None) -> dict[str, object]:
+def key_values(
+    row: ApiKey, policy: str | None, guardrails: list[str] | None = None
+) -> dict[str, object]:
     status = row.status
     if status == "active" and row.expires_at is not None and row.expires_at <= utcnow():
         status = "expired"
@@ -68,6 +72,7 @@ def key_values(row: ApiKey, policy: str | None) -> dict[str, object]:
         "models": row.allowed_models,
         "ip_allowlist": row.ip_allowlist,
         "routing_policy": policy,
+        "guardrails": guardrails or [],
         "capture": row.capture,
         "source": row.source,
         "version": row.version,
@@ -77,9 +82,11 @@ def key_values(row: ApiKey, policy: str | None) -> dict[str, object]:
     }
 
 
-def key_out(row: ApiKey, policy: str | None) -> KeyOut:
-    return KeyOut.model_validate(key_values(row, policy))
+def key_out(row: ApiKey, policy: str | None, guardrails: list[str] | None = None) -> KeyOut:
+    return KeyOut.model_validate(key_values(row, policy, guardrails))
 
 
-def issued_out(row: ApiKey, policy: str | None, secret: str) -> IssuedKeyOut:
-    return IssuedKeyOut.model_validate({**key_values(row, policy), "key": secret})
+def issued_out(
+    row: ApiKey, policy: str | None, secret: str, guardrails: list[str] | None = None
+) -> IssuedKeyOut:
+    return IssuedKeyOut.model_validate({**key_values(row, policy, guardrails), "key": secret})

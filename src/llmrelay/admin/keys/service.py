@@ -1,6 +1,7 @@
 """The rules of API keys, shared by the admin API and `llmrelay apply`: KeyConfig's validation
 (name, a fixed key of at least 20 characters without whitespace, CIDRs, expiry in UTC,
-capture mode), references checked by the config loader (allowlisted models, routing policy),
+capture mode), references checked by the config loader (allowlisted models, routing policy,
+guardrail policies),
 one name per project, one digest in the whole database. Only the digest, a display prefix and
 the last four characters are stored; a generated key is returned once, to be shown once.
 
@@ -18,10 +19,11 @@ from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from llmrelay import apikeys
+from llmrelay.admin.guardrails import service as guardrails
 from llmrelay.admin.keys import repository
 from llmrelay.admin.kit import lookups
 from llmrelay.admin.kit.problems import Conflict, Invalid, from_problems, from_validation
-from llmrelay.admin.kit.rows import Outcome, assign
+from llmrelay.admin.kit.rows import Outcome, assign, touch
 from llmrelay.admin.projects.service import limit_config, limit_values, policy_id
 from llmrelay.config.loader import check_references
 from llmrelay.config.schema import GatewayConfig, KeyConfig, ProjectConfig
@@ -54,6 +56,7 @@ async def check(session: AsyncSession, tenant_id: str, config: KeyConfig) -> Non
         GatewayConfig(projects=[ProjectConfig(name="p", keys=[config])]),
         known_models=await lookups.model_names(session, tenant_id),
         known_policies=frozenset(await lookups.policies_by_name(session, tenant_id)),
+        known_guardrails=await lookups.guardrail_names(session, tenant_id),
     )
     found = from_problems(problems, "projects[0].keys[0]")
     if found is not None:
@@ -130,7 +133,18 @@ async def upsert_key(
     if "digest" in changed and not created:
         changed = [c for c in changed if c not in ("prefix", "last_four", "source")]
     await session.flush()
+    changed += await bind_guardrails(session, row, config)
     return Outcome(row, created, [] if created else changed), generated
+
+
+async def bind_guardrails(session: AsyncSession, row: ApiKey, config: KeyConfig) -> list[str]:
+    """The key's guardrail bindings as `config` lists them: ["guardrails"] when they
+    changed (the key's version moves with them), else []."""
+    if not await guardrails.bind(session, row.tenant_id, config.guardrails, key_id=row.id):
+        return []
+    touch(row)
+    await session.flush()
+    return ["guardrails"]
 
 
 async def create_key(
@@ -153,6 +167,7 @@ async def current_config(session: AsyncSession, row: ApiKey) -> dict[str, Any]:
         "disabled": row.status == DISABLED,
         "routing_policy": await lookups.policy_name(session, row.routing_policy_id),
         "capture": row.capture,
+        "guardrails": await guardrails.bound_names(session, key_id=row.id),
         **limit_config(row),
     }
 
@@ -172,7 +187,7 @@ async def update_key(
     policies = await lookups.policies_by_name(session, row.tenant_id)
     changed = assign(row, _values(row, config, policies, None))
     await session.flush()
-    return changed
+    return changed + await bind_guardrails(session, row, config)
 
 
 async def rotate_key(session: AsyncSession, row: ApiKey, grace_s: int) -> IssuedKey:
@@ -192,8 +207,10 @@ async def rotate_key(session: AsyncSession, row: ApiKey, grace_s: int) -> Issued
         ends = now + timedelta(seconds=grace_s)
         if row.expires_at is not None:
             ends = min(ends, row.expires_at)
-        session.add(_grace_copy(row, old_digest, old_prefix, old_last_four, ends, now))
+        copy = _grace_copy(row, old_digest, old_prefix, old_last_four, ends, now)
+        session.add(copy)
         await session.flush()
+        await guardrails.copy_bindings(session, row.id, copy.id)
     return IssuedKey(row, secret)
 
 

@@ -10,6 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from llmrelay.store.models import Provider, RoutingPolicy, Tenant, VirtualModel
+from llmrelay.store.models_guardrails import GuardrailPolicy
 
 
 async def tenant_exists(session: AsyncSession, tenant_id: str) -> bool:
@@ -31,6 +32,13 @@ async def providers_by_slug(session: AsyncSession, tenant_id: str) -> dict[str, 
 async def policies_by_name(session: AsyncSession, tenant_id: str) -> dict[str, RoutingPolicy]:
     rows = await session.scalars(select(RoutingPolicy).where(RoutingPolicy.tenant_id == tenant_id))
     return {row.name: row for row in rows}
+
+
+async def guardrail_names(session: AsyncSession, tenant_id: str) -> frozenset[str]:
+    rows = await session.scalars(
+        select(GuardrailPolicy.name).where(GuardrailPolicy.tenant_id == tenant_id)
+    )
+    return frozenset(rows)
 
 
 async def policy_name(session: AsyncSession, policy_id: str | None) -> str | None:

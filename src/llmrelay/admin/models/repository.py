@@ -8,7 +8,7 @@ from sqlalchemy import ColumnElement, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from llmrelay.admin.kit import pages
-from llmrelay.store.models import ApiKey, Project, Provider, Route, VirtualModel
+from llmrelay.store.models import ApiKey, Project, Provider, Route, Tenant, VirtualModel
 
 
 async def get(session: AsyncSession, model_id: str) -> VirtualModel | None:
@@ -64,8 +64,13 @@ async def provider_slugs(session: AsyncSession, tenant_id: str) -> dict[str, str
 
 
 async def users_of(session: AsyncSession, model: VirtualModel) -> list[str]:
-    """What names the model: other models' fallbacks, project and key allowlists."""
+    """What names the model: other models' fallbacks, project and key allowlists, the
+    tenant's preferences."""
     found = []
+    tenant = await session.get(Tenant, model.tenant_id)
+    for field, named in ((tenant.preferences or {}) if tenant else {}).items():
+        if named == model.name:
+            found.append(f"the tenant's preferences ({field})")
     for other in await session.scalars(
         select(VirtualModel).where(VirtualModel.tenant_id == model.tenant_id)
     ):

@@ -8,6 +8,8 @@ from fastapi import APIRouter, Body, Depends, Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from llmrelay.admin.access import Actor, require
+from llmrelay.admin.guardrails import repository as guardrail_bindings
+from llmrelay.admin.guardrails import service as guardrails
 from llmrelay.admin.kit import handlers, lookups
 from llmrelay.admin.kit.http import Changes, Cursor, Limit, Session, etag, tenant_for_create
 from llmrelay.admin.kit.problems import NotFound
@@ -32,7 +34,15 @@ async def load(session: AsyncSession, actor: Actor, permission: str, project_id:
 
 
 async def _out(session: AsyncSession, row: Project) -> ProjectOut:
-    return project_out(row, await lookups.policy_name(session, row.routing_policy_id))
+    policy = await lookups.policy_name(session, row.routing_policy_id)
+    return project_out(row, policy, await guardrails.bound_names(session, project_id=row.id))
+
+
+def ensure_guardrails(actor: Actor, tenant_id: str, body: dict[str, Any]) -> None:
+    """Binding guardrail policies needs guardrails:write too: whoever may change a project
+    or key must not be able to switch a guardrail off with it."""
+    if "guardrails" in body:
+        actor.ensure("guardrails:write", tenant_id)
 
 
 @router.get("/projects")
@@ -54,7 +64,8 @@ async def list_projects(
         cursor=cursor,
     )
     names = await lookups.policy_names(session, (r.routing_policy_id for r in rows))
-    data = [project_out(r, names.get(r.routing_policy_id or "")) for r in rows]
+    bound = await guardrail_bindings.names_by_scope(session, project_ids=(r.id for r in rows))
+    data = [project_out(r, names.get(r.routing_policy_id or ""), bound.get(r.id)) for r in rows]
     return ProjectPage(data=data, next_cursor=next_cursor)
 
 
@@ -70,6 +81,7 @@ async def create_project(
     """A new project: the fields of a YAML `projects[]` entry (docs/configuration.md)."""
     config = service.parse(body)
     tenant = await tenant_for_create(session, actor, "projects:write", tenant_id)
+    ensure_guardrails(actor, tenant, body)
     row = await service.create_project(session, tenant, config)
     out = await _out(session, row)
     return await handlers.created(request, response, session, row, "project.create", tenant, out)
@@ -95,6 +107,7 @@ async def update_project(
 ) -> ProjectOut:
     """A partial change (fields of ProjectConfig), validated whole; needs If-Match."""
     row = await load(session, actor, "projects:write", project_id)
+    ensure_guardrails(actor, row.tenant_id, changes)
     return await handlers.updated(
         request,
         response,

@@ -30,6 +30,8 @@ class ProjectOut(LimitsOut):
     #: Allowlisted virtual models; null = every model.
     models: list[str] | None
     routing_policy: str | None
+    #: Guardrail policies bound to the project, in order.
+    guardrails: list[str]
     version: int
     created_at: datetime
     updated_at: datetime
@@ -49,13 +51,16 @@ def limits_out(row: Project | ApiKey) -> dict[str, object]:
     }
 
 
-def project_out(row: Project, policy: str | None) -> ProjectOut:
+def project_out(
+    row: Project, policy: str | None, guardrails: list[str] | None = None
+) -> ProjectOut:
     return ProjectOut(
         id=row.id,
         tenant_id=row.tenant_id,
         name=row.name,
         models=row.allowed_models,
         routing_policy=policy,
+        guardrails=guardrails or [],
         version=row.version,
         created_at=row.created_at,
         updated_at=row.updated_at,

@@ -1,7 +1,7 @@
 """The rules of projects, shared by the admin API and `llmrelay apply`: the config schema's
 validation (ProjectConfig), references checked by the config loader's own check_references
-(allowlisted models, the routing policy), one name per tenant. Services flush, never commit:
-the caller's unit of work commits (and bumps the config generation)."""
+(allowlisted models, the routing policy, guardrail policies), one name per tenant. Services
+flush, never commit: the caller's unit of work commits (and bumps the config generation)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from llmrelay.admin.guardrails import service as guardrails
 from llmrelay.admin.kit import lookups
 from llmrelay.admin.kit.problems import Conflict, Invalid, from_problems, from_validation
-from llmrelay.admin.kit.rows import Outcome, assign, micros_to_usd, usd_to_micros
+from llmrelay.admin.kit.rows import Outcome, assign, micros_to_usd, touch, usd_to_micros
 from llmrelay.admin.projects import repository
 from llmrelay.config.loader import check_references
 from llmrelay.config.schema import GatewayConfig, KeyConfig, ProjectConfig
@@ -64,6 +65,7 @@ async def check(session: AsyncSession, tenant_id: str, config: ProjectConfig) ->
         GatewayConfig(projects=[config]),
         known_models=await lookups.model_names(session, tenant_id),
         known_policies=frozenset(await lookups.policies_by_name(session, tenant_id)),
+        known_guardrails=await lookups.guardrail_names(session, tenant_id),
     )
     found = from_problems(problems, "projects[0]")
     if found is not None:
@@ -98,7 +100,18 @@ async def upsert_project(
         session.add(row)
     changed = assign_project(row, config, policies)
     await session.flush()
+    changed += await bind_guardrails(session, row, config)
     return Outcome(row, created, [] if created else changed)
+
+
+async def bind_guardrails(session: AsyncSession, row: Project, config: ProjectConfig) -> list[str]:
+    """The project's guardrail bindings as `config` lists them: ["guardrails"] when they
+    changed (the project's version moves with them), else []."""
+    if not await guardrails.bind(session, row.tenant_id, config.guardrails, project_id=row.id):
+        return []
+    touch(row)
+    await session.flush()
+    return ["guardrails"]
 
 
 async def create_project(session: AsyncSession, tenant_id: str, config: ProjectConfig) -> Project:
@@ -117,6 +130,7 @@ async def current_config(session: AsyncSession, row: Project) -> dict[str, Any]:
         "name": row.name,
         "models": row.allowed_models,
         "routing_policy": await lookups.policy_name(session, row.routing_policy_id),
+        "guardrails": await guardrails.bound_names(session, project_id=row.id),
         **limit_config(row),
     }
 
@@ -132,7 +146,7 @@ async def update_project(
     policies = await lookups.policies_by_name(session, row.tenant_id)
     changed = assign_project(row, config, policies)
     await session.flush()
-    return changed
+    return changed + await bind_guardrails(session, row, config)
 
 
 async def delete_project(session: AsyncSession, row: Project) -> None:

@@ -54,6 +54,10 @@ class UserOut(BaseModel):
     platform_admin: bool
     disabled: bool
     totp_enabled: bool
+    #: Not active yet: invited and not accepted, or signed up and not verified (no sign-in).
+    pending: bool = False
+    #: Whether the address was confirmed by a mailed link (alerts go only to such addresses).
+    email_verified: bool = False
     version: int
     created_at: datetime
     #: The memberships the caller may see (its own tenants'; every one for a platform admin).
@@ -111,6 +115,8 @@ def user_out(row: User, memberships: list[MembershipOut]) -> UserOut:
         platform_admin=row.platform_admin,
         disabled=row.disabled,
         totp_enabled=row.totp_enabled,
+        pending=row.pending,
+        email_verified=row.email_verified_at is not None,
         version=row.version,
         created_at=row.created_at,
         memberships=memberships,

@@ -4,7 +4,7 @@ mail outbox and single-use account tokens; tenant preferences; pending (unverifi
 New tables, and nullable or defaulted columns on `tenants` and `users` (ALTER TABLE on SQLite:
 no table copy).
 
-Revision ID: 0017
+Revision ID: 0014
 Revises: 0013
 Create Date: 2026-12-04
 """
@@ -16,7 +16,7 @@ from alembic import op
 
 from llmrelay.store.types import BigIntPK, JSONDoc, UTCDateTime
 
-revision: str = "0017"
+revision: str = "0014"
 down_revision: str | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None

@@ -1,0 +1,263 @@
+"""What prepaid billing costs a request, on SQLite and PostgreSQL
+(`python -m bench.run --prepaid`).
+
+1. The transactions alone, in process: a reservation (`ledger.reserve`) and a settle
+   (`ledger.settle`), each one transaction, timed one after another (latency) and with 16
+   at once on one wallet (throughput: they serialise on the wallet's row), with the CPU time
+   this process spent per transaction.
+2. A request through `llmrelay serve` (the built-in mock provider, so the provider costs
+   nothing): the same key with its tenant prepaid and not, in alternating rounds, one client
+   at a time and 16 at once; latency percentiles and requests per second. The prepaid arm
+   waits for its reservation before the provider call; its settle is queued, not awaited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.procs import free_port, stop_process
+from llmrelay.billing import ledger
+from llmrelay.store import migrate
+from llmrelay.store.bootstrap import ensure_default_tenant
+from llmrelay.store.db import create_engine, session_factory
+
+ADMIN = "bench-admin-token-0123456789abcdef"
+KEY = "sk-bench-prepaid-key-0123456789abcdef"
+TRANSACTIONS = 2000
+CONCURRENT = 16
+REQUESTS = 400
+ROUNDS = 4
+CONFIG = f"""
+providers: [{{slug: mock, type: mock}}]
+models: [{{name: m, routes: [{{provider: mock, upstream_model: echo}}],
+          pricing: {{input_per_mtok: 1, output_per_mtok: 2}}}}]
+projects: [{{name: p, keys: [{{name: k, key: {KEY}}}]}}]
+"""
+BODY = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "hello there"}]}
+
+
+def _percentiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    return {
+        "p50_ms": round(ordered[len(ordered) // 2] * 1000, 3),
+        "p99_ms": round(ordered[int(len(ordered) * 0.99)] * 1000, 3),
+    }
+
+
+async def _transactions(url: str) -> dict[str, Any]:
+    engine = create_engine(url, pool_size=CONCURRENT, max_overflow=0) if "postgres" in url else (
+        create_engine(url)
+    )  # fmt: skip
+    try:
+        await migrate.upgrade(engine)
+        async with session_factory(engine).begin() as session:
+            tenant = (await ensure_default_tenant(session)).id
+        async with engine.begin() as conn:
+            await ledger.ensure_wallet(conn, tenant)
+            await ledger.credit(conn, tenant, 10**15, kind="topup", key="bench")
+        timings: dict[str, list[float]] = {"reserve": [], "settle": []}
+        cpu = {"reserve": 0.0, "settle": 0.0}
+        for n in range(TRANSACTIONS):
+            for kind in ("reserve", "settle"):
+                started, process = time.perf_counter(), time.process_time()
+                async with engine.begin() as conn:
+                    if kind == "reserve":
+                        await ledger.reserve(conn, tenant, f"seq-{n}", 5_000)
+                    else:
+                        await ledger.settle(conn, f"seq-{n}", 1_234)
+                timings[kind].append(time.perf_counter() - started)
+                cpu[kind] += time.process_time() - process
+
+        async def worker(w: int) -> None:
+            for n in range(TRANSACTIONS // CONCURRENT):
+                async with engine.begin() as conn:
+                    await ledger.reserve(conn, tenant, f"par-{w}-{n}", 5_000)
+                async with engine.begin() as conn:
+                    await ledger.settle(conn, f"par-{w}-{n}", 1_234)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(w) for w in range(CONCURRENT)))
+        elapsed = time.perf_counter() - started
+        pairs = CONCURRENT * (TRANSACTIONS // CONCURRENT)
+        return {
+            kind: {**_percentiles(samples), "cpu_us": round(cpu[kind] / TRANSACTIONS * 1e6, 1)}
+            for kind, samples in timings.items()
+        } | {"concurrent_pairs_per_s": round(pairs / elapsed, 1)}
+    finally:
+        await engine.dispose()
+
+
+def _serve(folder: Path, url: str) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    env = {
+        **os.environ,
+        "LLMRELAY_DATABASE_URL": url,
+        "LLMRELAY_ADMIN_TOKEN": ADMIN,
+        "LLMRELAY_SNAPSHOT_POLL_S": "0.2",
+        "LLMRELAY_LOG_LEVEL": "warning",
+    }
+    config = folder / "prepaid.yaml"
+    config.write_text(CONFIG)
+    if not url.startswith("sqlite"):
+        subprocess.run([sys.executable, "-m", "llmrelay", "migrate"], env=env, check=True)
+    command = [sys.executable, "-m", "llmrelay", "serve", "--config", str(config)]
+    process = subprocess.Popen(
+        [*command, "--port", str(port)],
+        env=env,
+        cwd=folder,
+        stdout=(folder / "serve.log").open("ab"),
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+                return process, base
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    stop_process(process)
+    raise RuntimeError("llmrelay did not start")
+
+
+def _set_prepaid(base: str, on: bool) -> None:
+    with httpx.Client(
+        base_url=f"{base}/api/admin", headers={"Authorization": f"Bearer {ADMIN}"}
+    ) as api:
+        tenant = api.get("/tenants").json()["data"][0]["id"]
+        answer = api.patch(
+            f"/billing/{tenant}/wallet", json={"prepaid": on}, headers={"If-Match": "*"}
+        )
+        answer.raise_for_status()
+        balance = api.get(f"/billing/{tenant}/wallet").json()["balance_micros"]
+        if on and balance < 10**12:
+            api.post(
+                f"/billing/{tenant}/adjustments",
+                json={
+                    "amount_micros": 10**12,
+                    "reason": "bench",
+                    "adjustment_id": f"b{time.time_ns()}",
+                },
+            ).raise_for_status()
+    # Wait for the snapshot: a prepaid request reserves (its ledger grows).
+    time.sleep(1.0)
+
+
+async def _load(base: str, concurrency: int, count: int) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {KEY}"}
+    latencies: list[float] = []
+    limits = httpx.Limits(max_connections=concurrency)
+    async with httpx.AsyncClient(base_url=base, headers=headers, limits=limits) as client:
+
+        async def one() -> None:
+            started = time.perf_counter()
+            answer = await client.post("/v1/chat/completions", json=BODY)
+            answer.raise_for_status()
+            latencies.append(time.perf_counter() - started)
+
+        async def worker() -> None:
+            for _ in range(count // concurrency):
+                await one()
+
+        for _ in range(20):
+            await one()
+        latencies.clear()
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - started
+    return {**_percentiles(latencies), "rps": round(len(latencies) / elapsed, 1)}
+
+
+def _requests(folder: Path, url: str) -> dict[str, Any]:
+    process, base = _serve(folder, url)
+    try:
+        rounds: dict[str, list[dict[str, Any]]] = {"off": [], "prepaid": []}
+        for n in range(ROUNDS):
+            for arm in ("off", "prepaid") if n % 2 == 0 else ("prepaid", "off"):
+                _set_prepaid(base, arm == "prepaid")
+                rounds[arm].append(
+                    {
+                        "c1": asyncio.run(_load(base, 1, REQUESTS // 2)),
+                        f"c{CONCURRENT}": asyncio.run(_load(base, CONCURRENT, REQUESTS)),
+                    }
+                )
+        return {
+            arm: {
+                level: {
+                    metric: statistics.median(r[level][metric] for r in results)
+                    for metric in ("p50_ms", "p99_ms", "rps")
+                }
+                for level in ("c1", f"c{CONCURRENT}")
+            }
+            for arm, results in rounds.items()
+        }
+    finally:
+        stop_process(process)
+
+
+def bench_prepaid(folder: Path) -> dict[str, Any]:
+    from tests.support.databases import create_postgres_database, drop_postgres_database
+
+    data: dict[str, Any] = {"backends": {}}
+    for backend in ("sqlite", "postgresql"):
+        if backend == "postgresql":
+            url = asyncio.run(create_postgres_database())
+        else:
+            url = f"sqlite:///{folder / 'prepaid-transactions.db'}"
+        try:
+            transactions = asyncio.run(_transactions(url))
+        finally:
+            if backend == "postgresql":
+                asyncio.run(drop_postgres_database(url))
+        if backend == "postgresql":
+            url = asyncio.run(create_postgres_database())
+        else:
+            url = f"sqlite:///{folder / 'prepaid-serve.db'}"
+        try:
+            requests = _requests(folder, url)
+        finally:
+            if backend == "postgresql":
+                asyncio.run(drop_postgres_database(url))
+        data["backends"][backend] = {"transactions": transactions, "requests": requests}
+        print(backend, data["backends"][backend], flush=True)
+    return data
+
+
+def prepaid_markdown(data: dict[str, Any]) -> str:
+    lines = [
+        "| backend | reserve p50 / p99 | settle p50 / p99 | CPU per reserve / settle "
+        "| 16 at once: pairs/s |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for backend, found in data["backends"].items():
+        t = found["transactions"]
+        lines.append(
+            f"| {backend} | {t['reserve']['p50_ms']} / {t['reserve']['p99_ms']} ms "
+            f"| {t['settle']['p50_ms']} / {t['settle']['p99_ms']} ms "
+            f"| {t['reserve']['cpu_us']} / {t['settle']['cpu_us']} µs "
+            f"| {t['concurrent_pairs_per_s']} |"
+        )
+    lines += [
+        "",
+        f"| backend | arm | c=1 p50 / p99 | c=1 req/s | c={CONCURRENT} p50 / p99 "
+        f"| c={CONCURRENT} req/s |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for backend, found in data["backends"].items():
+        for arm, levels in found["requests"].items():
+            one, many = levels["c1"], levels[f"c{CONCURRENT}"]
+            lines.append(
+                f"| {backend} | {arm} | {one['p50_ms']} / {one['p99_ms']} ms | {one['rps']} "
+                f"| {many['p50_ms']} / {many['p99_ms']} ms | {many['rps']} |"
+            )
+    return "\n".join(lines)

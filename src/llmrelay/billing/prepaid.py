@@ -1,0 +1,236 @@
+"""The data plane's side of prepaid billing: the reservation before a provider call (one
+transaction, awaited: the request waits for it) and the settle after the call (queued, then
+one transaction per request on a background task, never on the request path).
+
+The settle queue is bounded and in memory. While the database is away the task keeps the
+settles and retries them with a growing pause; a settle that cannot be queued (the queue is
+full) or is still queued when the process stops is not lost: its reservation stays `held`
+in the database, and the reconciliation job (billing/reconcile.py) settles it from the
+request's record once the longest possible request is over.
+
+A settle that leaves the wallet's available balance under its auto top-up threshold queues
+one `billing_auto_topup` job for the wallet (in the settle's transaction; one live job per
+wallet by its dedupe key).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any, Final
+
+import structlog
+from sqlalchemy import select
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from llmrelay.billing import ledger
+from llmrelay.billing.charge import charge_of_row
+from llmrelay.billing.errors import LedgerUnavailable, RequestIdUsed
+from llmrelay.billing.estimate import ReservePolicy
+from llmrelay.gateway.row_queue import RowQueue
+from llmrelay.jobs import queue as jobs
+from llmrelay.observability.metrics import Metrics
+from llmrelay.store.models_billing import Wallet
+
+log = structlog.get_logger(__name__)
+
+#: The job kind that tops a wallet up from its saved payment method (billing/topups.py).
+AUTO_TOPUP_KIND: Final = "billing_auto_topup"
+#: Settles written per round of the task (each its own transaction).
+_BATCH: Final = 256
+#: Pauses between retries while the database refuses settles (the last one repeats).
+_RETRY_PAUSES_S: Final[tuple[float, ...]] = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+#: Failures that mean "the database is away", worth retrying.
+_TRANSIENT = (DBAPIError, OSError, TimeoutError, ConnectionError)
+
+
+def auto_topup_dedupe(tenant_id: str) -> str:
+    return f"auto_topup:{tenant_id}"
+
+
+class Prepaid:
+    """Reservations and settles of prepaid requests, for one process."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        policy: ReservePolicy,
+        *,
+        metrics: Metrics | None = None,
+        max_queue: int = 100_000,
+        reserve_timeout_s: float = 5.0,
+    ) -> None:
+        self.engine = engine
+        self.policy = policy
+        self._metrics = metrics
+        self._queue = RowQueue(max_queue)
+        self._reserve_timeout_s = reserve_timeout_s
+        self._task: asyncio.Task[None] | None = None
+        #: Set while nothing is queued or being written (stop() waits for it).
+        self._drained = asyncio.Event()
+        self._drained.set()
+        #: Settles written, and settles that could not be queued (left held).
+        self.settled = 0
+        self.dropped = 0
+        if metrics is not None:
+            metrics.watch(metrics.billing_settle_queue_depth, lambda: len(self._queue))
+
+    @property
+    def depth(self) -> int:
+        return len(self._queue)
+
+    # -- reserve: on the request path ------------------------------------------------------
+
+    async def reserve(
+        self,
+        tenant_id: str,
+        request_id: str,
+        amount_micros: int,
+        *,
+        project_id: str | None,
+        key_id: str | None,
+    ) -> None:
+        """Freeze `amount_micros` of the tenant's wallet for the request. Raises
+        InsufficientBalance, NoWallet, RequestIdUsed or LedgerUnavailable."""
+        try:
+            async with asyncio.timeout(self._reserve_timeout_s):
+                async with self.engine.begin() as conn:
+                    moved = await ledger.reserve(
+                        conn,
+                        tenant_id,
+                        request_id,
+                        amount_micros,
+                        project_id=project_id,
+                        key_id=key_id,
+                    )
+        except (SQLAlchemyError, *_TRANSIENT) as exc:
+            self._count_reserve("unavailable")
+            log.warning("billing_reserve_failed", request_id=request_id, error=str(exc)[:300])
+            raise LedgerUnavailable(
+                "the prepaid balance could not be checked (the database is unreachable); "
+                "retry shortly"
+            ) from exc
+        if not moved.applied:
+            self._count_reserve("request_id_used")
+            raise RequestIdUsed(request_id)
+        self._count_reserve("reserved")
+
+    def count_refusal(self, outcome: str) -> None:
+        self._count_reserve(outcome)
+
+    def _count_reserve(self, outcome: str) -> None:
+        if self._metrics is not None:
+            self._metrics.billing_reservations.labels(outcome).inc()
+
+    # -- settle: queued when the request ends ------------------------------------------------
+
+    def settle(self, row: tuple[Any, ...]) -> None:
+        """Queue the settle of a finished request, from its record row (RECORD_COLUMNS)."""
+        request_id, tenant_id, charge = charge_of_row(row)
+        if self._queue.put((request_id, tenant_id, charge)):
+            self._drained.clear()
+        else:
+            self.dropped += 1
+            self._count_settle("dropped")
+            if self.dropped == 1 or self.dropped % 1000 == 0:
+                log.error("billing_settle_queue_full", dropped=self.dropped)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self, timeout_s: float = 10.0) -> None:
+        """Write what is queued (within `timeout_s`), then stop. What is left stays held."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await self._drained.wait()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if len(self._queue):
+            log.warning("billing_settles_left_held", count=len(self._queue))
+
+    async def _run(self) -> None:
+        failures = 0
+        while True:
+            await self._queue.wait()
+            batch = self._queue.take(_BATCH)
+            done = await self._write(batch)
+            if done < len(batch):
+                self._queue.put_back(batch[done:])
+                pause = _RETRY_PAUSES_S[min(failures, len(_RETRY_PAUSES_S) - 1)]
+                failures += 1
+                await asyncio.sleep(pause)
+            else:
+                failures = 0
+                if not len(self._queue):
+                    self._drained.set()
+
+    async def _write(self, batch: list[tuple[Any, ...]]) -> int:
+        """Settle each (in its own transaction); how many were done before the database
+        failed (the rest are retried)."""
+        for done, (request_id, tenant_id, charge) in enumerate(batch):
+            try:
+                async with self.engine.begin() as conn:
+                    outcome = await settle_one(conn, request_id, tenant_id, charge)
+            except _TRANSIENT as exc:
+                self._count_settle("retried")
+                log.warning("billing_settle_retry", request_id=request_id, error=str(exc)[:300])
+                return done
+            except Exception:  # a bug, not an outage: logged; the reservation stays held
+                self._count_settle("failed")
+                log.exception("billing_settle_failed", request_id=request_id)
+                continue
+            self.settled += 1
+            self._count_settle(outcome)
+        return len(batch)
+
+    def _count_settle(self, outcome: str) -> None:
+        if self._metrics is not None:
+            self._metrics.billing_settlements.labels(outcome).inc()
+
+
+async def settle_one(
+    conn: AsyncConnection, request_id: str, tenant_id: str | None, charge: int | None
+) -> str:
+    """Settle one request in the caller's transaction; what happened (charged, released,
+    metering_failed, none: nothing was held)."""
+    moved = await ledger.settle(conn, request_id, charge)
+    if moved is None and charge is not None:
+        # Held no longer: the reconciliation job gave up waiting for this request (a stream
+        # that ran past its horizon) and marked it metering_failed. Its cost is known now.
+        moved = await ledger.reconcile(conn, request_id, charge, actor="late settle")
+    if moved is None:
+        return "none"
+    if charge is None:
+        return ledger.METERING_FAILED
+    if tenant_id is not None and moved.applied:
+        await queue_auto_topup(conn, tenant_id, moved.balance_micros)
+    return "charged" if charge else "released"
+
+
+async def queue_auto_topup(conn: AsyncConnection, tenant_id: str, balance_micros: int) -> bool:
+    """Queue the wallet's auto top-up job when `balance_micros` is under its threshold."""
+    row = (
+        await conn.execute(
+            select(Wallet.auto_topup_enabled, Wallet.auto_topup_threshold_micros).where(
+                Wallet.tenant_id == tenant_id
+            )
+        )
+    ).first()
+    if row is None or not row[0] or row[1] is None or balance_micros >= int(row[1]):
+        return False
+    queued = await jobs.enqueue(
+        conn,
+        AUTO_TOPUP_KIND,
+        {"tenant_id": tenant_id},
+        now=time.time(),
+        dedupe_key=auto_topup_dedupe(tenant_id),
+        tenant_id=tenant_id,
+    )
+    if queued is not None:
+        log.info("billing_auto_topup_queued", tenant_id=tenant_id, balance_micros=balance_micros)
+    return queued is not None

@@ -1,0 +1,175 @@
+"""The reconciliation job (`billing_reconcile`, periodic): what a webhook that never came or
+a process that died left open is closed from the source of truth.
+
+- Top-up orders still open LLMRELAY_BILLING_ORDER_PENDING_S after their last change are
+  looked up at Stripe and completed (re-checked, credited once), failed or expired
+  (payments.py). A Checkout order that never got its session (the process stopped between
+  the order and the Stripe call) is failed: nobody was sent to pay it.
+- Reservations still `held` after the longest any request can wait for its answer (the
+  largest model deadline) plus LLMRELAY_BILLING_RESERVATION_MARGIN_S were never settled:
+  each is settled from its request's record by the same rule as a live settle
+  (charge.py), or marked `metering_failed` when no record exists (the process stopped
+  before writing it: the operator reconciles it through the admin API). A stream still
+  running past that horizon is settled by its own end all the same (prepaid.settle_one).
+
+Counts go to the log, the metrics (`llmrelay_billing_reconciled`) and the job's result.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timedelta
+from typing import Any, Final
+
+import structlog
+from sqlalchemy import select
+
+from llmrelay.billing import ledger, orders
+from llmrelay.billing.charge import charge_of
+from llmrelay.billing.errors import PaymentProviderError
+from llmrelay.billing.payments import Payments
+from llmrelay.billing.prepaid import settle_one
+from llmrelay.billing.stripe_config import StripeConfig
+from llmrelay.jobs.kinds import JobContext, RetryLater
+from llmrelay.observability.metrics import Metrics
+from llmrelay.store.models import RequestRecord
+from llmrelay.store.models_billing import PaymentOrder, Reservation
+from llmrelay.store.types import utcnow
+
+log = structlog.get_logger(__name__)
+
+KIND: Final = "billing_reconcile"
+#: Rows looked at per run (the next run takes the rest).
+BATCH: Final = 500
+#: The deadline assumed when no snapshot is at hand (the models' default).
+DEFAULT_DEADLINE_S: Final = 300.0
+
+
+async def run(ctx: JobContext) -> dict[str, Any] | None:
+    services = ctx.services
+    settings = services.settings
+    runtime = services.dispatcher.runtime
+    metrics = runtime.metrics if runtime is not None else None
+    horizon_s = longest_deadline(services) + settings.billing_reservation_margin_s
+    config = StripeConfig.from_settings(settings)
+    payments = Payments.from_config(services.engine, services.sealer, config, metrics)
+    try:
+        counts = await reconcile(
+            payments,
+            order_after_s=settings.billing_order_pending_s,
+            reservation_after_s=horizon_s,
+            metrics=metrics,
+        )
+    finally:
+        await payments.close()
+    return counts
+
+
+def longest_deadline(services: Any) -> float:
+    runtime = services.dispatcher.runtime
+    if runtime is None or not runtime.snapshots.loaded:
+        return DEFAULT_DEADLINE_S
+    deadlines = [
+        model.deadline_s
+        for models in runtime.snapshots.current.models.values()
+        for model in models.values()
+    ]
+    return max(deadlines, default=DEFAULT_DEADLINE_S)
+
+
+async def reconcile(
+    payments: Payments,
+    *,
+    order_after_s: float,
+    reservation_after_s: float,
+    metrics: Metrics | None = None,
+) -> dict[str, Any]:
+    counts: dict[str, Any] = {
+        "orders": dict(await reconcile_orders(payments, order_after_s)),
+        "reservations": dict(await reconcile_reservations(payments, reservation_after_s)),
+    }
+    if metrics is not None:
+        for what, outcomes in counts.items():
+            for outcome, n in outcomes.items():
+                metrics.billing_reconciled.labels(what, outcome).inc(n)
+    log.info("billing_reconciled", **counts)
+    return counts
+
+
+async def reconcile_orders(payments: Payments, after_s: float) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    if payments.stripe is None:
+        return counts
+    table = PaymentOrder.__table__
+    before = utcnow() - timedelta(seconds=after_s)
+    async with payments.engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                select(table.c.id)
+                .where(table.c.status.in_(orders.OPEN_STATES), table.c.updated_at <= before)
+                .order_by(table.c.updated_at)
+                .limit(BATCH)
+            )
+        ).all()
+    for (order_id,) in rows:
+        async with payments.engine.connect() as conn:
+            order = await orders.get(conn, order_id)
+        if order is None or order.status not in orders.OPEN_STATES:
+            continue
+        if order.stripe_session_id is None and order.stripe_payment_intent_id is None:
+            if order.kind == orders.CHECKOUT:
+                async with payments.engine.begin() as conn:
+                    await orders.mark(
+                        conn, order.id, orders.FAILED, failure="the Checkout session was never made"
+                    )
+                counts["failed"] += 1
+            continue  # an automatic top-up's own job (its checkpoint) finishes it
+        try:
+            verdict = await payments.recheck(order)
+        except PaymentProviderError as error:
+            log.warning("reconcile_order_unreachable", order_id=order.id, error=str(error))
+            if error.retryable:
+                raise RetryLater(str(error)) from error
+            counts["unreadable"] += 1
+            continue
+        counts[await payments.apply(order, verdict)] += 1
+    return counts
+
+
+async def reconcile_reservations(payments: Payments, after_s: float) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    table = Reservation.__table__
+    records = RequestRecord.__table__
+    before = utcnow() - timedelta(seconds=after_s)
+    async with payments.engine.connect() as conn:
+        held = (
+            await conn.execute(
+                select(table.c.request_id, table.c.tenant_id)
+                .where(table.c.status == ledger.HELD, table.c.created_at <= before)
+                .order_by(table.c.created_at)
+                .limit(BATCH)
+            )
+        ).all()
+    for request_id, tenant_id in held:
+        async with payments.engine.begin() as conn:
+            record = (
+                await conn.execute(
+                    select(
+                        records.c.status_code,
+                        records.c.attempts,
+                        records.c.usage_source,
+                        records.c.cost_micros,
+                        records.c.price_source,
+                    ).where(records.c.request_id == request_id)
+                )
+            ).first()
+            if record is None:
+                charge = None
+                log.warning("reservation_without_record", request_id=request_id)
+            else:
+                charge = charge_of(
+                    int(record[0]), int(record[1] or 0), record[2], record[3], record[4]
+                )
+            outcome = await settle_one(conn, request_id, tenant_id, charge)
+        counts[outcome] += 1
+    return counts

@@ -1,0 +1,107 @@
+"""The prepaid reservation of one model call (only calls of a prepaid tenant come here:
+`KeySnap.prepaid`, one check in Dispatcher.answer). Which routes the call can reach is the
+gateway's knowledge (pin, routing policy, fallback models); what they may cost and the
+transaction are billing's (billing/estimate.py, billing/prepaid.py). Billing's refusals
+become the client protocol's errors here, in one place:
+
+    InsufficientBalance, NoWallet   402 insufficient_balance
+    Unpriced                        402 model_not_priced
+    RequestIdUsed                   409 request_id_reused
+    LedgerUnavailable               503 billing_unavailable (retryable; never served unbilled)
+
+Not compiled (compiled_modules.py): it runs for prepaid requests only, next to a database
+transaction that costs far more than any interpretation.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from llmrelay.billing.errors import (
+    InsufficientBalance,
+    LedgerUnavailable,
+    NoWallet,
+    RequestIdUsed,
+    Unpriced,
+)
+from llmrelay.billing.estimate import reservation
+from llmrelay.billing.prepaid import Prepaid
+from llmrelay.gateway.call import CallRecord
+from llmrelay.gateway.capabilities import price_for
+from llmrelay.gateway.errors import (
+    BillingUnavailable,
+    PaymentRequired,
+    RequestIdReused,
+)
+from llmrelay.gateway.executor import candidates
+from llmrelay.providers.base import Operation
+from llmrelay.snapshot.model import ModelSnap, PolicySnap, RouteSnap, Snapshot
+
+
+def reachable(
+    snapshot: Snapshot,
+    tenant_id: str,
+    model: ModelSnap,
+    pinned: str | None,
+    policy: PolicySnap | None,
+) -> list[tuple[ModelSnap, Sequence[RouteSnap]]]:
+    """The models (the one asked for, then its fallbacks unless pinned) and the routes of
+    each the call may be sent to, as the planner would choose them."""
+    found: list[tuple[ModelSnap, Sequence[RouteSnap]]] = [
+        (model, candidates(model, pinned, policy))
+    ]
+    if pinned is not None:
+        return found
+    for name in (*model.fallbacks, *model.context_fallbacks):
+        other = snapshot.model(tenant_id, name)
+        if other is None or other is model or other.embedding != model.embedding:
+            continue
+        found.append((other, candidates(other, None, policy)))
+    return found
+
+
+async def reserve(
+    prepaid: Prepaid | None,
+    record: CallRecord,
+    operation: Operation,
+    payload: dict[str, Any],
+    snapshot: Snapshot,
+    model: ModelSnap,
+    pinned: str | None,
+    policy: PolicySnap | None,
+) -> None:
+    """Reserve for the call before any provider is asked; the call's record is marked so
+    its end settles (gateway/ending.py). Raises the errors in the module's table."""
+    if prepaid is None:
+        raise BillingUnavailable("prepaid billing is not running in this process")
+    tenant_id = record.tenant_id or ""
+    try:
+        amount = reservation(
+            payload,
+            reachable(snapshot, tenant_id, model, pinned, policy),
+            price_for,
+            time.time(),
+            prepaid.policy,
+            generates=operation is not Operation.EMBEDDINGS,
+        )
+    except Unpriced as unpriced:
+        prepaid.count_refusal("unpriced")
+        raise PaymentRequired(str(unpriced), code="model_not_priced", param="model") from None
+    try:
+        await prepaid.reserve(
+            tenant_id,
+            record.request_id,
+            amount,
+            project_id=record.project_id,
+            key_id=record.key_id,
+        )
+    except (InsufficientBalance, NoWallet) as refused:
+        prepaid.count_refusal("insufficient")
+        raise PaymentRequired(str(refused)) from None
+    except RequestIdUsed as reused:
+        raise RequestIdReused(str(reused), param="x-request-id") from None
+    except LedgerUnavailable as unavailable:
+        raise BillingUnavailable(str(unavailable), headers={"Retry-After": "1"}) from None
+    record.reserved = True

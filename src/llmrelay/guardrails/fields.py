@@ -1,0 +1,153 @@
+"""Where the text is, per client protocol: the walkers that hand each text value of a body
+to a Screening.
+
+Screened in a request: Chat Completions `messages[].content` (a string, or its `text`
+parts), tool results included (a `tool` message's content); Responses `instructions` and
+`input` (a string, or its items' text content, and `function_call_output` outputs);
+Messages `system` (a string or text blocks) and each message's text blocks and
+`tool_result` contents; Embeddings `input` strings. In an answer: chat
+`choices[].message.content`, Messages `content[]` text blocks, Responses `output[]` message
+text (and `output_text`).
+
+Never screened, never changed: names, roles, ids, tool definitions and their schemas, the
+tool calls a model made (function names and argument JSON: a rewritten argument would run a
+different call), thinking blocks (their signatures cover them), images, audio and files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+from llmrelay.guardrails.screen import Path, Screening
+
+Walker = Callable[[dict[str, Any], Screening], None]
+
+#: The types of text parts and blocks across the protocols.
+_TEXT_PARTS: Final = frozenset({"text", "input_text", "output_text"})
+
+
+def _parts(holder: dict[str, Any], key: str, path: Path, screen: Screening) -> None:
+    """`holder[key]` when it is a string, or the `text` of each text part of its list."""
+    value = holder.get(key)
+    if isinstance(value, str):
+        screen.text(holder, key, (*path, key))
+    elif isinstance(value, list):
+        for index, part in enumerate(value):
+            if (
+                isinstance(part, dict)
+                and part.get("type") in _TEXT_PARTS
+                and isinstance(part.get("text"), str)
+            ):
+                screen.text(part, "text", (*path, key, index, "text"))
+
+
+def _chat_request(body: dict[str, Any], screen: Screening) -> None:
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        for index, message in enumerate(messages):
+            if isinstance(message, dict):
+                _parts(message, "content", ("messages", index), screen)
+
+
+def _messages_request(body: dict[str, Any], screen: Screening) -> None:
+    _parts(body, "system", (), screen)
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            screen.text(message, "content", ("messages", index, "content"))
+            continue
+        if not isinstance(content, list):
+            continue
+        for position, block in enumerate(content):
+            if not isinstance(block, dict):
+                continue
+            kind = block.get("type")
+            where = ("messages", index, "content", position)
+            if kind == "text" and isinstance(block.get("text"), str):
+                screen.text(block, "text", (*where, "text"))
+            elif kind == "tool_result":
+                _parts(block, "content", where, screen)
+
+
+def _responses_request(body: dict[str, Any], screen: Screening) -> None:
+    if isinstance(body.get("instructions"), str):
+        screen.text(body, "instructions", ("instructions",))
+    given = body.get("input")
+    if isinstance(given, str):
+        screen.text(body, "input", ("input",))
+        return
+    if not isinstance(given, list):
+        return
+    for index, item in enumerate(given):
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type")
+        if kind is None or kind == "message":
+            _parts(item, "content", ("input", index), screen)
+        elif kind == "function_call_output":
+            _parts(item, "output", ("input", index), screen)
+
+
+def _embeddings_request(body: dict[str, Any], screen: Screening) -> None:
+    given = body.get("input")
+    if isinstance(given, str):
+        screen.text(body, "input", ("input",))
+    elif isinstance(given, list):
+        for index, item in enumerate(given):
+            if isinstance(item, str):
+                screen.text(given, index, ("input", index))
+
+
+def _chat_answer(body: dict[str, Any], screen: Screening) -> None:
+    choices = body.get("choices")
+    if not isinstance(choices, list):
+        return
+    for index, choice in enumerate(choices):
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if isinstance(message, dict):
+            _parts(message, "content", ("choices", index, "message"), screen)
+
+
+def _messages_answer(body: dict[str, Any], screen: Screening) -> None:
+    content = body.get("content")
+    if isinstance(content, list):
+        for index, block in enumerate(content):
+            if (
+                isinstance(block, dict)
+                and block.get("type") == "text"
+                and isinstance(block.get("text"), str)
+            ):
+                screen.text(block, "text", ("content", index, "text"))
+
+
+def _responses_answer(body: dict[str, Any], screen: Screening) -> None:
+    output = body.get("output")
+    if isinstance(output, list):
+        for index, item in enumerate(output):
+            if isinstance(item, dict) and item.get("type") == "message":
+                _parts(item, "content", ("output", index), screen)
+    if isinstance(body.get("output_text"), str):
+        screen.text(body, "output_text", ("output_text",))
+
+
+#: Client operation (the values of providers.base.Operation) -> how its request is walked.
+REQUEST_WALKERS: Final[dict[str, Walker]] = {
+    "chat": _chat_request,
+    "embeddings": _embeddings_request,
+    "messages": _messages_request,
+    "count_tokens": _messages_request,
+    "responses": _responses_request,
+    "responses_compact": _responses_request,
+}
+#: ... and its non-streamed answer (embeddings and token counts hold no text).
+ANSWER_WALKERS: Final[dict[str, Walker]] = {
+    "chat": _chat_answer,
+    "messages": _messages_answer,
+    "responses": _responses_answer,
+}
