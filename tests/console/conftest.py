@@ -14,6 +14,7 @@ from llmrelay.admin.access import Role
 from tests.support.browser import chromium
 from tests.support.gateway_process import GatewayProcess
 from tests.support.mock_upstream import MockUpstream
+from tests.support.smtp_sink import SmtpSink
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, BrowserContext, Page
@@ -61,6 +62,8 @@ class Site:
     upstream: MockUpstream
     browser: Browser
     tenant_id: str
+    #: Where the gateway's mails go (invitations, password resets).
+    mail: SmtpSink
     contexts: dict[str, BrowserContext] = field(default_factory=dict)
 
     @property
@@ -132,18 +135,26 @@ def browser() -> Iterator[Browser]:
 @pytest.fixture(scope="module")
 def site(browser: Browser, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     upstream = MockUpstream().start()
+    mail = SmtpSink().start()
     folder = tmp_path_factory.mktemp("console")
     gateway = GatewayProcess(
         folder,
         config=console_config(upstream),
-        env={"LLMRELAY_ADMIN_TOKEN": ADMIN_TOKEN, "LLMRELAY_ROLLUP_INTERVAL_S": "1"},
-    ).start()
+        env={
+            "LLMRELAY_ADMIN_TOKEN": ADMIN_TOKEN,
+            "LLMRELAY_ROLLUP_INTERVAL_S": "1",
+            "LLMRELAY_SMTP_URL": mail.url(),
+            "LLMRELAY_JOBS_POLL_S": "0.2",
+        },
+    )
+    gateway.env["LLMRELAY_PUBLIC_URL"] = gateway.url  # the links mails carry lead here
+    gateway.start()
     try:
         tenants = httpx.get(
             f"{gateway.url}/api/admin/tenants",
             headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
         ).json()["data"]
-        found = Site(gateway, upstream, browser, tenant_id=tenants[0]["id"])
+        found = Site(gateway, upstream, browser, tenant_id=tenants[0]["id"], mail=mail)
         seed_accounts(found)
         yield found
         for context in found.contexts.values():
@@ -151,6 +162,7 @@ def site(browser: Browser, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     finally:
         code = gateway.stop()
         upstream.stop()
+        mail.stop()
     assert code == 0, gateway.logs()
 
 

@@ -4,6 +4,7 @@ passwords, signing out, and two-factor set up from the account page."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import pyotp
@@ -123,3 +124,29 @@ def test_after_sign_in_only_a_path_of_this_site() -> None:
         "",
     ):
         assert _next(hostile) == "/dashboard", hostile
+
+
+def test_a_forgotten_password_is_reset_from_the_mailed_link(site: Site) -> None:
+    email = "forgetful@example.com"
+    _account(site, email)
+    context = site.new_context()
+    page = context.new_page()
+    page.goto("/sign-in")
+    page.get_by_role("link", name="Forgot your password?").click()
+    page.get_by_label("Email").fill(email)
+    page.get_by_role("button", name="Send the link").click()
+    expect(page.get_by_role("status")).to_be_visible()  # the same words for any address
+    (message,) = site.mail.wait_for(email)
+    link = re.search(r"https?://\S+/reset-password\?token=[\w-]+", message.text())
+    assert link is not None, message.text()
+    page.goto(link.group())
+    page.get_by_label("Password", exact=True).fill("a new password 1618")
+    page.get_by_label("Password again").fill("a different one 1618")
+    page.get_by_role("button", name="Set the new password").click()
+    expect(page.locator(".field.invalid .note.error")).to_have_text("the two passwords differ")
+    page.get_by_label("Password", exact=True).fill("a new password 1618")
+    page.get_by_label("Password again").fill("a new password 1618")
+    page.get_by_role("button", name="Set the new password").click()
+    expect(page.get_by_role("status")).to_contain_text("Your password is changed")
+    sign_in(page, email, "a new password 1618")
+    context.close()

@@ -17,6 +17,7 @@ from llmrelay import __version__
 from llmrelay.console import charts
 from llmrelay.console.pages import (
     access,
+    accounts,
     activity,
     auth,
     dashboard,
@@ -71,6 +72,7 @@ def create_console(
         Route("/", home, methods=["GET"]),
         Route("/static/{name}", static.serve, methods=["GET"]),
         *auth.routes(console),
+        *accounts.routes(console),
         *dashboard.routes(console),
         *providers.routes(console),
         *models.routes(console),

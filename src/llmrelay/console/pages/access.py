@@ -2,8 +2,9 @@
 account with a one-time temporary password, shown once, and a membership); change a role;
 remove from a tenant; disable or enable an account.
 
-Invitations by email come with the mail outbox (another issue): `invite` is where a sent
-invitation replaces the password shown on screen."""
+An invitation goes by mail (the invitee chooses a password from its link, on the console's
+/accept-invitation page), or, where no mail can reach the user, as a temporary password shown
+once here."""
 
 from __future__ import annotations
 
@@ -53,44 +54,50 @@ async def _page(found: Visit, form: FormState, status: int = 200, **extra: Any) 
 
 async def users(console: Console, request: Request) -> Response:
     found = await visit(console, request, "users:read")
-    return await _page(found, FormState(values={"role": "developer"}))
+    return await _page(found, FormState(values={"role": "developer", "how": "email"}))
 
 
 async def invite(console: Console, request: Request) -> Response:
-    """A new account with a temporary password shown once, or, for an email that already has
-    an account, a membership of it."""
+    """By mail (POST /invitations: the invitee chooses a password from the link; an existing
+    account joins at once and is told), or with a temporary password shown once here (an
+    existing account then becomes a member)."""
     found, fields = await form_visit(console, request, "users:write")
     tenant_id = text(fields, "tenant_id")
     if tenant_id is None:
         tenant_id = await only_tenant(found, "users:write")
     projects = words(fields.get("project_ids")) or None
-    password = secrets.token_urlsafe(15)  # 20 characters, 120 bits
-    body: dict[str, Any] = {
+    person: dict[str, Any] = {
         "email": text(fields, "email") or "",
-        "password": password,
         "name": text(fields, "name"),
         "tenant_id": tenant_id,
         "role": text(fields, "role"),
         "project_ids": projects,
     }
-    answer = await found.admin.call("POST", "/users", body=body)
+    fresh = FormState(values={"role": "developer", "how": fields.get("how", "email")})
+    if fields.get("how", "email") == "email":
+        answer = await found.admin.call("POST", "/invitations", body=person)
+        if answer.ok:
+            expires = str(answer.body.get("expires_at") or "")[:16].replace("T", " ")
+            notice = (
+                f"An invitation is on its way to {person['email']} (its link works until "
+                f"{expires} UTC)."
+                if answer.body.get("pending")
+                else f"{person['email']} already had an account: added, and told by mail."
+            )
+            return await _page(found, fresh, notice=notice)
+        return await _page(found, FormState.failed(fields, answer), answer.status)
+    password = secrets.token_urlsafe(15)  # 20 characters, 120 bits
+    answer = await found.admin.call("POST", "/users", body=person | {"password": password})
     if answer.status == 409 and tenant_id is not None:
-        member = {"email": body["email"], "role": body["role"], "project_ids": projects}
+        member = {"email": person["email"], "role": person["role"], "project_ids": projects}
         added = await found.admin.call("POST", f"/tenants/{tenant_id}/members", body=member)
         if added.ok:
-            return await _page(
-                found,
-                FormState(values={"role": "developer"}),
-                notice=f"{body['email']} already had an account: added as a member",
-            )
+            notice = f"{person['email']} already had an account: added as a member."
+            return await _page(found, fresh, notice=notice)
         answer = added
     if not answer.ok:
         return await _page(found, FormState.failed(fields, answer), answer.status)
-    return await _page(
-        found,
-        FormState(values={"role": "developer"}),
-        invited={"email": body["email"], "password": password},
-    )
+    return await _page(found, fresh, invited={"email": person["email"], "password": password})
 
 
 async def change_member(console: Console, request: Request) -> Response:

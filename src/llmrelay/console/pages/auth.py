@@ -13,6 +13,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from llmrelay.console.forms import FormState
+from llmrelay.console.pages.accounts import DONE
 from llmrelay.console.web import (
     CSRF_COOKIE,
     CSRF_FIELD,
@@ -90,6 +91,7 @@ async def sign_in_page(console: Console, request: Request) -> Response:
         "sign_in.html",
         next=_next(request.query_params.get("next")),
         form=FormState(),
+        done=DONE.get(request.query_params.get("done", "")),
     )
 
 
