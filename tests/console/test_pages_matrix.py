@@ -19,6 +19,7 @@ PAGES = [
     ("/dashboard", None, "Dashboard"),
     ("/activity", "usage:read", "Activity"),
     ("/usage", "usage:read", "Usage"),
+    ("/billing", "billing:read", "Billing"),
     ("/keys", "keys:read", "Keys"),
     ("/projects", "projects:read", "Projects"),
     ("/models", "models:read", "Models & routes"),

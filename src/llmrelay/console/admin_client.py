@@ -100,8 +100,10 @@ class AdminClient:
             headers.append((b"cookie", f"llmrelay_session={self.session_cookie}".encode()))
         if self.csrf_token and method not in ("GET", "HEAD"):
             headers.append((b"x-csrf-token", self.csrf_token.encode("latin-1")))
-        if if_match is not None:
-            headers.append((b"if-match", f'"{if_match}"'.encode()))
+        if if_match is not None:  # a version (5), or an ETag as answered ("d41d8c")
+            tag = str(if_match)
+            tag = tag if tag.startswith(('"', "W/")) else f'"{tag}"'
+            headers.append((b"if-match", tag.encode("latin-1")))
         if body is not None:
             headers.append((b"content-type", b"application/json"))
             headers.append((b"content-length", str(len(raw)).encode()))
