@@ -13,7 +13,6 @@ from starlette.routing import Route
 from llmrelay.console.forms import FormState, text
 from llmrelay.console.web import Console, Visit, form_visit, page, see_other, visit
 
-
 #: The admin API's names of the amounts the forms send in USD.
 _USD_FIELDS = {
     "auto_topup_threshold_micros": "auto_topup_threshold_usd",
