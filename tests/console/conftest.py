@@ -65,6 +65,8 @@ class Site:
     #: Where the gateway's mails go (invitations, password resets).
     mail: SmtpSink
     contexts: dict[str, BrowserContext] = field(default_factory=dict)
+    #: Roles whose account exists (made on first use: each costs an argon2 hash).
+    accounts: set[str] = field(default_factory=set)
 
     @property
     def url(self) -> str:
@@ -82,13 +84,28 @@ class Site:
         context.set_default_timeout(10_000)
         return context
 
+    def account(self, role: str) -> str:
+        """The email of the role's account, made through the admin API on first use (a
+        member of the default tenant with that role; the platform admin has the flag)."""
+        if role not in self.accounts:
+            body: dict[str, Any] = {"email": email_of(role), "password": PASSWORD}
+            if role == Role.PLATFORM_ADMIN.value:
+                body["platform_admin"] = True
+            else:
+                body |= {"tenant_id": self.tenant_id, "role": role}
+            with self.admin() as admin:
+                answer = admin.post("/users", json=body)
+            assert answer.status_code == 201, answer.text
+            self.accounts.add(role)
+        return email_of(role)
+
     def signed_in(self, role: str) -> BrowserContext:
         """A browser context signed in through the sign-in page as the role's account (one
         per role and module)."""
         if role not in self.contexts:
             context = self.new_context()
             page = context.new_page()
-            sign_in(page, email_of(role))
+            sign_in(page, self.account(role))
             page.close()
             self.contexts[role] = context
         return self.contexts[role]
@@ -110,18 +127,6 @@ class Watched:
         self.errors: list[str] = []
         page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: self.errors.append(str(e)))
-
-
-def seed_accounts(site: Site) -> None:
-    with site.admin() as admin:
-        for role in ROLES:
-            body: dict[str, Any] = {"email": email_of(role), "password": PASSWORD}
-            if role == Role.PLATFORM_ADMIN.value:
-                body["platform_admin"] = True
-            else:
-                body |= {"tenant_id": site.tenant_id, "role": role}
-            answer = admin.post("/users", json=body)
-            assert answer.status_code == 201, answer.text
 
 
 @pytest.fixture(scope="package")
@@ -155,7 +160,6 @@ def site(browser: Browser, tmp_path_factory: pytest.TempPathFactory) -> Iterator
             headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
         ).json()["data"]
         found = Site(gateway, upstream, browser, tenant_id=tenants[0]["id"], mail=mail)
-        seed_accounts(found)
         yield found
         for context in found.contexts.values():
             context.close()

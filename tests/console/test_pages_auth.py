@@ -68,6 +68,7 @@ def test_two_factor_from_setup_to_sign_in(site: Site) -> None:
 def test_a_wrong_password_keeps_the_email_and_says_why(site: Site) -> None:
     context = site.new_context()
     page = context.new_page()
+    site.account("viewer")
     page.goto("/sign-in")
     page.get_by_label("Email").fill("viewer@example.com")
     page.get_by_label("Password").fill("not the password")
@@ -81,6 +82,7 @@ def test_a_wrong_password_keeps_the_email_and_says_why(site: Site) -> None:
 def test_sign_in_returns_to_the_page_asked_for_and_only_to_this_site(site: Site) -> None:
     context = site.new_context()
     page = context.new_page()
+    site.account("developer")
     page.goto("/keys?status=active")
     assert "/sign-in?next=" in page.url
     page.get_by_label("Email").fill("developer@example.com")
@@ -97,7 +99,7 @@ def test_sign_in_returns_to_the_page_asked_for_and_only_to_this_site(site: Site)
 def test_signing_out_ends_the_session(site: Site) -> None:
     context = site.new_context()
     page = context.new_page()
-    sign_in(page, "auditor@example.com")
+    sign_in(page, site.account("auditor"))
     session = next(c["value"] for c in context.cookies() if c["name"] == "llmrelay_session")
     page.get_by_role("button", name="Sign out").click()
     page.wait_for_url("**/sign-in")

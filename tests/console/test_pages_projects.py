@@ -12,7 +12,7 @@ def test_a_project_is_created_without_javascript(site: Site) -> None:
     context = site.new_context(javascript=False)
     page = context.new_page()
     page.goto("/sign-in")
-    page.get_by_label("Email").fill("tenant-admin@example.com")
+    page.get_by_label("Email").fill(site.account("tenant_admin"))
     page.get_by_label("Password").fill(PASSWORD)
     page.get_by_role("button", name="Sign in").click()
     page.wait_for_url("**/dashboard")
