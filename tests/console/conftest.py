@@ -3,6 +3,7 @@ seeded through the admin API (LLMRELAY_ADMIN_TOKEN), and one Chromium per sessio
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -83,6 +84,20 @@ class Site:
         context = self.browser.new_context(base_url=self.url, java_script_enabled=javascript)
         context.set_default_timeout(10_000)
         return context
+
+    def key_answers(self, secret: str, status: int, timeout_s: float = 10.0) -> None:
+        """Wait until `GET /v1/models` with `secret` answers `status`: a key made, rotated or
+        revoked in the console reaches the data plane with the next snapshot (polled every
+        0.5 s here; within seconds on every replica)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            answer = httpx.get(
+                f"{self.gateway.base_url}/models", headers={"Authorization": f"Bearer {secret}"}
+            )
+            if answer.status_code == status:
+                return
+            assert time.monotonic() < deadline, f"{answer.status_code}, not {status}"
+            time.sleep(0.05)
 
     def account(self, role: str) -> str:
         """The email of the role's account, made through the admin API on first use (a
