@@ -89,8 +89,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.write_line(bar, red=True, bold=True)
     terminalreporter.write_line(f"SKIPPED tests that need: {names}", red=True, bold=True)
     terminalreporter.write_line(
-        "Start them (see README, 'Running the tests') or run .ci/run, which starts them and "
-        "sets LLMRELAY_TEST_REQUIRE_SERVICES=1 so such tests fail instead of skipping.",
+        "Start or install them (see README, 'Running the tests') or run .ci/run, which does and "
+        "sets LLMRELAY_TEST_REQUIRE_SERVICES=1 and LLMRELAY_TEST_REQUIRE_BROWSER=1 so such "
+        "tests fail instead of skipping.",
         red=True,
     )
     terminalreporter.write_line(bar, red=True, bold=True)

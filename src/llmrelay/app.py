@@ -7,6 +7,7 @@ import contextlib
 import gc
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
+from typing import Any
 
 import structlog
 from starlette.applications import Starlette
@@ -14,7 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Mount, Route
+from starlette.routing import BaseRoute, Match, Mount, NoMatchFound, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from llmrelay.admin.cors import with_cors
@@ -77,6 +78,36 @@ def _admin_app(admin: AdminState, settings: Settings) -> ASGIApp:
     return with_cors(create_admin(admin), settings)
 
 
+def _console_app(admin_app: ASGIApp, admin: AdminState, settings: Settings) -> ASGIApp:
+    from llmrelay.console.app import create_console  # imported here: see _BuiltOnFirstUse
+
+    return create_console(admin_app, settings, lambda: admin.sealer)
+
+
+class _Console(BaseRoute):
+    """The web console: the last route, taking every path the routes before it did not,
+    except the data plane's and the APIs' own (an unknown /v1 or /api path keeps its JSON
+    404, a wrong method on /livez its 405)."""
+
+    _NOT_MINE = ("/v1/", "/api/")
+    _EXACT = frozenset({"/v1", "/api", "/livez", "/readyz", "/healthz", "/metrics"})
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        path = str(scope.get("path", ""))
+        if scope["type"] != "http" or path in self._EXACT or path.startswith(self._NOT_MINE):
+            return Match.NONE, {}
+        return Match.FULL, {}
+
+    def url_path_for(self, name: str, /, **path_params: object) -> Any:
+        raise NoMatchFound(name, path_params)
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
+
+
 class _Refused:
     """Stands in for a data-plane route in Starlette's table, so a wrong method there gets
     Starlette's 405; the right method never reaches it (GatewayApp dispatches it first)."""
@@ -96,6 +127,7 @@ def create_app(settings: Settings) -> GatewayApp:
         accounts=AccountPolicy.from_settings(settings),
     )
     stripe_webhook = webhook_route.StripeWebhookRoute()
+    admin_app = _BuiltOnFirstUse(partial(_admin_app, admin, settings))
     routes: list[BaseRoute] = [
         Route(path, _Refused(), methods=[method]) for method, path in handlers
     ]
@@ -105,8 +137,10 @@ def create_app(settings: Settings) -> GatewayApp:
         Route("/healthz", _Endpoint(health.readyz), methods=["GET"]),
         Route("/metrics", _Endpoint(health.metrics), methods=["GET"]),
         Route(webhook_route.PATH, stripe_webhook, methods=["POST"]),
-        Mount("/api/admin", app=_BuiltOnFirstUse(partial(_admin_app, admin, settings))),
+        Mount("/api/admin", app=admin_app),
     ]
+    if settings.console:
+        routes.append(_Console(_BuiltOnFirstUse(partial(_console_app, admin_app, admin, settings))))
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:

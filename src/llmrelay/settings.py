@@ -211,6 +211,9 @@ class Settings(BaseSettings):
     password_reset_ttl_s: float = Field(default=3600.0, gt=0)
     #: How often the low-balance and budget alerts look for wallets and budgets to mail about.
     alerts_interval_s: float = Field(default=60.0, gt=0)
+    #: The web console at `/` (console/); false: `/` and the console's pages answer the
+    #: JSON 404 (an API-only gateway). The data plane never reaches it either way.
+    console: bool = True
 
     @field_validator("smtp_url", "public_url", mode="before")
     @classmethod

@@ -464,6 +464,8 @@ ROUTES: list[Route] = [
     Route("DELETE", "/tenants/{tenant_id}/members/{user_id}", "users:write", make=_spare,
           action="member.remove"),
     _list("/audit", "audit:read", _ids("tenant_id")),
+    # the bundled model catalogue: any signed-in caller (its own data, no tenant's)
+    Route("GET", "/catalogue", None, "self"),
     # usage
     _list("/usage/summary", "usage:read", _requests, **SCOPED),
     _list("/usage/timeseries", "usage:read", _requests, **SCOPED),

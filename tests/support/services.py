@@ -15,6 +15,10 @@ POSTGRES_ADMIN_URL = f"postgresql://postgres@{POSTGRES_HOST}:{POSTGRES_PORT}/tes
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
 REQUIRE_SERVICES = os.environ.get("LLMRELAY_TEST_REQUIRE_SERVICES") == "1"
+#: With LLMRELAY_TEST_REQUIRE_BROWSER=1 (set by .ci/run) the console's browser tests fail when
+#: Debian's Chromium or the playwright package is missing, instead of skipping.
+REQUIRE_BROWSER = os.environ.get("LLMRELAY_TEST_REQUIRE_BROWSER") == "1"
+CHROMIUM = "/usr/bin/chromium"
 skipped_services: set[str] = set()
 
 
@@ -28,6 +32,10 @@ def reachable(host: str, port: int) -> bool:
 
 def postgres_available() -> bool:
     return reachable(POSTGRES_HOST, POSTGRES_PORT)
+
+
+def chromium_available() -> bool:
+    return os.access(CHROMIUM, os.X_OK)
 
 
 def redis_available() -> bool:

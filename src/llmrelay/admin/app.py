@@ -7,6 +7,7 @@ from fastapi import FastAPI
 
 from llmrelay import __version__
 from llmrelay.admin import access_routes, errors, resources, usage
+from llmrelay.admin.catalogue import endpoints as catalogue
 from llmrelay.admin.state import AdminState
 
 
@@ -21,6 +22,7 @@ def create_admin(state: AdminState) -> FastAPI:
     )
     app.state.admin = state
     app.include_router(usage.router)
+    app.include_router(catalogue.router)
     resources.include(app)
     access_routes.include(app, state)
     errors.install(app)

@@ -1,0 +1,1 @@
+"""/api/admin/catalogue: the bundled model catalogue (metering/catalogue.yaml), read-only."""

@@ -1,0 +1,225 @@
+"""Signing in (password, then a TOTP or recovery code when the account has two-factor),
+signing out, and the user's own account: password and two-factor setup."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from llmrelay.console.forms import FormState
+from llmrelay.console.pages.accounts import DONE
+from llmrelay.console.web import (
+    CSRF_COOKIE,
+    CSRF_FIELD,
+    Console,
+    PageRefused,
+    client_for,
+    form_visit,
+    page,
+    pass_cookies,
+    read_form,
+    render,
+    visit,
+)
+from llmrelay.settings import Environment
+from llmrelay.store.crypto import CredentialError
+
+#: How long the TOTP step of a sign-in may take (its sealed state expires then).
+STEP_S = 300
+_STEP_CONTEXT = "console.sign-in"
+
+
+#: A path of this site: no scheme, no `//host`, no backslash, control character or space
+#: (browsers drop tabs and new lines from URLs, so `/\t/evil.example` would become `//...`).
+_LOCAL_PATH = re.compile(r"^/(?![/\\])[A-Za-z0-9\-._~!$&'()*+,;=:@%/?]*$")
+
+
+def _next(value: str | None) -> str:
+    """Where to go after signing in: only a path of this site (no open redirect)."""
+    if value and _LOCAL_PATH.match(value):
+        return value
+    return "/dashboard"
+
+
+def _seal(console: Console, email: str, password: str) -> str:
+    sealer = console.sealer()
+    if sealer is None:
+        return ""
+    plain = orjson.dumps({"e": email, "p": password, "x": time.time() + STEP_S})
+    return sealer.seal(plain, context=_STEP_CONTEXT)
+
+
+def _open(console: Console, sealed: str) -> tuple[str, str] | None:
+    """The email and password of a sign-in's first step, while it is fresh. The password
+    travels sealed (AES-GCM under LLMRELAY_SECRET_KEY), so any replica can finish the step
+    and the page never holds it in the clear."""
+    sealer = console.sealer()
+    if sealer is None or not sealed:
+        return None
+    try:
+        found: dict[str, Any] = orjson.loads(sealer.open(sealed, context=_STEP_CONTEXT))
+    except (CredentialError, orjson.JSONDecodeError, ValueError):
+        return None
+    if float(found.get("x", 0)) < time.time():
+        return None
+    return str(found["e"]), str(found["p"])
+
+
+def set_csrf_cookie(console: Console, response: Response, token: str) -> None:
+    settings = console.settings
+    response.set_cookie(
+        CSRF_COOKIE,
+        token,
+        max_age=int(settings.session_absolute_s),
+        path="/",
+        secure=settings.env is Environment.PRODUCTION,
+        httponly=True,
+        samesite="lax",
+    )
+
+
+async def sign_in_page(console: Console, request: Request) -> Response:
+    return render(
+        console,
+        request,
+        "sign_in.html",
+        next=_next(request.query_params.get("next")),
+        form=FormState(),
+        done=DONE.get(request.query_params.get("done", "")),
+    )
+
+
+async def sign_in(console: Console, request: Request) -> Response:
+    fields = await read_form(request)
+    next_path = _next(fields.get("next"))
+    pending = fields.get("pending", "")
+    if pending:
+        opened = _open(console, pending)
+        if opened is None:
+            form = FormState(message="the sign-in took too long: start again")
+            return render(console, request, "sign_in.html", 400, next=next_path, form=form)
+        email, password = opened
+    else:
+        email, password = fields.get("email", "").strip(), fields.get("password", "")
+    body: dict[str, Any] = {"email": email, "password": password}
+    if fields.get("totp_code", "").strip():
+        body["totp_code"] = fields["totp_code"].strip()
+    if fields.get("recovery_code", "").strip():
+        body["recovery_code"] = fields["recovery_code"].strip()
+    admin = client_for(console, request)
+    answer = await admin.call("POST", "/auth/login", body=body)
+    if answer.ok:
+        redirect = RedirectResponse(next_path, status_code=303)
+        pass_cookies(redirect, admin)
+        set_csrf_cookie(console, redirect, str(answer.body["csrf_token"]))
+        return redirect
+    if answer.error.get("type") == "totp_required" or (pending and answer.status == 401):
+        step = FormState(message=answer.message if pending else None)
+        return render(
+            console,
+            request,
+            "sign_in_totp.html",
+            401 if pending else 200,
+            next=next_path,
+            pending=_seal(console, email, password),
+            form=step,
+        )
+    form = FormState(values={"email": email}, message=answer.message)
+    status = answer.status if answer.status in (400, 401, 403, 429) else 502
+    response = render(console, request, "sign_in.html", status, next=next_path, form=form)
+    if answer.header("retry-after"):
+        response.headers["retry-after"] = answer.header("retry-after") or ""
+    return response
+
+
+async def sign_out(console: Console, request: Request) -> Response:
+    fields = await read_form(request)
+    admin = client_for(console, request, fields.get(CSRF_FIELD, ""))
+    answer = await admin.call("POST", "/auth/logout")
+    if not answer.ok and answer.status != 401:  # 401: already ended; else it still lives
+        raise PageRefused(answer.status, answer.message)
+    response = RedirectResponse("/sign-in", status_code=303)
+    pass_cookies(response, admin)
+    response.delete_cookie(CSRF_COOKIE, path="/", httponly=True, samesite="lax")
+    return response
+
+
+async def account(console: Console, request: Request) -> Response:
+    found = await visit(console, request)
+    return found.render("account.html", form=FormState())
+
+
+async def change_password(console: Console, request: Request) -> Response:
+    found, fields = await form_visit(console, request)
+    form = FormState()
+    if fields.get("new_password") != fields.get("confirm_password"):
+        form.errors["confirm_password"] = "the two new passwords differ"
+        return found.render("account.html", 400, form=form)
+    answer = await found.admin.call(
+        "POST",
+        "/auth/password",
+        body={
+            "current_password": fields.get("current_password", ""),
+            "new_password": fields.get("new_password", ""),
+        },
+    )
+    if not answer.ok:
+        failed = FormState.failed({"current_password": "", "new_password": ""}, answer)
+        return found.render("account.html", answer.status, form=failed)
+    response = found.render("account.html", form=form, notice="password changed")
+    set_csrf_cookie(console, response, str(answer.body["csrf_token"]))
+    return response
+
+
+async def totp_setup(console: Console, request: Request) -> Response:
+    found, _ = await form_visit(console, request)
+    answer = await found.admin.call("POST", "/auth/totp/setup")
+    if not answer.ok:
+        return found.render("account.html", answer.status, form=FormState(message=answer.message))
+    return found.render("account.html", form=FormState(), setup=answer.body)
+
+
+async def totp_enable(console: Console, request: Request) -> Response:
+    found, fields = await form_visit(console, request)
+    answer = await found.admin.call(
+        "POST", "/auth/totp/enable", body={"code": fields.get("code", "").strip()}
+    )
+    if not answer.ok:
+        setup = {"secret": fields.get("secret", ""), "otpauth_uri": fields.get("otpauth_uri", "")}
+        form = FormState(errors={"code": answer.message})
+        return found.render("account.html", answer.status, form=form, setup=setup)
+    found.me = (await found.admin.get("/auth/me")).body or found.me
+    return found.render(
+        "account.html", form=FormState(), recovery_codes=answer.body["recovery_codes"]
+    )
+
+
+async def totp_disable(console: Console, request: Request) -> Response:
+    found, fields = await form_visit(console, request)
+    body = {"password": fields.get("password", "")}
+    code = fields.get("code", "").strip()
+    body["code" if code.isdigit() else "recovery_code"] = code
+    answer = await found.admin.call("POST", "/auth/totp/disable", body=body)
+    if not answer.ok:
+        return found.render("account.html", answer.status, form=FormState(message=answer.message))
+    found.me = (await found.admin.get("/auth/me")).body or found.me
+    return found.render("account.html", form=FormState(), notice="two-factor is off")
+
+
+def routes(console: Console) -> list[Route]:
+    return [
+        page(console, "/sign-in", sign_in_page),
+        page(console, "/sign-in", sign_in, ["POST"]),
+        page(console, "/sign-out", sign_out, ["POST"]),
+        page(console, "/account", account),
+        page(console, "/account/password", change_password, ["POST"]),
+        page(console, "/account/totp/setup", totp_setup, ["POST"]),
+        page(console, "/account/totp/enable", totp_enable, ["POST"]),
+        page(console, "/account/totp/disable", totp_disable, ["POST"]),
+    ]

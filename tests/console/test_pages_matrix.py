@@ -1,0 +1,242 @@
+"""Every page renders for every role, and the permission matrix holds in the UI: navigation
+entries and action buttons follow the role table; a page the role may not read answers 403
+with a clear page when forced by URL; a form POST it may not make is refused (403), while
+the roles that may make it get their change."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from llmrelay.admin.access import PERMISSIONS, ROLE_PERMISSIONS, Role
+from tests.console.conftest import KEY, ROLES, Site, Watched
+
+#: (path, the permission it needs: None = any signed-in user, nav label or None)
+PAGES = [
+    ("/dashboard", None, "Dashboard"),
+    ("/activity", "usage:read", "Activity"),
+    ("/usage", "usage:read", "Usage"),
+    ("/billing", "billing:read", "Billing"),
+    ("/keys", "keys:read", "Keys"),
+    ("/projects", "projects:read", "Projects"),
+    ("/models", "models:read", "Models & routes"),
+    ("/providers", "providers:read", "Providers"),
+    ("/catalogue", None, "Catalogue"),
+    ("/quickstart", None, "Quickstart"),
+    ("/playground", "playground:read", "Playground"),
+    ("/users", "users:read", "Users & roles"),
+    ("/tenants", "tenants:read", "Tenants"),
+    ("/jobs", "jobs:read", "Jobs"),
+    ("/audit", "audit:read", "Audit log"),
+    ("/account", None, None),
+]
+#: (page, button name, the permission that shows it)
+BUTTONS = [
+    ("/keys", "Create key", "keys:write"),
+    ("/projects", "Create project", "projects:write"),
+    ("/providers", "Add provider", "providers:write"),
+    ("/models", "Add model", "models:write"),
+    ("/users", "Invite", "users:write"),
+    ("/tenants", "Create tenant", "platform"),
+]
+
+
+def allowed(role: str, permission: str | None) -> bool:
+    held = PERMISSIONS if role == Role.PLATFORM_ADMIN.value else ROLE_PERMISSIONS[Role(role)]
+    if permission == "platform":
+        return role == Role.PLATFORM_ADMIN.value
+    return permission is None or permission in held
+
+
+def _rows(site: Site) -> dict[str, str]:
+    """Ids of seeded rows, for the detail pages."""
+    with site.admin() as admin:
+        key = next(k for k in admin.get("/keys").json()["data"] if k["name"] == "fixed")
+        model = admin.get("/models", params={"name": "chat"}).json()["data"][0]
+        provider = admin.get("/providers").json()["data"][0]
+    return {
+        "key": key["id"],
+        "project": key["project_id"],
+        "model": model["id"],
+        "provider": provider["id"],
+    }
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_every_page_for_every_role(
+    site: Site, watched: Callable[[str], Watched], role: str
+) -> None:
+    rows = _rows(site)
+    request_id = _one_request(site)
+    pages = [
+        *PAGES,
+        (f"/keys/{rows['key']}", "keys:read", None),
+        (f"/projects/{rows['project']}", "projects:read", None),
+        (f"/models/{rows['model']}", "models:read", None),
+        (f"/providers/{rows['provider']}", "providers:read", None),
+        (f"/activity/{request_id}", "usage:read", None),
+    ]
+    view = watched(role)
+    page = view.page
+    wrong: list[str] = []
+    for path, permission, _ in pages:
+        seen = len(view.errors)
+        answer = page.goto(path)
+        assert answer is not None
+        heading = page.locator("h1").first.inner_text()
+        if allowed(role, permission):
+            if answer.status != 200:
+                wrong.append(f"{path}: {answer.status} {heading}")
+        elif answer.status != 403 or heading != "Not allowed":
+            wrong.append(f"{path}: {answer.status} {heading}, expected the 403 page")
+        else:  # the browser reports the refused document itself as an error: expected
+            view.errors[seen:] = [e for e in view.errors[seen:] if "status of 403" not in e]
+    nav = page.get_by_role("navigation", name="Console")
+    page.goto("/dashboard")
+    for _, permission, label in PAGES:
+        if label is None:
+            continue
+        shown = nav.get_by_role("link", name=label, exact=True).count() == 1
+        if shown != allowed(role, permission):
+            wrong.append(f"nav {label!r} shown={shown}")
+    for path, button, permission in BUTTONS:
+        if not allowed(role, path_permission(path)):
+            continue
+        page.goto(path)
+        shown = page.get_by_role("button", name=button, exact=True).count() == 1
+        if shown != allowed(role, permission):
+            wrong.append(f"{path} button {button!r} shown={shown}")
+    assert not wrong, "\n".join(wrong)
+    assert not view.errors, view.errors
+
+
+def path_permission(path: str) -> str:
+    return next(p for q, p, _ in PAGES if q == path) or ""
+
+
+def _one_request(site: Site) -> str:
+    import httpx
+
+    answer = httpx.post(
+        f"{site.gateway.base_url}/chat/completions",
+        headers={"Authorization": f"Bearer {KEY}"},
+        json={"model": "chat", "messages": [{"role": "user", "content": "matrix"}]},
+    )
+    assert answer.status_code == 200, answer.text
+    request_id = answer.headers["x-request-id"]
+    site.gateway.records([request_id])
+    return request_id
+
+
+def _forms(site: Site, n: int) -> list[tuple[str, dict[str, str], str]]:
+    """(path, form, permission) of a create per resource; names unique per call."""
+    project = _rows(site)["project"]
+    return [
+        ("/projects", {"name": f"forced-{n}"}, "projects:write"),
+        ("/keys", {"project_id": project, "name": f"forced-{n}"}, "keys:write"),
+        ("/providers", {"slug": f"forced-{n}", "type": "mock"}, "providers:write"),
+        (
+            "/models",
+            {
+                "name": f"forced-{n}",
+                "provider": "up",
+                "upstream_model": "echo",
+                "strategy": "priority",
+            },
+            "models:write",
+        ),
+        ("/users", {"email": f"forced-{n}@example.com", "role": "viewer"}, "users:write"),
+        ("/tenants", {"slug": f"forced-{n}", "name": "Forced"}, "platform"),
+    ]
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_forced_form_posts_follow_the_role_table(site: Site, role: str) -> None:
+    """The same form POSTs, sent as each role with its session and CSRF token (as a page
+    would): allowed ones change something (and the audit log names the role), others get
+    the 403 page and change nothing."""
+    context = site.signed_in(role)
+    csrf = next(c["value"] for c in context.cookies() if c["name"] == "llmrelay_console_csrf")
+    wrong = []
+    for path, form, permission in _forms(site, ROLES.index(role)):
+        answer = context.request.post(
+            path,
+            form={**form, "csrf_token": csrf},
+            headers={"Origin": site.url},
+            max_redirects=0,
+        )
+        text = answer.text()
+        if allowed(role, permission):
+            ok = answer.status in (200, 303) and 'role="alert"' not in text
+        else:  # refused by the console's check, or by the admin API (a platform-only create)
+            ok = answer.status == 403
+        if not ok:
+            alert = re.findall(r'role="alert">([^<]*)', text)
+            wrong.append(f"{role} POST {path}: {answer.status} {alert}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_a_refusal_of_the_admin_api_is_shown_in_its_words(site: Site) -> None:
+    """A tenant admin holds tenants:write, so the console lets the form through; the admin
+    API alone creates tenants for platform admins, and its message is what the page says."""
+    context = site.signed_in(Role.TENANT_ADMIN.value)
+    csrf = next(c["value"] for c in context.cookies() if c["name"] == "llmrelay_console_csrf")
+    answer = context.request.post(
+        "/tenants",
+        form={"slug": "not-mine", "name": "No", "csrf_token": csrf},
+        headers={"Origin": site.url},
+    )
+    assert answer.status == 403
+    assert "platform admin" in answer.text()
+
+
+def test_a_form_from_another_site_is_refused(site: Site) -> None:
+    context = site.signed_in(Role.PLATFORM_ADMIN.value)
+    csrf = next(c["value"] for c in context.cookies() if c["name"] == "llmrelay_console_csrf")
+    answer = context.request.post(
+        "/projects",
+        form={"name": "cross-site", "csrf_token": csrf},
+        headers={"Origin": "https://evil.example"},
+    )
+    assert answer.status == 403
+    with site.admin() as admin:
+        names = [p["name"] for p in admin.get("/projects").json()["data"]]
+    assert "cross-site" not in names
+
+
+def test_a_form_without_its_csrf_token_changes_nothing(site: Site) -> None:
+    context = site.signed_in(Role.PLATFORM_ADMIN.value)
+    answer = context.request.post(
+        "/projects", form={"name": "no-token"}, headers={"Origin": site.url}
+    )
+    assert answer.status == 403
+    assert "csrf" in answer.text().lower()
+    with site.admin() as admin:
+        names: list[Any] = [p["name"] for p in admin.get("/projects").json()["data"]]
+    assert "no-token" not in names
+
+
+def test_keyboard_first_stop_and_the_theme_toggle(site: Site) -> None:
+    """The first Tab reaches the skip link, which moves to the main content; the theme
+    follows the system's until the toggle picks one, which a reload keeps."""
+    signed_in = site.signed_in(Role.VIEWER.value).storage_state()
+    context = site.browser.new_context(
+        base_url=site.url, color_scheme="dark", storage_state=signed_in
+    )
+    page = context.new_page()
+    page.goto("/dashboard")
+    page.keyboard.press("Tab")
+    focused = page.evaluate("() => document.activeElement.textContent")
+    assert focused == "Skip to content"
+    page.keyboard.press("Enter")
+    assert page.evaluate("() => document.activeElement.id") == "main"
+    background = page.evaluate("() => getComputedStyle(document.body).backgroundColor")
+    page.get_by_role("button", name="Switch between dark and light theme").click()
+    assert page.evaluate("() => document.documentElement.dataset.theme") == "light"
+    page.reload()
+    assert page.evaluate("() => document.documentElement.dataset.theme") == "light"
+    assert page.evaluate("() => getComputedStyle(document.body).backgroundColor") != background
+    context.close()
