@@ -7,6 +7,7 @@ query). The behaviour is chosen by the upstream model name the gateway sends (se
     echo               echo the last user message (default)
     status-CODE        answer CODE with an OpenAI error body
     slow-MS            wait MS milliseconds before answering
+    paced-MS           stream one word every MS milliseconds (a long, healthy stream)
     drop-after-N       stream N content chunks, then cut the connection (no finish reason)
     stall-after-N      stream N content chunks, then go silent
     error-after-N      stream N content chunks, then an error event that quotes the prompt
@@ -248,7 +249,7 @@ class MockUpstream:
                 await response.write(b"data: {not json\n\n")
             piece = word + (" " if i < len(words) - 1 else "")
             await response.write(_event(_chunk(model, {"content": piece})))
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(arg / 1000 if kind == "paced" else 0.01)
         await response.write(_event(_chunk(model, {}, "stop")))
         options = body.get("stream_options") or {}
         if options.get("include_usage") and kind != "no-usage":
@@ -318,6 +319,7 @@ def _behaviour(model: str) -> tuple[str, int]:
     for prefix, kind in (
         ("status-", "status"),
         ("slow-", "slow"),
+        ("paced-", "paced"),
         ("drop-after-", "drop"),
         ("stall-after-", "stall"),
         ("error-after-", "error"),
