@@ -232,7 +232,7 @@ async def _sample(
 
 
 async def _drive(system: System, args: argparse.Namespace) -> tuple[Counts, list[Sample]]:
-    counts, samples = Counts(), []
+    counts, samples = Counts(), list[Sample]()
     stop_at = time.monotonic() + args.duration_s
     url = f"http://127.0.0.1:{system.port}"
     connector = aiohttp.TCPConnector(limit=args.concurrency)
