@@ -107,7 +107,7 @@ def create_app(settings: Settings) -> ASGIApp:
     ]
     routes += [*probes, Route(webhook_route.PATH, stripe_webhook, methods=["POST"])]
     #: The control plane and /metrics: on the admin listener when there is one (listeners.py),
-    #: else beside the data plane.
+    #: else beside the data plane, after its routes (a console mounted at `/` goes here, last).
     control: list[BaseRoute] = [
         Route("/metrics", _Endpoint(health.metrics), methods=["GET"]),
         Mount("/api/admin", app=_BuiltOnFirstUse(partial(_admin_app, admin, settings))),
