@@ -52,6 +52,14 @@ COMPLETION: dict[str, Any] = {
     },
 }
 
+#: The answer of /plain/v1/embeddings (bench.soak's embeddings requests).
+EMBEDDINGS: dict[str, Any] = {
+    "object": "list",
+    "data": [{"object": "embedding", "index": 0, "embedding": [0.25, -0.5, 0.125, 1.0]}],
+    "model": "text-embedding-3-small",
+    "usage": {"prompt_tokens": 8, "total_tokens": 8},
+}
+
 
 def _compact(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
@@ -250,6 +258,10 @@ http {{
         location = /plain/v1/chat/completions {{
             default_type application/json;
             return 200 {_nginx_string(_compact(COMPLETION))};
+        }}
+        location = /plain/v1/embeddings {{
+            default_type application/json;
+            return 200 {_nginx_string(_compact(EMBEDDINGS))};
         }}
         location = /sse/v1/chat/completions {{
             default_type "text/event-stream; charset=utf-8";

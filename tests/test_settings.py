@@ -94,3 +94,24 @@ def test_probe_delays_are_seconds_from_a_list(monkeypatch: pytest.MonkeyPatch) -
         monkeypatch.setenv("LLMRELAY_PROBE_DELAYS_S", wrong)
         with pytest.raises(ValueError, match="LLMRELAY_PROBE_DELAYS_S"):
             Settings()
+
+
+def test_the_admin_listener_is_host_and_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().admin_address is None
+    monkeypatch.setenv("LLMRELAY_ADMIN_LISTEN", "127.0.0.1:9090")
+    assert Settings().admin_address == ("127.0.0.1", 9090)
+    monkeypatch.setenv("LLMRELAY_ADMIN_LISTEN", "[::1]:9091")
+    assert Settings().admin_address == ("::1", 9091)
+    monkeypatch.setenv("LLMRELAY_ADMIN_LISTEN", "admin.internal:9092")
+    assert Settings().admin_address == ("admin.internal", 9092)
+    monkeypatch.setenv("LLMRELAY_ADMIN_LISTEN", " ")
+    assert Settings().admin_address is None
+
+
+@pytest.mark.parametrize("value", ["9090", "127.0.0.1", "127.0.0.1:0", "host:70000", "::1:9090"])
+def test_an_admin_listener_without_a_valid_port_is_refused(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("LLMRELAY_ADMIN_LISTEN", value)
+    with pytest.raises(ValueError, match="LLMRELAY_ADMIN_LISTEN"):
+        Settings()

@@ -29,6 +29,7 @@ from llmrelay.gateway.entry import GatewayApp
 from llmrelay.gateway.errors import GatewayError, NotFound
 from llmrelay.gateway.ingress import IngressMiddleware, RequestContext
 from llmrelay.jobs.probe import Prober
+from llmrelay.listeners import ListenerSplit
 from llmrelay.observability.health import Health
 from llmrelay.observability.logging import configure_logging
 from llmrelay.observability.metrics import Metrics
@@ -116,7 +117,7 @@ class _Refused:
         raise HTTPException(404)
 
 
-def create_app(settings: Settings) -> GatewayApp:
+def create_app(settings: Settings) -> ASGIApp:
     metrics = Metrics()
     dataplane = DataPlane()
     health = Health(metrics, settings.metrics_token)
@@ -131,16 +132,25 @@ def create_app(settings: Settings) -> GatewayApp:
     routes: list[BaseRoute] = [
         Route(path, _Refused(), methods=[method]) for method, path in handlers
     ]
-    routes += [
+    probes: list[BaseRoute] = [
         Route("/livez", _Endpoint(health.livez), methods=["GET"]),
         Route("/readyz", _Endpoint(health.readyz), methods=["GET"]),
         Route("/healthz", _Endpoint(health.readyz), methods=["GET"]),
+    ]
+    routes += [*probes, Route(webhook_route.PATH, stripe_webhook, methods=["POST"])]
+    #: The control plane and /metrics: on the admin listener when there is one (listeners.py),
+    #: else beside the data plane, after its routes (a console mounted at `/` goes here, last).
+    control: list[BaseRoute] = [
         Route("/metrics", _Endpoint(health.metrics), methods=["GET"]),
-        Route(webhook_route.PATH, stripe_webhook, methods=["POST"]),
         Mount("/api/admin", app=admin_app),
     ]
     if settings.console:
-        routes.append(_Console(_BuiltOnFirstUse(partial(_console_app, admin_app, admin, settings))))
+        control.append(
+            _Console(_BuiltOnFirstUse(partial(_console_app, admin_app, admin, settings)))
+        )
+    admin_address = settings.admin_address
+    if admin_address is None:
+        routes += control
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -190,25 +200,34 @@ def create_app(settings: Settings) -> GatewayApp:
                 await payments.close()
             await stack.close()
 
+    ingress = [
+        Middleware(
+            IngressMiddleware,
+            max_body_bytes=settings.max_body_bytes,
+            trusted_proxies=settings.trusted_proxies,
+        )
+    ]
     fallback = Starlette(
         routes=routes,
-        middleware=[
-            Middleware(
-                IngressMiddleware,
-                max_body_bytes=settings.max_body_bytes,
-                trusted_proxies=settings.trusted_proxies,
-            )
-        ],
+        middleware=ingress,
         exception_handlers={HTTPException: _http_error},
         lifespan=lifespan,
     )
-    return GatewayApp(
+    gateway = GatewayApp(
         handlers,
         fallback,
         trusted_proxies=settings.trusted_proxies,
         max_body_bytes=settings.max_body_bytes,
         prefixed=dataplane.prefixed(),
     )
+    if admin_address is None:
+        return gateway
+    control_app = Starlette(
+        routes=[*probes, *control],
+        middleware=ingress,
+        exception_handlers={HTTPException: _http_error},
+    )
+    return ListenerSplit(gateway, control_app, admin_address[1])
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -243,7 +262,7 @@ def settle_garbage_collector() -> None:
     gc.set_threshold(10_000, 20, 20)
 
 
-def app_from_env() -> GatewayApp:
+def app_from_env() -> ASGIApp:
     """Factory for `uvicorn --factory` and worker processes: settings from the environment.
     Each serving process writes its response heads with compiled code (server_head.py)."""
     from llmrelay.server_head import install

@@ -71,12 +71,25 @@ def serve(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
     workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 1,
+    admin_listen: Annotated[
+        str | None,
+        typer.Option(
+            "--admin-listen",
+            metavar="HOST:PORT",
+            help="Serve the admin API, console and /metrics on this second listener only "
+            "(LLMRELAY_ADMIN_LISTEN).",
+        ),
+    ] = None,
 ) -> None:
     """Run the gateway (data plane, admin API, health and metrics)."""
     from llmrelay.database_setup import prepare_for_serving
     from llmrelay.server import run_server
 
+    if admin_listen is not None:  # the serving processes read it from the environment
+        os.environ["LLMRELAY_ADMIN_LISTEN"] = admin_listen
     settings = _settings()
+    if settings.admin_address is not None and settings.admin_address[1] == port:
+        _fail(f"the admin listener ({settings.admin_listen}) needs a port other than --port {port}")
     try:
         resolve_secret_key(settings)  # create the development key once, before any worker
         asyncio.run(prepare_for_serving(settings.database_url))

@@ -57,6 +57,11 @@ class Settings(BaseSettings):
     metrics_token: str | None = None
     # Extensions beyond the contract.
     drain_timeout_s: float = Field(default=30.0, ge=0)
+    #: A second listener, `host:port` (`[v6 address]:port`), for the control plane: the
+    #: admin API, the console and /metrics are served there and not on the data-plane port,
+    #: which keeps the model API and the health endpoints (docs/operations.md, "Admin
+    #: listener"). Unset: everything on the one port. `serve --admin-listen` sets it too.
+    admin_listen: str | None = None
     snapshot_poll_s: float = Field(default=2.0, gt=0)
     log_level: str = "info"
     record_queue_size: int = Field(default=50_000, gt=0)
@@ -215,6 +220,29 @@ class Settings(BaseSettings):
     #: JSON 404 (an API-only gateway). The data plane never reaches it either way.
     console: bool = True
 
+    @field_validator("admin_listen", mode="before")
+    @classmethod
+    def _check_admin_listen(cls, value: object) -> object:
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        text = str(value).strip()
+        match = _LISTEN.fullmatch(text)
+        if match is None or not 0 < int(match["port"]) < 65536:
+            raise ValueError(
+                f"LLMRELAY_ADMIN_LISTEN: {text!r} is not host:port ([address]:port for IPv6), "
+                "with a port from 1 to 65535"
+            )
+        return text
+
+    @property
+    def admin_address(self) -> tuple[str, int] | None:
+        """LLMRELAY_ADMIN_LISTEN as (host, port); None when there is no admin listener."""
+        if self.admin_listen is None:
+            return None
+        match = _LISTEN.fullmatch(self.admin_listen)
+        assert match is not None  # checked when the settings were read
+        return match["host"].strip("[]"), int(match["port"])
+
     @field_validator("smtp_url", "public_url", mode="before")
     @classmethod
     def _blank_is_unset(cls, value: object) -> object:
@@ -356,6 +384,7 @@ class Settings(BaseSettings):
         return Path("llmrelay-spool")
 
 
+_LISTEN = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[^:\s\[\]]+):(?P<port>\d{1,5})")
 _ORIGIN = re.compile(r"https?://[^/\s?#]+")
 _HOSTNAME = re.compile(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*")
 _SMTP_URL = re.compile(r"smtps?://([^@/\s]+@)?[^@/:\s]+(:\d{1,5})?/?")

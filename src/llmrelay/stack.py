@@ -159,15 +159,25 @@ class Stack:
 
     async def close(self) -> None:
         """Everything down, in the reverse order: jobs first (their calls finish or go back
-        to the queue), then the records they and the requests left are flushed."""
-        settings = self.settings
+        to the queue), then the records they and the requests left are flushed, the prepaid
+        settles last. One budget for the three waits, LLMRELAY_DRAIN_TIMEOUT_S (5 s at
+        least), so a stop takes at most about twice the drain timeout in all (the requests'
+        drain, then this): what a supervisor's stop timeout must allow (docs/deployment.md)."""
+        loop = asyncio.get_running_loop()
+        ends = loop.time() + max(self.settings.drain_timeout_s, 5.0)
+
+        def left() -> float:
+            """What is left of the budget; never under half a second, so a slow step before
+            still leaves the next one time to put what it holds somewhere safe."""
+            return max(ends - loop.time(), 0.5)
+
         if self.runner is not None:
-            await self.runner.stop(timeout_s=settings.drain_timeout_s)
+            await self.runner.stop(timeout_s=left())
         if self.probe_trigger is not None:
             await self.probe_trigger.close()
         await self.live_reload.stop()
-        await self.recorder.stop(timeout_s=max(settings.drain_timeout_s, 5.0))
-        await self.prepaid.stop(timeout_s=max(settings.drain_timeout_s, 5.0))
+        await self.recorder.stop(timeout_s=left())
+        await self.prepaid.stop(timeout_s=left())
         await self.limiter.close()
         if self.tracing is not None:
             await self.tracing.close(timeout_s=5)

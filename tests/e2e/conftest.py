@@ -72,6 +72,15 @@ models:
       - {{provider: up2, upstream_model: echo, priority: 1}}
   - name: stall
     routes: [{{provider: up, upstream_model: stall-after-2}}]
+  - name: reset
+    routes: [{{provider: up, upstream_model: reset-after-2}}]
+  - name: reset-early
+    routes:
+      - {{provider: up, upstream_model: reset-after-0}}
+      - {{provider: up2, upstream_model: echo, priority: 1}}
+  - name: trickle
+    deadline_s: 2
+    routes: [{{provider: up, upstream_model: trickle-300}}]
   - name: no-done
     routes: [{{provider: up, upstream_model: no-done}}]
   - name: malformed

@@ -1,14 +1,18 @@
 """A PostgreSQL outage under a running gateway: every request is still answered, its record
 waits in the local spool, and reaches the database once it is back (or, when the gateway
-is stopped meanwhile, once the next one starts)."""
+is stopped meanwhile, once the next one starts). When the spool's own disk is full as well,
+records wait in memory (bounded) and only what passes that bound is lost, counted and
+logged."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import asyncpg
@@ -20,6 +24,7 @@ from llmrelay.gateway.call import RECORD_COLUMNS
 from tests.support.gateway_process import GatewayProcess
 from tests.support.mock_upstream import MockUpstream
 from tests.support.postgres_server import PostgresServer
+from tests.support.services import skipped_services
 
 pytestmark = pytest.mark.e2e
 KEY = "outage-e2e-key-0123456789"
@@ -34,7 +39,12 @@ def postgres() -> Iterator[PostgresServer]:
         server.remove()
 
 
-def _gateway(folder: Path, upstream: MockUpstream, postgres: PostgresServer) -> GatewayProcess:
+def _gateway(
+    folder: Path,
+    upstream: MockUpstream,
+    postgres: PostgresServer,
+    env: dict[str, str] | None = None,
+) -> GatewayProcess:
     config = f"""
 providers: [{{slug: up, type: openai_compatible, base_url: {upstream.base_url}}}]
 models: [{{name: chat, routes: [{{provider: up, upstream_model: echo}}]}}]
@@ -44,7 +54,7 @@ projects: [{{name: p, keys: [{{name: k, key: {KEY}}}]}}]
         folder,
         config=config,
         database_url=postgres.url,
-        env={"LLMRELAY_SPOOL_DIR": str(folder / "spool")},
+        env={"LLMRELAY_SPOOL_DIR": str(folder / "spool"), **(env or {})},
     )
 
 
@@ -59,13 +69,20 @@ def _migrate(gateway: GatewayProcess) -> None:
     assert done.returncode == 0, done.stderr
 
 
-def _send(gateway: GatewayProcess, request_id: str) -> int:
+def _send(gateway: GatewayProcess, request_id: str, *, stream: bool = False) -> int:
+    """The status of one chat request (a stream's only when it ended with [DONE])."""
     answer = httpx.post(
         f"{gateway.base_url}/chat/completions",
         headers={"Authorization": f"Bearer {KEY}", "X-Request-ID": request_id},
-        json={"model": "chat", "messages": [{"role": "user", "content": "kept"}]},
+        json={
+            "model": "chat",
+            "messages": [{"role": "user", "content": "kept in the record"}],
+            "stream": stream,
+        },
         timeout=10,
     )
+    if stream and not answer.content.endswith(b"data: [DONE]\n\n"):
+        return 0
     return answer.status_code
 
 
@@ -145,9 +162,9 @@ def test_a_database_outage_fails_no_request_and_loses_no_record(
         assert httpx.get(f"{gateway.url}/readyz", timeout=5).status_code == 503
         during: list[str] = []
         outage_ends = time.monotonic() + OUTAGE_S  # the issue's figure: a minute
-        while time.monotonic() < outage_ends:
+        while time.monotonic() < outage_ends:  # steady traffic, streamed and not, in turn
             during.append(f"during-{len(during)}")
-            assert _send(gateway, during[-1]) == 200
+            assert _send(gateway, during[-1], stream=len(during) % 2 == 0) == 200
             time.sleep(0.02)
         # Every record of the outage went through the spool: on disk, counted, none lost.
         _until(
@@ -196,3 +213,74 @@ def test_a_gateway_stopped_during_the_outage_leaves_its_records_to_the_next(
         _until(lambda: not _spool_files(second), "the replayed spool files deleted")
     finally:
         assert second.stop() == 0, second.logs()
+
+
+@contextlib.contextmanager
+def _small_filesystem(folder: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` mounted on `folder` (root, or CAP_SYS_ADMIN): a disk that fills."""
+    folder.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(folder)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        skipped_services.add("mounting a tmpfs (root or CAP_SYS_ADMIN), for the full-disk test")
+        pytest.skip(f"cannot mount a small tmpfs: {mounted.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def test_a_full_spool_disk_during_an_outage_fails_no_request_and_loses_only_past_the_bound(
+    postgres: PostgresServer, upstream: MockUpstream, tmp_path: Path
+) -> None:
+    """The spool's filesystem (32 KiB) fills while the database is down: requests are all
+    answered, the records the spool could not take wait in memory up to
+    LLMRELAY_RECORD_QUEUE_SIZE (150), the rest are dropped, counted and logged; once the
+    database is back, everything kept (spooled or held) is written, once."""
+    with _small_filesystem(tmp_path / "spool", "32k"):
+        gateway = _gateway(tmp_path, upstream, postgres, {"LLMRELAY_RECORD_QUEUE_SIZE": "150"})
+        _migrate(gateway)
+        gateway.start()
+        try:
+            postgres.stop()
+            ids = [f"full-{n}" for n in range(300)]
+            with ThreadPoolExecutor(6) as pool:
+                statuses = list(pool.map(lambda rid: _send(gateway, rid), ids))
+            assert statuses == [200] * len(ids)
+
+            def accounted() -> tuple[float, float, float]:
+                return (
+                    _metric(gateway, "llmrelay_records_spooled_total"),
+                    _metric(gateway, "llmrelay_records_held"),
+                    _metric(gateway, "llmrelay_records_dropped_total"),
+                )
+
+            _until(lambda: sum(accounted()) == len(ids), "every record spooled, held or dropped")
+            spooled, held, dropped = accounted()
+            assert spooled > 0 and 0 < held <= 150 and dropped > 0, accounted()
+            assert _metric(gateway, "llmrelay_record_spool_write_failures_total") > 0
+            assert httpx.get(f"{gateway.url}/livez", timeout=5).status_code == 200
+            assert "No space left on device" in gateway.logs()
+
+            postgres.start()
+            kept = int(spooled + held)
+            found: dict[str, int] = {}
+
+            def written() -> bool:
+                found.clear()
+                found.update(asyncio.run(_counts(postgres.url, ids)))
+                return len(found) == kept
+
+            _until(written, f"the {kept} kept records in the database")
+            assert set(found.values()) == {1}
+            _until(lambda: _metric(gateway, "llmrelay_records_held") == 0, "nothing held")
+            _until(lambda: not _spool_files(gateway), "the replayed spool files deleted")
+            assert _metric(gateway, "llmrelay_records_dropped_total") == dropped
+        finally:
+            assert gateway.stop() == 0, gateway.logs()
+    logs = gateway.logs()
+    assert "record_spool_write_failed" in logs and "record_batch_lost" in logs

@@ -180,3 +180,40 @@ def test_client_leaving_a_stream_closes_the_upstream_stream(
     while upstream.abandoned.count("stall-after-2") < 1 and time.monotonic() < deadline:
         time.sleep(0.02)
     assert "stall-after-2" in upstream.abandoned
+
+
+def test_a_reset_mid_stream_ends_with_an_error_event_at_once(gateway: GatewayProcess) -> None:
+    events, took = _stream_events(gateway, "reset")
+    assert events[-1] != b"data: [DONE]"
+    assert b"stream_interrupted" in events[-1]
+    assert b'"content":"one "' in b"".join(events)  # what came before the reset was relayed
+    assert took < 2
+
+
+def test_a_reset_before_the_answer_fails_over_or_is_a_502(gateway: GatewayProcess) -> None:
+    started = time.monotonic()
+    served = _chat(gateway, "reset-early")
+    assert served.status_code == 200 and served.headers["x-llmrelay-provider"] == "up2"
+    events, _ = _stream_events(gateway, "reset-early")
+    assert events[-1] == b"data: [DONE]" and b'"error"' not in b"".join(events)
+    failed = _chat(gateway, "reset")  # not streamed: reset before any byte, no other route
+    assert failed.status_code == 502, failed.text
+    assert failed.json()["error"]["type"]
+    assert time.monotonic() - started < 3
+
+
+def test_a_trickling_answer_is_cut_at_the_models_deadline(
+    gateway: GatewayProcess, upstream: MockUpstream
+) -> None:
+    """Bytes keep coming (every 300 ms, under the silence limit) but the answer would take
+    seconds more: the model's deadline (2 s) bounds it, and the upstream call is closed."""
+    started = time.monotonic()
+    response = _chat(gateway, "trickle")
+    took = time.monotonic() - started
+    assert response.status_code == 504, response.text
+    assert response.json()["error"]["code"] == "upstream_timeout"
+    assert 1.9 < took < 3.5
+    deadline = time.monotonic() + 3
+    while "trickle-300" not in upstream.abandoned and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "trickle-300" in upstream.abandoned

@@ -277,23 +277,52 @@ async def test_a_write_cut_off_by_the_drain_timeout_goes_to_the_spool(
     assert await _count_records(sqlite_engine) == 21
 
 
-async def test_a_batch_is_lost_only_when_the_spool_fails_too(
+async def test_a_batch_the_spool_cannot_take_is_held_until_the_database_returns(
     sqlite_engine: AsyncEngine, locked: sqlite3.Connection, tmp_path: Path
 ) -> None:
-    not_a_folder = tmp_path / "file"
+    not_a_folder = tmp_path / "file"  # the spool cannot be written: as a full disk
     not_a_folder.write_text("")
     metrics = Metrics()
     recorder = Recorder(sqlite_engine, gather_s=0.01, spool_dir=not_a_folder, metrics=metrics)
     with capture_logs() as logs:
         recorder.start()
         for i in range(10):
-            recorder.record(_record(f"lost-{i}").row(1.0))
-        await _until(lambda: recorder.dropped == 10)
+            recorder.record(_record(f"held-{i}").row(1.0))
+        await _until(lambda: metrics.registry.get_sample_value("llmrelay_records_held") == 10)
+        assert metrics.registry.get_sample_value("llmrelay_record_spool_write_failures_total")
+        locked.execute("ROLLBACK")  # the database is back
+        await _until(lambda: recorder.written == 10)
         await recorder.stop(timeout_s=10)
-    assert recorder.spooled == 0
-    assert metrics.registry.get_sample_value("llmrelay_records_dropped_total") == 10
+    assert await _count_records(sqlite_engine) == 10
+    assert (recorder.spooled, recorder.dropped) == (0, 0)
+    assert metrics.registry.get_sample_value("llmrelay_records_held") == 0
+    failed = [entry for entry in logs if entry["event"] == "record_spool_write_failed"]
+    assert failed and "File exists" in failed[0]["error"]  # the mkdir of the spool folder
+    assert not [entry for entry in logs if entry["event"] == "record_batch_lost"]
+
+
+async def test_held_batches_past_the_bound_or_at_shutdown_are_lost_and_counted(
+    sqlite_engine: AsyncEngine, locked: sqlite3.Connection, tmp_path: Path
+) -> None:
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    metrics = Metrics()
+    recorder = Recorder(
+        sqlite_engine, max_queue=8, gather_s=0.01, spool_dir=not_a_folder, metrics=metrics
+    )
+    with capture_logs() as logs:
+        recorder.start()
+        for i in range(6):
+            recorder.record(_record(f"kept-{i}").row(1.0))
+        await _until(lambda: metrics.registry.get_sample_value("llmrelay_records_held") == 6)
+        for i in range(6):  # 12 would pass the bound of 8: this batch is lost
+            recorder.record(_record(f"over-{i}").row(1.0))
+        await _until(lambda: recorder.dropped == 6)
+        await recorder.stop(timeout_s=1)  # the database still away: the held 6 are lost too
+    assert recorder.dropped == 12
+    assert metrics.registry.get_sample_value("llmrelay_records_dropped_total") == 12
     lost = [entry for entry in logs if entry["event"] == "record_batch_lost"]
-    assert [entry["rows"] for entry in lost] == [10]
+    assert [entry["rows"] for entry in lost] == [6, 6]
 
 
 async def test_payload_rows_are_spooled_and_replayed_with_their_records(

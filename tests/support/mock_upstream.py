@@ -7,6 +7,10 @@ query). The behaviour is chosen by the upstream model name the gateway sends (se
     echo               echo the last user message (default)
     status-CODE        answer CODE with an OpenAI error body
     slow-MS            wait MS milliseconds before answering
+    paced-MS           stream one word every MS milliseconds (a long, healthy stream)
+    reset-after-N      stream N content chunks, then reset the connection (TCP RST); not
+                       streamed, or N = 0: reset it before any byte of an answer
+    trickle-MS         not streamed: the answer's body in 16-byte pieces, one every MS ms
     drop-after-N       stream N content chunks, then cut the connection (no finish reason)
     stall-after-N      stream N content chunks, then go silent
     error-after-N      stream N content chunks, then an error event that quotes the prompt
@@ -43,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import re
+import socket
 import struct
 import threading
 import time
@@ -213,7 +218,12 @@ class MockUpstream:
         kind, arg = _behaviour(model)
         if kind == "redirect":
             raise web.HTTPTemporaryRedirect("/elsewhere/chat/completions")
+        if kind == "reset" and (arg == 0 or not body.get("stream")):
+            _reset(request)
+            return web.Response(status=499)
         reply = _last_user_text(body.get("messages", []))
+        if kind == "trickle" and not body.get("stream"):
+            return await self._trickle(request, orjson.dumps(_completion(body, reply)), arg, model)
         if not body.get("stream"):
             return web.json_response(_completion(body, reply), dumps=_dumps)
         return await self._stream(request, body, reply, kind, arg)
@@ -231,6 +241,9 @@ class MockUpstream:
             return response
         await response.write(_event(_chunk(model, {"role": "assistant", "content": ""})))
         for i, word in enumerate(words):
+            if kind == "reset" and i == arg:
+                _reset(request)
+                return response
             if kind in ("drop", "stall") and i == arg:
                 if kind == "drop":
                     assert request.transport is not None
@@ -248,7 +261,7 @@ class MockUpstream:
                 await response.write(b"data: {not json\n\n")
             piece = word + (" " if i < len(words) - 1 else "")
             await response.write(_event(_chunk(model, {"content": piece})))
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(arg / 1000 if kind == "paced" else 0.01)
         await response.write(_event(_chunk(model, {}, "stop")))
         options = body.get("stream_options") or {}
         if options.get("include_usage") and kind != "no-usage":
@@ -260,6 +273,19 @@ class MockUpstream:
             self.abandoned.append(str(body.get("model")))
             return response
         await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    async def _trickle(
+        self, request: web.Request, data: bytes, pause_ms: int, model: str
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"content-type": "application/json"})
+        await response.prepare(request)
+        for start in range(0, len(data), 16):
+            if not await _wait_unless_gone(request, pause_ms / 1000):
+                self.abandoned.append(model)
+                return response
+            await response.write(data[start : start + 16])
         await response.write_eof()
         return response
 
@@ -306,6 +332,16 @@ async def _wait_unless_gone(request: web.Request, seconds: float) -> bool:
     return True
 
 
+def _reset(request: web.Request) -> None:
+    """Close the connection with a TCP RST (SO_LINGER 0), as a crashed peer or a middlebox
+    does, rather than the orderly FIN of `drop`."""
+    transport = request.transport
+    assert transport is not None
+    sock = transport.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
+
+
 def _dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
 
@@ -318,6 +354,9 @@ def _behaviour(model: str) -> tuple[str, int]:
     for prefix, kind in (
         ("status-", "status"),
         ("slow-", "slow"),
+        ("paced-", "paced"),
+        ("reset-after-", "reset"),
+        ("trickle-", "trickle"),
         ("drop-after-", "drop"),
         ("stall-after-", "stall"),
         ("error-after-", "error"),

@@ -13,6 +13,11 @@ matter: the inserts are idempotent). Replay shares this task with the batches, s
 writer's one connection never runs two transactions at once. On shutdown the queue is
 drained to the database or, while it is down, to the spool, which the next start replays.
 
+When the spool cannot be written either (its disk is full or failing) while the database
+is away, a batch is held in memory, up to `max_queue` rows in all, and offered to the
+database, then to the spool, at every replay; past that bound a batch is dropped, counted
+and logged (`record_batch_lost`), as are batches still held when the process stops.
+
 Payload rows (the bodies of requests whose key captures them, gateway/capture.py) ride
 along with their records like attempt rows, through the spool too, into `request_payloads`;
 so do guardrail hit rows (gateway/guard.py), into `guardrail_hits`.
@@ -61,6 +66,8 @@ MAX_QUEUED_PAYLOAD_BYTES = 64 * 1024 * 1024
 #: Pauses before retrying a failed batch: one quick retry rides out a dropped connection;
 #: past that the batch goes to the spool rather than holding up the batches behind it.
 _RETRY_DELAYS_S: Final[tuple[float, ...]] = (0.5,)
+#: A batch: record rows, attempt rows, payload rows, hit rows.
+Batch = tuple[list[Row], list[Row], list[Row], list[Row]]
 #: How often the spool is replayed while it holds anything.
 _REPLAY_EVERY_S: Final = 1.0
 #: The longest one write to a network database may take before it counts as failed: a lost
@@ -116,7 +123,7 @@ class Recorder:
         #: Guardrail hit rows of queued records (only requests a rule matched have any).
         self._hits: list[Row] = []
         #: The batch being written, kept for the spool if shutdown cancels its write.
-        self._inflight: tuple[list[Row], list[Row], list[Row], list[Row]] | None = None
+        self._inflight: Batch | None = None
         self._task: asyncio.Task[None] | None = None
         self.spool = Spool(spool_dir) if spool_dir is not None else None
         #: True while the spool may hold files to replay (at start: a last run's).
@@ -128,6 +135,14 @@ class Recorder:
             spool = self.spool
             metrics.watch(metrics.record_spool_rows, lambda: spool.pending_rows)
             metrics.watch(metrics.record_spool_bytes, lambda: spool.size_bytes)
+        #: Batches neither the database nor the spool took (a full disk during an outage),
+        #: oldest first, and their record rows: at most `max_queue` of them.
+        self._held: list[Batch] = []
+        self._held_rows = 0
+        self._max_held = max_queue
+        self._spool_failures = 0
+        if metrics is not None:
+            metrics.watch(metrics.records_held, lambda: self._held_rows)
         self.written = 0
         self.spooled = 0
         self.dropped = 0
@@ -186,6 +201,10 @@ class Recorder:
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
         self._task = None
+        if self._held:  # one more offer to the database, then to the spool
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout_s):
+                    await self._release_held()
         self._keep_leftovers()
         await self._writer.drain()
         self._writer.close()
@@ -308,9 +327,52 @@ class Recorder:
             try:
                 # In a thread: the fsync may take a while, and requests go on meanwhile.
                 await asyncio.to_thread(self.spool.append, batch, attempts, payloads, hits)
-            except Exception as exc:  # noqa: BLE001 - a full or failing disk: counted as lost
+            except Exception as exc:  # noqa: BLE001 - a full or failing disk: held, or lost
                 failure = exc
+            if failure is not None and self._held_rows + len(batch) <= self._max_held:
+                self._hold((batch, attempts, payloads, hits), failure)
+                return
         self._account(len(batch), failure or error, lost=self.spool is None or failure is not None)
+
+    def _hold(self, batch: Batch, failure: Exception) -> None:
+        self._held.append(batch)
+        self._held_rows += len(batch[0])
+        self._spool_failures += 1
+        self._replay_pending = True
+        self._replay_at = max(self._replay_at, time.monotonic() + _REPLAY_EVERY_S)
+        if self._metrics is not None:
+            self._metrics.record_spool_write_failures.inc()
+        if self._spool_failures % 100 == 1:  # the first, then every hundredth while it lasts
+            log.error(
+                "record_spool_write_failed",
+                error=str(failure),
+                held_rows=self._held_rows,
+                failures=self._spool_failures,
+            )
+
+    async def _release_held(self) -> bool:
+        """Offer the held batches, oldest first, to the database, else to the spool; True
+        once none is left, False at the first that neither took."""
+        spool = self.spool
+        assert spool is not None
+        while self._held:
+            batch = self._held[0]
+            try:
+                await self._insert(*batch)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the database is still away
+                try:
+                    await asyncio.to_thread(spool.append, *batch)
+                except Exception:  # noqa: BLE001 - the disk is still full: held a while more
+                    return False
+                self._account(len(batch[0]), exc, lost=False)
+            else:
+                self.written += len(batch[0])
+            self._held.pop(0)
+            self._held_rows -= len(batch[0])
+        log.info("record_held_batches_released", spool_failures=self._spool_failures)
+        return True
 
     async def _replay_when_due(self) -> None:
         """Replay one spool file, so queued batches wait for one file's replay at most; the
@@ -320,6 +382,9 @@ class Recorder:
         if spool is None or not self._replay_pending or self._stopping:
             return
         if time.monotonic() < self._replay_at:
+            return
+        if self._held and not await self._release_held():
+            self._replay_at = time.monotonic() + _REPLAY_EVERY_S
             return
         try:
             done = await spool.replay(self._insert, max_files=1)
@@ -337,6 +402,12 @@ class Recorder:
         cancelled) to the spool, on the event loop (the process is about to exit)."""
         batch, attempts, payloads, hits = self._inflight or ([], [], [], [])
         self._inflight = None
+        for held in self._held:
+            batch += held[0]
+            attempts += held[1]
+            payloads += held[2]
+            hits += held[3]
+        self._held, self._held_rows = [], 0
         batch.extend(self._queue.take(len(self._queue)))
         attempts, self._attempts = attempts + self._attempts, []
         payloads, self._payloads, self._payload_bytes = payloads + self._payloads, [], 0

@@ -168,6 +168,9 @@ class Spool:
                 _fsync_directory(self.directory)  # the new name survives a crash too
             except OSError:
                 os.close(fd)
+                # A full disk: leave no empty file behind for every failed attempt.
+                with contextlib.suppress(OSError):
+                    os.unlink(self.directory / name)
                 raise
             self._fd, self._name, self._size = fd, name, len(self._header)
             self._count(name, 0, len(self._header))

@@ -86,6 +86,17 @@ class Metrics:
             "Size of this process's spool files, waiting to be replayed.",
             registry=self.registry,
         )
+        self.record_spool_write_failures = Counter(
+            "llmrelay_record_spool_write_failures",
+            "Batches of request records the spool could not write (a full or failing disk).",
+            registry=self.registry,
+        )
+        self.records_held = Gauge(
+            "llmrelay_records_held",
+            "Request records neither the database nor the spool took, held in memory "
+            "(at most LLMRELAY_RECORD_QUEUE_SIZE) until one does.",
+            registry=self.registry,
+        )
 
         self.breaker_transitions = Counter(
             "llmrelay_breaker_transitions",
