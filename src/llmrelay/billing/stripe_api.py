@@ -10,7 +10,7 @@ attempt may get past (connection, rate limit, Stripe's own 5xx).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import aiohttp
 import orjson
@@ -43,7 +43,7 @@ class StripeApi:
         )
 
     async def close(self) -> None:
-        await self._http.close_async()  # type: ignore[no-untyped-call]
+        await cast(Any, self._http).close_async()  # untyped in some stripe releases
 
     async def _call(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         try:

@@ -19,7 +19,7 @@ import random
 import time
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Any
+from typing import Any, cast
 
 import structlog
 from sqlalchemy.engine import make_url
@@ -153,7 +153,7 @@ class SignalListener:
                         self._signal(message["data"])
             finally:
                 with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+                    await cast(Any, pubsub).aclose()  # typed in some redis releases, not others
         finally:
             with contextlib.suppress(Exception):
                 await client.aclose()
