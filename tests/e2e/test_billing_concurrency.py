@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -104,9 +105,16 @@ def test_100_requests_on_a_wallet_that_covers_10(
         assert refused["error"]["code"] == "insufficient_balance"
         served = [a.headers["x-request-id"] for a in answers if a.status_code == 200]
         eventually(lambda: db.wallet(tenant)[1] == 0, what="every settle")
-        records = {r["request_id"]: r for r in db.rows(
-            "SELECT request_id, cost_micros, status_code FROM request_records"
-            " WHERE tenant_id = $1", tenant)}  # fmt: skip
+
+        def all_records() -> dict[str, dict[str, Any]] | None:
+            """Every answer's record (records are written in batches, apart from settles)."""
+            rows = {r["request_id"]: r for r in db.rows(
+                "SELECT request_id, cost_micros, status_code FROM request_records"
+                " WHERE tenant_id = $1", tenant)}  # fmt: skip
+            wanted = {a.headers["x-request-id"] for a in answers}
+            return rows if wanted <= rows.keys() else None
+
+        records = eventually(all_records, what="every answer's record")
         for request_id in served:
             charged = db.reservation(request_id)
             assert charged is not None and charged["status"] == "settled"
