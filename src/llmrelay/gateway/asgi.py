@@ -4,12 +4,14 @@ objects and no middleware wrappers."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
+from types import MappingProxyType
 from typing import Final
 
 from starlette.types import Receive, Send
 
-from llmrelay.gateway.errors import ClientDisconnected, PayloadTooLarge
+from llmrelay.gateway.errors import ClientDisconnected, PayloadTooLarge, RequestTimeout
 from llmrelay.gateway.stream_relay import StreamRelay
 from llmrelay.gateway.watch import ClientWatches
 
@@ -25,8 +27,25 @@ def too_large(limit: int) -> PayloadTooLarge:
     return PayloadTooLarge(f"request body is larger than the limit of {limit} bytes")
 
 
-async def read_body(receive: Receive, limit: int) -> bytes:
-    """The whole request body; 413 as soon as it passes `limit` (the rest is never read)."""
+_CLOSE: Final = MappingProxyType({"Connection": "close"})
+
+
+async def read_body(receive: Receive, limit: int, timeout_s: float) -> bytes:
+    """The whole request body; 413 as soon as it passes `limit` (the rest is never read),
+    408 when it is not all here within `timeout_s` (a client trickling its body would
+    otherwise hold the request, and its admission, for as long as it likes). Either way the
+    connection is closed after the answer, the rest of the body unread."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await _read_body(receive, limit)
+    except TimeoutError:
+        raise RequestTimeout(
+            f"the request body did not arrive within {timeout_s:g} seconds",
+            headers=_CLOSE,
+        ) from None
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes:
     message = await receive()
     if message["type"] == "http.disconnect":
         raise ClientDisconnected
