@@ -67,7 +67,9 @@ class MessagesRoutes:
             if principal.capture:
                 send, receive = dispatcher.capture(record, send, receive)
             payload = checks.parse_object(
-                await read_body(receive, runtime.max_body_bytes, runtime.body_timeout_s)
+                await read_body(
+                    receive, runtime.max_body_bytes, runtime.body_timeout_s, runtime.deadlines
+                )
             )
             check_messages(payload, counting=counting)
             model, pinned = checks.resolve_model(

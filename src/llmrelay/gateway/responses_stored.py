@@ -148,7 +148,9 @@ class StoredResponses:
             if principal.capture:
                 send, receive = dispatcher.capture(record, send, receive)
             payload = checks.parse_object(
-                await read_body(receive, runtime.max_body_bytes, runtime.body_timeout_s)
+                await read_body(
+                    receive, runtime.max_body_bytes, runtime.body_timeout_s, runtime.deadlines
+                )
             )
             name = payload.get("model")
             if not isinstance(name, str) or not name:
