@@ -264,8 +264,14 @@ def settle_garbage_collector() -> None:
 
 def app_from_env() -> ASGIApp:
     """Factory for `uvicorn --factory` and worker processes: settings from the environment.
-    Each serving process writes its response heads with compiled code (server_head.py)."""
+    Each serving process writes its response heads with compiled code (server_head.py) and
+    takes its connection limits from its settings (server_protocol.py)."""
+    from llmrelay import server_protocol
     from llmrelay.server_head import install
 
     install()
-    return create_app(Settings())
+    settings = Settings()
+    server_protocol.configure(
+        settings.header_timeout_s, settings.body_timeout_s, settings.max_header_bytes
+    )
+    return create_app(settings)

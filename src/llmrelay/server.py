@@ -16,6 +16,7 @@ from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors.multiprocess import Multiprocess
 
 from llmrelay.observability.logging import configure_logging, logging_config
+from llmrelay.server_protocol import GuardedHttpToolsProtocol
 from llmrelay.settings import Settings
 
 #: The ASGI app, built by each serving process from the environment.
@@ -43,7 +44,8 @@ def run_server(settings: Settings, *, host: str, port: int, workers: int) -> Non
         "port": port,
         "workers": workers if workers > 1 else None,
         "loop": "uvloop",
-        "http": "httptools",
+        # httptools, with header and body timeouts and a head size cap (server_protocol.py)
+        "http": GuardedHttpToolsProtocol,
         "lifespan": "on",
         "proxy_headers": False,  # X-Forwarded-For is judged by LLMRELAY_TRUSTED_PROXIES only
         "access_log": False,

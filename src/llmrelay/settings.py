@@ -57,6 +57,15 @@ class Settings(BaseSettings):
     metrics_token: str | None = None
     # Extensions beyond the contract.
     drain_timeout_s: float = Field(default=30.0, ge=0)
+    #: Slow and oversized clients (server_protocol.py, docs/security.md): a request head must
+    #: be complete within LLMRELAY_HEADER_TIMEOUT_S of the connection opening (or of its first
+    #: byte on a kept-alive connection) and no larger than LLMRELAY_MAX_HEADER_BYTES (else
+    #: 408 / 431 and the connection is closed); a request body must be complete within
+    #: LLMRELAY_BODY_TIMEOUT_S of its head (else 408 in the route's protocol, nothing sent to
+    #: a provider). Raise the body limit for large bodies over slow links.
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    body_timeout_s: float = Field(default=60.0, gt=0)
+    max_header_bytes: int = Field(default=64 * 1024, ge=1024)
     #: A second listener, `host:port` (`[v6 address]:port`), for the control plane: the
     #: admin API, the console and /metrics are served there and not on the data-plane port,
     #: which keeps the model API and the health endpoints (docs/operations.md, "Admin

@@ -123,6 +123,7 @@ class Stack:
             capture_max_bytes=settings.capture_max_bytes,
             prepaid=prepaid,
             guard_max_chars=settings.guardrails_max_chars,
+            body_timeout_s=settings.body_timeout_s,
         )
         dispatcher.runtime = runtime
         live_reload = LiveReload(

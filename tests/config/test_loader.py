@@ -147,6 +147,23 @@ def test_reserved_provider_headers_are_refused() -> None:
     assert any("providers[0].headers" in p and "'Host'" in p for p in _problems(text))
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("api_key", '"sk-x\\r\\nX-Injected: 1"'),
+        ("api_key", '"sk-x\\u0000"'),
+        ("headers", '{"X-Team": "a\\nX-Injected: 1"}'),
+        ("headers", '{"X-Team": "a\\u0000"}'),
+        ("headers", '{"X-Team\\n": "a"}'),
+        ("api_version", '"2024-10-21\\r\\nX: 1"'),
+    ],
+)
+def test_provider_values_sent_in_headers_cannot_hold_line_breaks(field: str, value: str) -> None:
+    """They go into the upstream request's headers: a line break would add a header."""
+    text = GOOD.replace("    api_key: ${OPENAI_API_KEY}\n", f"    {field}: {value}\n")
+    assert any(p.startswith(f"gw.yaml: providers[0].{field}") for p in _problems(text))
+
+
 def test_same_key_twice_is_refused() -> None:
     text = GOOD.replace(
         "        expires_at: 2030-01-01T00:00:00Z\n",

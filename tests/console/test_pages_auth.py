@@ -122,6 +122,7 @@ def test_after_sign_in_only_a_path_of_this_site() -> None:
         "/\\evil.example",
         "https://evil.example",
         "/ok\n/x",
+        "/dashboard\n",
         None,
         "",
     ):

@@ -15,7 +15,18 @@ def test_well_formed_client_request_ids_are_kept(given: bytes) -> None:
 
 
 @pytest.mark.parametrize(
-    "given", [None, b"", b"x" * 65, b"has space", b"semi;colon", b"\xff\xfe", b"a/b"]
+    "given",
+    [
+        None,
+        b"",
+        b"x" * 65,
+        b"has space",
+        b"semi;colon",
+        b"\xff\xfe",
+        b"a/b",
+        b"abc\n",  # `$` alone would let a final line feed through into the response header
+        b"abc\r\nSet-Cookie: x=1",
+    ],
 )
 def test_anything_else_gets_a_fresh_unguessable_id(given: bytes | None) -> None:
     first, second = choose_request_id(given), choose_request_id(given)

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from llmrelay.config.schema import GatewayConfig
 
 _VAR = re.compile(r"\$\{([^}]*)\}|\$\$")
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +75,7 @@ def _expand_string(value: str, env: Mapping[str, str], path: tuple[str | int, ..
         if match.group(0) == "$$":
             return "$"
         name = match.group(1)
-        if not _NAME.match(name):
+        if not _NAME.fullmatch(name):
             raise _MissingVariable(path, f"${{{name}}} is not a valid variable name")
         if name not in env:
             raise _MissingVariable(path, f"environment variable {name} is not set")

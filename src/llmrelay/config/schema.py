@@ -21,7 +21,10 @@ _SLUG = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 # Model names may not contain ":" because "MODEL:PROVIDER" pins a provider.
 _MODEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9._/@+-]{0,199}$"
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,199}$"
-_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+_HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
+#: What may not be in a value sent upstream in a header (the API key goes into one too): a
+#: line break would end the header and start another.
+_HEADER_VALUE_FORBIDDEN = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 #: Headers the gateway sets itself or that belong to one hop; a provider may not override them.
 RESERVED_UPSTREAM_HEADERS = frozenset(
     {
@@ -110,16 +113,24 @@ class ProviderConfig(_Strict):
             raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
         return value.rstrip("/")
 
+    @field_validator("api_key", "api_version")
+    @classmethod
+    def _header_safe(cls, value: str | None) -> str | None:
+        """Both travel upstream in a header (`Authorization`, `api-key`, a query string)."""
+        if value is not None and _HEADER_VALUE_FORBIDDEN.search(value):
+            raise ValueError("may not hold a line break or other control character")
+        return value
+
     @field_validator("headers")
     @classmethod
     def _header_names(cls, value: dict[str, str]) -> dict[str, str]:
         for name, header_value in value.items():
-            if not _HEADER_NAME.match(name):
+            if not _HEADER_NAME.fullmatch(name):
                 raise ValueError(f"{name!r} is not a valid header name")
             if name.lower() in RESERVED_UPSTREAM_HEADERS:
                 raise ValueError(f"header {name!r} is set by the gateway and cannot be overridden")
-            if "\n" in header_value or "\r" in header_value:
-                raise ValueError(f"header {name!r} has a line break in its value")
+            if _HEADER_VALUE_FORBIDDEN.search(header_value):
+                raise ValueError(f"header {name!r} has a control character in its value")
         return value
 
     @model_validator(mode="after")
@@ -329,7 +340,7 @@ class RoutingConfig(_Strict):
 
 #: A guardrail rule's name (what a more specific binding overrides it by).
 RuleName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")]
-_PRINTABLE = re.compile(r"^[^\x00-\x1f\x7f]*$")
+_PRINTABLE = re.compile(r"[^\x00-\x1f\x7f]*")
 
 
 class GuardrailRuleConfig(_Strict):
@@ -362,7 +373,7 @@ class GuardrailRuleConfig(_Strict):
     @field_validator("placeholder")
     @classmethod
     def _printable(cls, value: str | None) -> str | None:
-        if value is not None and not _PRINTABLE.match(value):
+        if value is not None and not _PRINTABLE.fullmatch(value):
             raise ValueError("a placeholder may not hold control characters")
         return value
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from starlette.requests import Request
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-_HOST = re.compile(r"^[A-Za-z0-9.\-:\[\]]{1,255}$")
+_HOST = re.compile(r"[A-Za-z0-9.\-:\[\]]{1,255}")
 
 
 def _trusted(peer: str | None, trusted: Sequence[Network]) -> bool:
@@ -35,6 +35,6 @@ def public_base_url(request: Request, trusted: Sequence[Network]) -> str:
         forwarded_host = request.headers.get("x-forwarded-host", "").split(",")[0].strip()
         if forwarded_host:
             host = forwarded_host
-    if not _HOST.match(host):  # never echo a header that is not a host into a snippet
+    if not _HOST.fullmatch(host):  # never echo a header that is not a host into a snippet
         host = f"{request.url.hostname or 'localhost'}"
     return f"{scheme}://{host}"

@@ -72,7 +72,7 @@ def _scan_messages(messages: Any) -> tuple[bool, int]:
                 if not isinstance(part, dict):
                     continue
                 kind = part.get("type")
-                if kind in _IMAGE_PARTS:
+                if isinstance(kind, str) and kind in _IMAGE_PARTS:  # (a list is unhashable)
                     images = True
                 text = part.get("text")
                 if isinstance(text, str):

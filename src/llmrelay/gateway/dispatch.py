@@ -83,6 +83,8 @@ class Runtime:
     prepaid: Prepaid | None = None
     #: The most characters of text guardrails screen in one body (LLMRELAY_GUARDRAILS_MAX_CHARS).
     guard_max_chars: int = 1_000_000
+    #: The longest a request body may take to arrive (LLMRELAY_BODY_TIMEOUT_S).
+    body_timeout_s: float = 60.0
 
 
 class ModelCall:

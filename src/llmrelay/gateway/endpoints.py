@@ -140,7 +140,11 @@ class DataPlane(Dispatcher):
             bind(record, principal)
             if principal.capture:
                 send, receive = self.capture(record, send, receive)
-            payload = checks.parse_object(await read_body(receive, runtime.max_body_bytes))
+            payload = checks.parse_object(
+                await read_body(
+                    receive, runtime.max_body_bytes, runtime.body_timeout_s, runtime.deadlines
+                )
+            )
             if operation is Operation.CHAT:
                 checks.check_chat(payload)
             else:

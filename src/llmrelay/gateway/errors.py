@@ -87,6 +87,15 @@ class PayloadTooLarge(GatewayError):
     code = "request_too_large"
 
 
+class RequestTimeout(GatewayError):
+    """The request body did not arrive within LLMRELAY_BODY_TIMEOUT_S: answered 408 and the
+    connection closed (the rest of a trickling body is not worth reading)."""
+
+    status = 408
+    type = "invalid_request_error"
+    code = "request_timeout"
+
+
 class UpstreamFailed(GatewayError):
     """Every candidate failed; the message summarises the last failure (no URLs, no secrets)."""
 

@@ -53,7 +53,11 @@ class GenerateRoutes:
             bind(record, principal)
             if principal.capture:
                 send, receive = dispatcher.capture(record, send, receive)
-            payload = checks.parse_object(await read_body(receive, runtime.max_body_bytes))
+            payload = checks.parse_object(
+                await read_body(
+                    receive, runtime.max_body_bytes, runtime.body_timeout_s, runtime.deadlines
+                )
+            )
             generation.check_generate(payload)
             model, pinned = checks.resolve_model(
                 snapshot, principal, payload["model"], embedding=False

@@ -20,7 +20,8 @@ from llmrelay.observability.logging import REQUEST_ID
 from llmrelay.protocols.anthropic_models import error_body as anthropic_error_body
 from llmrelay.protocols.openai import error_body
 
-_CLIENT_REQUEST_ID: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+#: (fullmatch: `$` would also match before a final line feed, and the id goes into a header)
+_CLIENT_REQUEST_ID: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -55,7 +56,7 @@ def choose_request_id(client_value: bytes | None) -> str:
     """Keep a well-formed client id; anything else gets a fresh unguessable one."""
     if client_value is not None:
         text = client_value.decode("latin-1")
-        if _CLIENT_REQUEST_ID.match(text):
+        if _CLIENT_REQUEST_ID.fullmatch(text):
             return text
     return REQUEST_IDS.new()
 

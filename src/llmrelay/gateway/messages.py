@@ -66,7 +66,11 @@ class MessagesRoutes:
             bind(record, principal)
             if principal.capture:
                 send, receive = dispatcher.capture(record, send, receive)
-            payload = checks.parse_object(await read_body(receive, runtime.max_body_bytes))
+            payload = checks.parse_object(
+                await read_body(
+                    receive, runtime.max_body_bytes, runtime.body_timeout_s, runtime.deadlines
+                )
+            )
             check_messages(payload, counting=counting)
             model, pinned = checks.resolve_model(
                 snapshot, principal, payload["model"], embedding=False

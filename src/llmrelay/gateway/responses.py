@@ -54,7 +54,11 @@ class ResponsesRoutes:
             bind(record, principal)
             if principal.capture:
                 send, receive = dispatcher.capture(record, send, receive)
-            payload = checks.parse_object(await read_body(receive, runtime.max_body_bytes))
+            payload = checks.parse_object(
+                await read_body(
+                    receive, runtime.max_body_bytes, runtime.body_timeout_s, runtime.deadlines
+                )
+            )
             background = check_responses(payload)
             model, pinned = checks.resolve_model(
                 snapshot, principal, payload["model"], embedding=False

@@ -147,7 +147,11 @@ class StoredResponses:
             bind(record, principal)
             if principal.capture:
                 send, receive = dispatcher.capture(record, send, receive)
-            payload = checks.parse_object(await read_body(receive, runtime.max_body_bytes))
+            payload = checks.parse_object(
+                await read_body(
+                    receive, runtime.max_body_bytes, runtime.body_timeout_s, runtime.deadlines
+                )
+            )
             name = payload.get("model")
             if not isinstance(name, str) or not name:
                 raise InvalidRequest("'model' is required", param="model")

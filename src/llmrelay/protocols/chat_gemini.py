@@ -56,7 +56,9 @@ def chat_request_to_gemini(payload: dict[str, Any]) -> tuple[dict[str, Any], lis
         elif key in ("max_completion_tokens", "max_tokens"):
             config["maxOutputTokens"] = payload.get("max_completion_tokens") or value
         elif key == "stop":
-            stops = [value] if isinstance(value, str) else list(value)
+            stops = [value] if isinstance(value, str) else value
+            if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+                raise TranslationError("stop must be a string or a list of strings", param=key)
             if stops:
                 config["stopSequences"] = stops
         elif key == "n":
@@ -76,7 +78,7 @@ def chat_request_to_gemini(payload: dict[str, Any]) -> tuple[dict[str, Any], lis
         elif key in ("audio", "web_search_options"):
             raise TranslationError(f"{key} is not supported with Gemini", param=key)
         elif key == "modalities":
-            if any(m != "text" for m in value):
+            if not isinstance(value, list) or any(m != "text" for m in value):
                 raise TranslationError("Gemini answers with text only here", param=key)
             dropped.append(key)
         else:
@@ -87,7 +89,7 @@ def chat_request_to_gemini(payload: dict[str, Any]) -> tuple[dict[str, Any], lis
     config.update(_response_format(payload.get("response_format")))
     effort = payload.get("reasoning_effort")
     if effort is not None:
-        if effort not in THINKING_BUDGETS:
+        if not isinstance(effort, str) or effort not in THINKING_BUDGETS:
             raise TranslationError(f"unknown reasoning_effort {effort!r}", param="reasoning_effort")
         config["thinkingConfig"] = {"thinkingBudget": THINKING_BUDGETS[effort]}
 
@@ -224,7 +226,7 @@ def _assistant_parts(
     message: dict[str, Any], call_names: dict[str, str], where: str
 ) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = [{"text": t} for t in _texts(message.get("content"), where)]
-    calls = list(message.get("tool_calls") or [])
+    calls = _list(message.get("tool_calls"), "messages")
     if isinstance(message.get("function_call"), dict):
         calls.append({"type": "function", "function": message["function_call"]})
     signed = False
@@ -286,8 +288,10 @@ def _function_response(
 
 def _tools(payload: dict[str, Any]) -> dict[str, Any]:
     """`tools` and `toolConfig`, from tools/tool_choice or the legacy functions/function_call."""
-    functions = [{"type": "function", "function": f} for f in payload.get("functions") or []]
-    tools = list(payload.get("tools") or []) + functions
+    functions = [
+        {"type": "function", "function": f} for f in _list(payload.get("functions"), "functions")
+    ]
+    tools = _list(payload.get("tools")) + functions
     choice = payload.get("tool_choice", payload.get("function_call"))
     param = "tool_choice" if "tool_choice" in payload else "function_call"
     if not tools:
@@ -303,7 +307,12 @@ def _tools(payload: dict[str, Any]) -> dict[str, Any]:
     elif isinstance(choice, dict) and choice.get("type") == "allowed_tools":
         # Exactly "only these tools": the others are not declared at all.
         allowed = choice.get("allowed_tools") or {}
-        names = {(t.get("function") or {}).get("name") for t in allowed.get("tools") or []}
+        listed = allowed.get("tools") if isinstance(allowed, dict) else None
+        if not isinstance(listed, list) or not all(
+            isinstance(t, dict) and isinstance(t.get("function") or {}, dict) for t in listed
+        ):
+            raise TranslationError(f"{param}: allowed_tools.tools must list tools", param=param)
+        names = {(t.get("function") or {}).get("name") for t in listed}
         declarations = [d for d in declarations if d["name"] in names]
         config = {"mode": "ANY" if allowed.get("mode") == "required" else "AUTO"}
     elif isinstance(choice, dict):
@@ -315,6 +324,15 @@ def _tools(payload: dict[str, Any]) -> dict[str, Any]:
     if config is not None:
         out["toolConfig"] = {"functionCallingConfig": config}
     return out
+
+
+def _list(value: Any, param: str = "tools") -> list[Any]:
+    """A list field of the request (None or empty: none); anything else is a 400."""
+    if not value:
+        return []
+    if not isinstance(value, list):
+        raise TranslationError(f"{param}: expected a list, got {type(value).__name__}", param=param)
+    return list(value)
 
 
 def _declaration(tool: Any) -> dict[str, Any]:

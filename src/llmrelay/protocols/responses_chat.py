@@ -129,7 +129,7 @@ def _check_include(include: Any, dropped: list[str]) -> None:
     if not isinstance(include, list):
         raise fail("include must be a list", "include")
     for entry in include:
-        if entry not in _INCLUDE_MOOT:
+        if not isinstance(entry, str) or entry not in _INCLUDE_MOOT:
             raise fail(f"include {entry!r} is not available for this model", "include")
         note(dropped, "include")
 

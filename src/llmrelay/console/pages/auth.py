@@ -37,12 +37,12 @@ _STEP_CONTEXT = "console.sign-in"
 
 #: A path of this site: no scheme, no `//host`, no backslash, control character or space
 #: (browsers drop tabs and new lines from URLs, so `/\t/evil.example` would become `//...`).
-_LOCAL_PATH = re.compile(r"^/(?![/\\])[A-Za-z0-9\-._~!$&'()*+,;=:@%/?]*$")
+_LOCAL_PATH = re.compile(r"/(?![/\\])[A-Za-z0-9\-._~!$&'()*+,;=:@%/?]*")
 
 
 def _next(value: str | None) -> str:
     """Where to go after signing in: only a path of this site (no open redirect)."""
-    if value and _LOCAL_PATH.match(value):
+    if value and _LOCAL_PATH.fullmatch(value):
         return value
     return "/dashboard"
 
