@@ -41,8 +41,13 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests bench setup.py
 	$(BIN)/mypy
 
+# Two workers, each taking whole modules (their module-scoped gateways and upstreams stay in
+# one process): most end-to-end tests wait on sockets and timers, so two halve the wall time
+# on two cores. `PYTEST_WORKERS=0` runs in one process.
+PYTEST_WORKERS ?= 2
+
 test: lint $(BUILT)
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile
 
 bench: $(BUILT)
 	$(BIN)/python -m bench.run

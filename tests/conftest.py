@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Generator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -79,6 +80,21 @@ async def postgres_engine(postgres_url: str) -> AsyncIterator[AsyncEngine]:
         yield engine
     finally:
         await engine.dispose()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item) -> Generator[None, Any, None]:
+    """What a test found missing travels on its report: under pytest-xdist the tests run in
+    worker processes, and only the reports reach the process that prints the summary."""
+    outcome = yield
+    if skipped_services:
+        outcome.get_result().user_properties.append(("skipped_services", sorted(skipped_services)))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    for name, value in report.user_properties:
+        if name == "skipped_services":
+            skipped_services.update(value)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

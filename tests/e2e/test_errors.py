@@ -180,3 +180,17 @@ def test_a_body_under_the_cap_is_served(gateway: GatewayProcess) -> None:
     response = _post(gateway, {"model": "chat", "messages": [{"role": "user", "content": text}]})
     assert response.status_code == 200
     assert response.json()["choices"][0]["message"]["content"] == text
+
+
+def test_a_chunked_body_over_the_cap_on_an_admin_route_is_413(gateway: GatewayProcess) -> None:
+    """The admin API reads its bodies through the same cap: a body without a Content-Length
+    that passes it is refused with a 413 in the error shape, not a 500."""
+    response = httpx.post(
+        f"{gateway.url}/api/admin/auth/login",
+        headers={"content-type": "application/json"},
+        content=iter([b"x" * 1024] * 200),
+    )
+    assert response.status_code == 413, response.text
+    assert response.json()["error"]["code"] == "request_too_large"
+    assert response.headers["x-request-id"]
+    assert httpx.get(f"{gateway.url}/readyz").status_code == 200

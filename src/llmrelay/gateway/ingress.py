@@ -156,22 +156,40 @@ class IngressMiddleware:
             await send(message)
 
         limit = self.max_body_bytes
-        if declared is not None and declared > limit:
-            await refuse_too_large(context.request_id, limit, send)
+        if declared is not None:
+            if declared > limit:
+                await refuse_too_large(context.request_id, limit, send)
+                return
+            # The HTTP parser delivers exactly the declared length: no cap to apply.
+            await self.app(scope, receive, send_with_id)
             return
-
+        # No Content-Length (chunked): read the body here, up to the cap, so that passing it
+        # is a 413 in the error shape whichever handler would have read it (FastAPI turns an
+        # error raised while it reads a body into a 400). These routes' bodies are small.
+        chunks: list[bytes] = []
         received = 0
-
-        async def capped_receive() -> Message:
-            nonlocal received
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > limit:
-                    raise PayloadTooLarge(_too_large_message(limit))
-            return message
+            if message["type"] != "http.request":
+                return  # the client left before its body was whole
+            chunk = message.get("body", b"")
+            received += len(chunk)
+            if received > limit:
+                await refuse_too_large(context.request_id, limit, send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        replayed = False
 
-        await self.app(scope, capped_receive, send_with_id)
+        async def replay_receive() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+
+        await self.app(scope, replay_receive, send_with_id)
 
 
 def _too_large_message(limit: int) -> str:
