@@ -93,8 +93,8 @@ def pytest_runtest_makereport(item: pytest.Item) -> Generator[None, Any, None]:
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     for name, value in report.user_properties:
-        if name == "skipped_services":
-            skipped_services.update(value)
+        if name == "skipped_services" and isinstance(value, list):
+            skipped_services.update(str(missing) for missing in value)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
