@@ -306,3 +306,80 @@ def test_a_tenant_that_is_not_prepaid_reserves_nothing(
     assert db.rows("SELECT * FROM reservations WHERE tenant_id = $1", other_tenant) == []
     assert db.rows("SELECT * FROM wallets WHERE tenant_id = $1", other_tenant) == []
     db.assert_balanced(tenant)
+
+
+def _background(gateway: GatewayProcess, request_id: str) -> dict[str, Any]:
+    """Submit a background response and wait for its end; the last poll's body."""
+    submitted = httpx.post(
+        f"{gateway.base_url}/responses",
+        headers={"Authorization": f"Bearer {KEY}", "X-Request-ID": request_id},
+        json={
+            "model": "chat",
+            "input": "one two three",
+            "background": True,
+            "max_output_tokens": 50,
+        },
+        timeout=10,
+    )
+    assert submitted.status_code == 200, submitted.text
+    response_id = submitted.json()["id"]
+
+    def ended() -> dict[str, Any] | None:
+        found: dict[str, Any] = httpx.get(
+            f"{gateway.base_url}/responses/{response_id}",
+            headers={"Authorization": f"Bearer {KEY}"},
+            timeout=10,
+        ).json()
+        return None if found["status"] in ("queued", "in_progress") else found
+
+    return eventually(ended, timeout_s=20, what=f"the end of {response_id}")
+
+
+def test_a_background_response_reserves_and_is_charged_like_a_served_request(
+    gateway: GatewayProcess, db: BillingDb, tenant: str
+) -> None:
+    before = db.wallet(tenant)
+    ended = _background(gateway, "background-1")
+    assert ended["status"] == "completed", ended["error"]
+    reservation = settled(db, "background-1")
+    record = gateway.records(["background-1"])["background-1"]
+    assert record["cost_micros"] > 0
+    assert (reservation["status"], reservation["charged_micros"]) == (
+        "settled",
+        record["cost_micros"],
+    )
+    assert db.wallet(tenant) == (before[0] - record["cost_micros"], before[1])
+    db.assert_balanced(tenant)
+
+
+def test_a_background_call_goes_on_under_the_reservation_an_earlier_attempt_held(
+    gateway: GatewayProcess, db: BillingDb, tenant: str
+) -> None:
+    """A worker that stopped between its reservation and the provider call leaves the
+    reservation held; the job's next attempt is served under it, not refused as a reused
+    request id. (The held reservation is made here with the ledger, as that attempt did.)"""
+    import asyncio
+
+    from llmrelay.billing import ledger
+    from llmrelay.store.db import create_engine
+
+    async def hold() -> None:
+        engine = create_engine(gateway.database_url)
+        try:
+            async with engine.begin() as conn:
+                await ledger.reserve(conn, tenant, "background-resumed", 400_000)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(hold())
+    assert db.reservation("background-resumed")["status"] == "held"  # type: ignore[index]
+    assert _background(gateway, "background-resumed")["status"] == "completed"
+    reservation = settled(db, "background-resumed")
+    record = gateway.records(["background-resumed"])["background-resumed"]
+    assert (reservation["amount_micros"], reservation["charged_micros"]) == (
+        400_000,
+        record["cost_micros"],
+    )
+    kinds = [e["kind"] for e in db.entries(tenant) if e["request_id"] == "background-resumed"]
+    assert kinds == ["reserve", "charge"]
+    db.assert_balanced(tenant)

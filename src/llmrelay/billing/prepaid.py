@@ -117,6 +117,31 @@ class Prepaid:
             raise RequestIdUsed(request_id)
         self._count_reserve("reserved")
 
+    async def held(self, request_id: str) -> bool:
+        """Whether the request has a reservation still held: a durable job's attempt finds
+        the one an earlier attempt made before its worker stopped (gateway/headless.py)."""
+        try:
+            async with self.engine.connect() as conn:
+                status = (
+                    await conn.execute(
+                        select(ledger.reservations.c.status).where(
+                            ledger.reservations.c.request_id == request_id
+                        )
+                    )
+                ).scalar_one_or_none()
+        except (SQLAlchemyError, *_TRANSIENT) as exc:
+            raise LedgerUnavailable("the prepaid reservation could not be read") from exc
+        return status == ledger.HELD
+
+    async def keep_unmetered(self, request_id: str) -> None:
+        """Mark a held reservation `metering_failed` (kept until reconciled): the provider
+        was called and may have billed, but nobody will ever know its usage."""
+        try:
+            async with self.engine.begin() as conn:
+                await ledger.settle(conn, request_id, None)
+        except (SQLAlchemyError, *_TRANSIENT) as exc:
+            raise LedgerUnavailable("the prepaid reservation could not be kept") from exc
+
     def count_refusal(self, outcome: str) -> None:
         self._count_reserve(outcome)
 

@@ -11,6 +11,10 @@ caller may hook the moment before a provider is first called (`before_send`: the
 that serves the Responses API itself to run the response in the background
 (`upstream_background`: the job then polls it, and a resumed attempt can too).
 
+A prepaid tenant's job reserves like a served request (a 402 fails the job). An attempt
+whose worker stopped after reserving and before the call leaves the reservation held: the
+next attempt goes on under it (`adopt_reservation`), since a request id reserves once.
+
 Not on the served path: nothing here runs for a request that is not a job's.
 """
 
@@ -25,12 +29,13 @@ from typing import Any
 import orjson
 from starlette.types import Message
 
+from llmrelay.billing.errors import LedgerUnavailable
 from llmrelay.gateway import requests as checks
 from llmrelay.gateway.call import CallRecord
 from llmrelay.gateway.capabilities import needs_of
 from llmrelay.gateway.capture import Capture
 from llmrelay.gateway.dispatch import Answer, Dispatcher, ModelCall, bind, response_session
-from llmrelay.gateway.errors import AuthenticationFailed
+from llmrelay.gateway.errors import AuthenticationFailed, BillingUnavailable
 from llmrelay.gateway.executor import Executor
 from llmrelay.providers.base import Adapter, Operation, Transport, UpstreamRequest, UpstreamResponse
 from llmrelay.providers.presets import speaks_responses
@@ -105,6 +110,33 @@ class Headless:
             record.capture = Capture(self.dispatcher.live().capture_max_bytes)
         return record
 
+    async def adopt_reservation(self, record: CallRecord, principal: KeySnap) -> None:
+        """Go on under the reservation an earlier attempt of the job made, if one is held:
+        the call then reserves nothing and its end settles that one. Raises
+        BillingUnavailable when the ledger cannot be read."""
+        prepaid = self.dispatcher.live().prepaid
+        if not principal.prepaid or prepaid is None:
+            return
+        try:
+            record.reserved = await prepaid.held(record.request_id)
+        except LedgerUnavailable as unavailable:
+            raise BillingUnavailable(str(unavailable)) from None
+
+    async def keep_unmetered(self, request_id: str) -> None:
+        """A job whose call started and was lost with its worker: a reservation it held is
+        kept as `metering_failed` until reconciled (the provider may have billed)."""
+        prepaid = self.dispatcher.live().prepaid
+        if prepaid is not None and await prepaid.held(request_id):
+            await prepaid.keep_unmetered(request_id)
+
+    def release(self, record: CallRecord) -> None:
+        """Give back what admission took, without a record: the attempt stopped before any
+        provider call and the job runs again (the ledger was away)."""
+        admission = record.admission
+        if admission is not None:
+            record.admission = None
+            admission.program.owner.settle(admission, None, 0)
+
     def keep_bodies(self, record: CallRecord, request: dict[str, Any], answer: Any) -> None:
         """The call's bodies, for a key that captures them (`capture: full`): the request as
         submitted, the answer as the job's client reads it. Before `finish`."""
@@ -159,6 +191,7 @@ class Headless:
             principal.policy,
             needs,
             dispatcher.scopes.of(principal),
+            prepaid=principal.prepaid and not record.reserved,
         )
         return await dispatcher.answer(call, _never_disconnects, snapshot, model, pinned)
 

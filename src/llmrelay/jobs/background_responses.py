@@ -54,7 +54,7 @@ async def run(context: JobContext) -> dict[str, Any] | None:
     if phase == POLLING:
         return await _resume(context, headless, submitted, checkpoint)
     if phase == SENT:
-        raise give_up_lost(context, headless, submitted, ENDPOINT)
+        raise await give_up_lost(context, headless, submitted, ENDPOINT)
     body = context.secret_payload()
     request = {k: v for k, v in body.items() if k not in _NOT_SENT}
     record, served, answer = await call_model(

@@ -39,7 +39,7 @@ async def run(context: JobContext) -> dict[str, Any] | None:
     request: dict[str, Any] = context.secret_payload()
     try:
         if (context.checkpoint or {}).get("phase") == SENT:
-            raise give_up_lost(context, headless, submitted, ENDPOINT)
+            raise await give_up_lost(context, headless, submitted, ENDPOINT)
         record, served, answer = await call_model(
             context,
             headless,

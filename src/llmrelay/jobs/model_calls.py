@@ -20,9 +20,10 @@ from typing import Any, Final
 import structlog
 from sqlalchemy.exc import SQLAlchemyError
 
+from llmrelay.billing.errors import LedgerUnavailable
 from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
 from llmrelay.gateway.dispatch import Answer
-from llmrelay.gateway.errors import GatewayError
+from llmrelay.gateway.errors import BillingUnavailable, GatewayError
 from llmrelay.gateway.headless import Headless, principal_of
 from llmrelay.gateway.ingress import RequestContext
 from llmrelay.jobs import queue
@@ -122,15 +123,20 @@ def record_for(context: JobContext, submitted: Submitted, endpoint: str) -> Call
     return record
 
 
-def give_up_lost(
+async def give_up_lost(
     context: JobContext, headless: Headless, submitted: Submitted, endpoint: str
 ) -> GiveUp:
     """An attempt found its call started by an attempt that did not finish it: the job fails
-    (never a second call), and the call gets its record."""
+    (never a second call), the call gets its record, and a prepaid reservation it held is
+    kept until reconciled (the provider may have billed for the lost answer)."""
     message = (
         "the worker running this job stopped while the provider was answering; the call is "
         "not repeated, so its answer is lost"
     )
+    try:
+        await headless.keep_unmetered(submitted.request_id)
+    except LedgerUnavailable:
+        raise RunAgainAt(time.time() + LIMITS_UNAVAILABLE_RETRY_S) from None
     record = record_for(context, submitted, endpoint)
     record.fail(500, "worker_lost")
     headless.finish(record)
@@ -176,6 +182,7 @@ async def call_model(
             await context.save_checkpoint({"phase": SENT})
 
     try:
+        await headless.adopt_reservation(record, principal)
         served, answer = await headless.answer(
             record,
             principal,
@@ -184,6 +191,12 @@ async def call_model(
             before_send=before_send,
             upstream_background=upstream_background,
         )
+    except (LimitsUnavailable, BillingUnavailable):  # nothing was sent: try again shortly
+        headless.release(record)
+        at = time.time() + LIMITS_UNAVAILABLE_RETRY_S
+        if at < submitted.expires_at:
+            raise RunAgainAt(at) from None
+        raise
     except LimitExceeded as refused:  # admission comes first: nothing was sent
         at = time.time() + float(refused.headers.get("Retry-After", "1"))
         if at < submitted.expires_at:
@@ -191,11 +204,6 @@ async def call_model(
         record.fail(refused.status, refused.code)
         headless.finish(record)
         raise GiveUp(refused.message, result=failure_of(refused)) from None
-    except LimitsUnavailable:
-        at = time.time() + LIMITS_UNAVAILABLE_RETRY_S
-        if at < submitted.expires_at:
-            raise RunAgainAt(at) from None
-        raise
     except GatewayError as error:
         record.fail(error.status, error.code)
         headless.keep_bodies(record, request, failure_of(error))
