@@ -82,6 +82,26 @@ async def postgres_engine(postgres_url: str) -> AsyncIterator[AsyncEngine]:
         await engine.dispose()
 
 
+#: The longest modules (a minute or more of waiting each, measured with --durations): run
+#: first, so that under `make test`'s two workers (whole modules each) neither is left with
+#: one of them at the end while the other idles.
+SLOW_MODULES = (
+    "tests/e2e/test_record_outage.py",
+    "tests/console/test_pages_matrix.py",
+    "tests/admin/test_openapi_fuzz.py",
+    "tests/e2e/test_live_reload.py",
+    "tests/e2e/test_rotate_secret.py",
+    "tests/console/test_pages_providers.py",
+    "tests/console/test_pages_access.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: place for place, name in enumerate(SLOW_MODULES)}
+    last = len(SLOW_MODULES)
+    items.sort(key=lambda item: rank.get(item.location[0], last))  # stable: order kept within
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item) -> Generator[None, Any, None]:
     """What a test found missing travels on its report: under pytest-xdist the tests run in
