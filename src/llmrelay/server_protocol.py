@@ -98,8 +98,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
-        size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
-        if size > self.max_header_bytes:
+        if self._head_bytes > self.max_header_bytes and self._head_size() > self.max_header_bytes:
+            # (The bytes read since the head began bound its size: the exact count is made
+            # only when they pass the cap, as a body read with the head can make them.)
             self._refuse(431, "Request header fields too large.")
             return
         self._head_started = False
@@ -121,6 +122,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_complete()
 
     # -- limits --------------------------------------------------------------------------
+
+    def _head_size(self) -> int:
+        return len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
 
     def _answering(self) -> bool:
         """Whether an answer on this connection is still being made or written."""

@@ -289,3 +289,15 @@ def test_hundreds_of_slow_connections_do_not_hold_up_a_normal_request(
         for sock in slow:
             answer = _read_until_closed(sock, max(0.1, deadline - time.monotonic()))
             assert answer.startswith(b"HTTP/1.1 408 "), answer
+
+
+def test_a_body_larger_than_the_head_cap_sent_with_its_head_is_served(
+    gateway: GatewayProcess,
+) -> None:
+    """The head cap counts the head, not the bytes of one read: a small head and a body of
+    four times the cap, in one write, are a normal request."""
+    text = "w" * (4 * MAX_HEADER_BYTES)
+    body = json.dumps({"model": "chat", "messages": [{"role": "user", "content": text}]})
+    with _connect(gateway) as sock:
+        status = _exchange(sock, _head("/v1/chat/completions", len(body)) + body.encode())
+    assert status == 200
