@@ -3,7 +3,9 @@ runs no jobs (LLMRELAY_JOBS_IN_PROCESS=false), a `llmrelay worker` process takes
 another takes over once the lease runs out. A response the provider runs in the background is
 resumed by polling it (the provider saw one create call, and the response completes); one sent
 through chat has no such handle, and fails `worker_lost` rather than reach the provider twice.
-Each gets exactly one record."""
+Each gets exactly one record. The tenant is prepaid: the resumed response is charged what
+its record costs under the reservation the dead worker made, and the lost one's reservation
+is kept (`metering_failed`) until reconciled, since the provider may have billed for it."""
 
 from __future__ import annotations
 
@@ -15,11 +17,13 @@ from pathlib import Path
 import openai
 import pytest
 
+from tests.support.billing import ADMIN_TOKEN, BillingDb, admin, eventually, make_prepaid
 from tests.support.gateway_process import GatewayProcess, serving
 from tests.support.mock_upstream import MockUpstream
 from tests.support.worker_process import WorkerProcess
 
 KEY = "e2e-worker-killed-key-0123456789"
+PRICED = "{input_per_mtok: 1000, output_per_mtok: 2000}"
 
 
 def config(upstream: MockUpstream) -> str:
@@ -31,8 +35,10 @@ providers:
 models:
   - name: slow-native
     routes: [{{provider: oai, upstream_model: slow-4000}}]
+    pricing: {PRICED}
   - name: slow-chat
     routes: [{{provider: compat, upstream_model: slow-4000}}]
+    pricing: {PRICED}
 projects:
   - name: p
     keys: [{{name: k, key: {KEY}}}]
@@ -43,7 +49,7 @@ projects:
 def gateway(
     upstream: MockUpstream, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
-    env = {"LLMRELAY_JOBS_IN_PROCESS": "false"}
+    env = {"LLMRELAY_JOBS_IN_PROCESS": "false", "LLMRELAY_ADMIN_TOKEN": ADMIN_TOKEN}
     yield from serving(tmp_path_factory.mktemp("killed"), config(upstream), env=env)
 
 
@@ -58,6 +64,10 @@ def test_a_killed_workers_responses_are_resumed_never_sent_twice(
     gateway: GatewayProcess, upstream: MockUpstream, tmp_path: Path
 ) -> None:
     env = {"LLMRELAY_DATABASE_URL": gateway.database_url, "LLMRELAY_JOBS_LEASE_S": "2"}
+    db = BillingDb(gateway.database_url)
+    tenant = db.default_tenant()
+    with admin(gateway.url) as api:
+        make_prepaid(api, tenant, 50_000_000, "seed")  # the workers start after: prepaid
     client = openai.OpenAI(api_key=KEY, base_url=gateway.base_url, max_retries=0, timeout=15)
     native_raw = client.responses.with_raw_response.create(
         model="slow-native", input="resumed by polling", background=True
@@ -112,3 +122,16 @@ def test_a_killed_workers_responses_are_resumed_never_sent_twice(
         ).fetchall()
     assert counted == 2
     assert sorted(e for (e,) in epochs) == [2, 2]  # each claimed by both workers, in turn
+    resumed_hold = eventually(
+        lambda: (r := db.reservation(ids[0])) and r["status"] != "held" and r,
+        what="the resumed response's settle",
+    )
+    assert resumed_hold["status"] == "settled"
+    assert resumed_hold["charged_micros"] == records[ids[0]]["cost_micros"] > 0
+    lost_hold = db.reservation(ids[1])
+    assert lost_hold is not None and lost_hold["status"] == "metering_failed"
+    assert [e["kind"] for e in db.entries(tenant) if e["request_id"] == ids[0]] == [
+        "reserve",
+        "charge",
+    ]
+    db.assert_balanced(tenant)

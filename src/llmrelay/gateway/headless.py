@@ -110,12 +110,13 @@ class Headless:
             record.capture = Capture(self.dispatcher.live().capture_max_bytes)
         return record
 
-    async def adopt_reservation(self, record: CallRecord, principal: KeySnap) -> None:
+    async def adopt_reservation(self, record: CallRecord, principal: KeySnap | None) -> None:
         """Go on under the reservation an earlier attempt of the job made, if one is held:
-        the call then reserves nothing and its end settles that one. Raises
+        the call then reserves nothing and its end settles that one. `principal` None: an
+        attempt that resumes a call already made (looked up whatever the key is now). Raises
         BillingUnavailable when the ledger cannot be read."""
         prepaid = self.dispatcher.live().prepaid
-        if not principal.prepaid or prepaid is None:
+        if prepaid is None or (principal is not None and not principal.prepaid):
             return
         try:
             record.reserved = await prepaid.held(record.request_id)

@@ -19,10 +19,12 @@ import time
 from typing import Any, Final
 
 from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
+from llmrelay.gateway.errors import BillingUnavailable
 from llmrelay.gateway.headless import Headless, route_of
 from llmrelay.jobs import upstream_poll
-from llmrelay.jobs.kinds import GiveUp, JobContext, JobKind
+from llmrelay.jobs.kinds import GiveUp, JobContext, JobKind, RunAgainAt
 from llmrelay.jobs.model_calls import (
+    LIMITS_UNAVAILABLE_RETRY_S,
     POLLING,
     SENT,
     Submitted,
@@ -103,6 +105,10 @@ async def _resume(
     record.upstream_model, record.route_id = route.upstream_model, route.id
     record.price = route.price or model.price
     record.attempts = 1
+    try:
+        await headless.adopt_reservation(record, None)  # the attempt that sent it reserved
+    except BillingUnavailable:
+        raise RunAgainAt(time.time() + LIMITS_UNAVAILABLE_RETRY_S) from None
     upstream_id = str(checkpoint["upstream_id"])
     found = await _poll(context, headless, submitted, provider, upstream_id, record)
     return await _finish(context, headless, record, found, record.virtual_model)
