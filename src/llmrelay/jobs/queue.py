@@ -170,6 +170,11 @@ async def claim(
     return claimed
 
 
+async def any_due(engine: AsyncEngine, kinds: Sequence[str], now: float) -> bool:
+    """Whether a job of `kinds` is queued and due at `now` (a plain read: no lock skipped)."""
+    return bool(kinds) and await _any(engine, _due(kinds, now))
+
+
 def _due(kinds: Sequence[str], now: float) -> Any:
     return and_(jobs.c.status == QUEUED, jobs.c.run_at <= utc(now), jobs.c.kind.in_(kinds))
 

@@ -34,6 +34,8 @@ log = structlog.get_logger(__name__)
 
 #: Finished jobs are kept this long unless their kind says otherwise (a week).
 DEFAULT_KEEP_FINISHED_S = 7 * 86_400.0
+#: run_until_idle: a job due within this long of "now" still counts as due.
+_IDLE_GRACE_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +236,13 @@ class JobRunner:
                     return_when=asyncio.FIRST_COMPLETED,
                 )
             elif not claimed:
-                return
+                # Idle, unless a due job was passed over: a claim skips rows another
+                # transaction holds, and a retry due "now" can be a hair ahead of a clock
+                # read just after it. Look again shortly, within the deadline.
+                soon = self.clock() + _IDLE_GRACE_S
+                if not await queue.any_due(self.engine, tuple(self.kinds), soon):
+                    return
+                await asyncio.sleep(self.options.poll_s)
         raise TimeoutError("jobs still running or due")
 
     # -- one attempt ---------------------------------------------------------------------
