@@ -160,7 +160,11 @@ def test_stray_line_ends_do_not_keep_a_connection_open(gateway: GatewayProcess) 
             readable, _, _ = select.select([sock], [], [], 0.1)
             if readable:
                 break
-        assert _read_until_closed(sock) == b""
+        try:
+            answer = _read_until_closed(sock)
+        except ConnectionResetError:  # closed with our last line ends unread: an RST
+            answer = b""
+        assert answer == b""
     assert time.monotonic() - started < HEADER_TIMEOUT_S + SLACK_S
 
 
