@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -193,25 +194,36 @@ def _assert_only_gateway_credentials(headers: dict[str, str], provider_key: str)
     assert provider_key in values
 
 
-def test_client_headers_do_not_reach_an_openai_provider(
-    gateway: GatewayProcess, upstream: MockUpstream
-) -> None:
+def _forwarded(
+    gateway: GatewayProcess,
+    upstream: MockUpstream,
+    path: str,
+    body: dict[str, Any],
+    *credentials: bytes,
+) -> Any:
+    """The headers the provider received for one request sent with `credentials` and every
+    client-only header (the request must be served, by one upstream call)."""
     calls = len(upstream.requests)
-    answer = _exchange(
-        gateway,
-        _post(
-            "/v1/chat/completions",
-            json.dumps(CHAT).encode(),
-            b"Authorization: Bearer " + KEY.encode(),
-            b"X-Api-Key: " + KEY.encode(),
-            b"OpenAI-Beta: assistants=v2",
-            *CLIENT_ONLY,
-        ),
-    )
+    request = _post(path, json.dumps(body).encode(), *credentials, *CLIENT_ONLY)
+    answer = _exchange(gateway, request)
     assert answer.startswith(b"HTTP/1.1 200 "), answer
     received = upstream.requests[calls:]
     assert len(received) == 1
-    headers = received[0].headers
+    return received[0].headers
+
+
+def test_client_headers_do_not_reach_an_openai_provider(
+    gateway: GatewayProcess, upstream: MockUpstream
+) -> None:
+    headers = _forwarded(
+        gateway,
+        upstream,
+        "/v1/chat/completions",
+        CHAT,
+        b"Authorization: Bearer " + KEY.encode(),
+        b"X-Api-Key: " + KEY.encode(),
+        b"OpenAI-Beta: assistants=v2",
+    )
     _assert_only_gateway_credentials(headers, OPENAI_PROVIDER_KEY)
     assert headers["Authorization"] == f"Bearer {OPENAI_PROVIDER_KEY}"
     assert "x-api-key" not in {name.lower() for name in headers}
@@ -222,22 +234,16 @@ def test_client_headers_do_not_reach_an_anthropic_provider(
     gateway: GatewayProcess, upstream: MockUpstream
 ) -> None:
     body = {"model": "claude", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
-    calls = len(upstream.requests)
-    answer = _exchange(
+    sent = _forwarded(
         gateway,
-        _post(
-            "/v1/messages",
-            json.dumps(body).encode(),
-            b"X-Api-Key: " + KEY.encode(),
-            b"Authorization: Bearer " + KEY.encode(),
-            b"Anthropic-Version: 2023-06-01",
-            *CLIENT_ONLY,
-        ),
+        upstream,
+        "/v1/messages",
+        body,
+        b"X-Api-Key: " + KEY.encode(),
+        b"Authorization: Bearer " + KEY.encode(),
+        b"Anthropic-Version: 2023-06-01",
     )
-    assert answer.startswith(b"HTTP/1.1 200 "), answer
-    received = upstream.requests[calls:]
-    assert len(received) == 1
-    headers = {name.lower(): value for name, value in received[0].headers.items()}
+    headers = {name.lower(): value for name, value in sent.items()}
     _assert_only_gateway_credentials(headers, ANTHROPIC_PROVIDER_KEY)
     assert headers["x-api-key"] == ANTHROPIC_PROVIDER_KEY
     assert "authorization" not in headers
