@@ -7,6 +7,8 @@ from collections.abc import AsyncIterator, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
+import httpx2
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -19,6 +21,33 @@ from tests.support.services import (
     redis_available,
     skipped_services,
 )
+
+
+#: How long the tests' HTTP clients wait for an answer unless a test says otherwise. httpx's
+#: own default (5 s) is a ceiling a loaded machine passes: a console test's first admin page,
+#: or a sign-up hashing a password, took longer in CI runs beside other work. A test that
+#: means a limit passes its own `timeout=`.
+HTTP_TIMEOUT_S = 60.0
+
+
+def _generous_http_timeouts() -> None:
+    """Make HTTP_TIMEOUT_S the default of every httpx and httpx2 (the next httpx, which the
+    openai and anthropic SDKs use) client and one-call function."""
+    for module in (httpx, httpx2):
+        timeout = module.Timeout(HTTP_TIMEOUT_S)
+        functions: list[Any] = [module.Client.__init__, module.AsyncClient.__init__]
+        for name in ("request", "stream", "get", "options", "head", "post", "put", "patch"):
+            function = getattr(module, name)
+            functions.append(getattr(function, "__wrapped__", function))
+        functions.append(module.delete)
+        for function in functions:
+            defaults = function.__kwdefaults__
+            assert defaults is not None, function
+            assert "timeout" in defaults, function
+            defaults["timeout"] = timeout
+
+
+_generous_http_timeouts()
 
 
 def need_postgres() -> None:
