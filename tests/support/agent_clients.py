@@ -25,6 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+import pytest
+
+from tests.support.services import REQUIRE_AGENTS, skipped_services
+
 AGENTS_DIR: Final = Path(__file__).resolve().parent.parent / "agents"
 BIN: Final = AGENTS_DIR / "node_modules" / ".bin"
 SDK_SCRIPT: Final = AGENTS_DIR / "sdk_agents.py"
@@ -82,6 +86,19 @@ class Client:
 
             return importlib.util.find_spec(self.needs[3:]) is not None
         return (BIN / self.needs).exists()
+
+
+def need(client: Client) -> None:
+    """Skip the test (with the loud notice at the end of the run) when `client` is not
+    installed; fail it instead under LLMRELAY_TEST_REQUIRE_AGENTS=1 (.ci/run)."""
+    if client.available():
+        return
+    how = "`make agents`" if not client.needs.startswith("py:") else "the dev extra"
+    missing = f"the coding agent {client.name} ({how})"
+    if REQUIRE_AGENTS:
+        pytest.fail(f"{missing} is not installed (LLMRELAY_TEST_REQUIRE_AGENTS=1)")
+    skipped_services.add(missing)
+    pytest.skip(f"{missing} is not installed")
 
 
 def run(
@@ -181,6 +198,11 @@ stream_max_retries = 0
 
 [analytics]
 enabled = false
+
+# The curated plugin marketplace is synced from GitHub at every start.
+[features]
+plugins = false
+remote_plugin = false
 
 [feedback]
 enabled = false
