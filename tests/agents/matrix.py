@@ -27,9 +27,12 @@ NATIVE: Final = {
     "gemini": "gemini",
 }
 
-_CLAUDE = "issue 29: Claude Code's output_config/thinking/late system message are refused"
-_CODEX = "issue 29: Codex's namespace and web_search tools are refused"
-_GEMINI = "issue 29: llmrelay has no Gemini-native inbound API (/v1beta) yet"
+_CLAUDE = (
+    "issue 29: 400 output_config is not supported by this model "
+    "(then thinking, a late system message)"
+)
+_CODEX = "issue 29: 400 tools of type 'namespace' cannot be sent to this model (then web_search)"
+_GEMINI = "issue 29: no Gemini-native inbound API: /v1beta answers the console's HTML 404"
 #: (client, provider type) -> why that cell fails today. Both tasks of the cell fail.
 BROKEN: Final[dict[tuple[str, str], str]] = {
     ("claude-code", "openai"): _CLAUDE,

@@ -120,6 +120,13 @@ def decide(conversation: Conversation) -> Decision:
     return Reply(plain_answer(conversation.turns))
 
 
+def summary(decision: Decision) -> str:
+    """One line for the record of what was answered: `text: ...` or `call: NAME ARGUMENTS`."""
+    if isinstance(decision, Reply):
+        return f"text: {decision.text}"
+    return f"call: {decision.tool.name} {decision.arguments_json}"
+
+
 def plain_answer(turns: tuple[Turn, ...]) -> str:
     user = [t.text for t in turns if t.role == "user"]
     marker = REPLY_MARKER.search(user[-1]) if user else None

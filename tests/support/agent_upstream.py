@@ -33,7 +33,7 @@ import orjson
 from aiohttp import web
 
 from tests.support import agent_anthropic, agent_gemini, agent_openai_chat, agent_responses
-from tests.support.agent_script import Decision, Reply, decide
+from tests.support.agent_script import Conversation, Decision, decide, summary
 from tests.support.ports import free_port
 
 #: What the model lists name (any model name is answered, listed or not).
@@ -189,12 +189,9 @@ class AgentUpstream:
             return _json(agent_gemini.response(model, decision, usage))
         return await _sse(request, received, agent_gemini.stream(model, decision, usage))
 
-    def _decide(self, received: AgentRequest, conversation: Any) -> Decision:
+    def _decide(self, received: AgentRequest, conversation: Conversation) -> Decision:
         decision = decide(conversation)
-        if isinstance(decision, Reply):
-            received.answer = f"text: {decision.text}"
-        else:
-            received.answer = f"call: {decision.tool.name} {decision.arguments_json}"
+        received.answer = summary(decision)
         return decision
 
     # -- model lists and the rest ---------------------------------------------------------
@@ -233,6 +230,22 @@ class AgentUpstream:
     async def _unknown(self, request: web.Request) -> web.StreamResponse:
         received, _ = await self._receive(request)
         return _not_found(received)
+
+
+def conversation_of(path: str, body: Any) -> Conversation | None:
+    """The conversation of a model request to `path` in its protocol (None: not one), for
+    replaying recorded requests (tests/agents/captured) through the script."""
+    if path == "/v1/chat/completions":
+        return agent_openai_chat.conversation(body)
+    if path == "/v1/responses":
+        return agent_responses.conversation(body)
+    if path == "/v1/messages":
+        return agent_anthropic.conversation(body)
+    if path.startswith("/v1beta/models/") and path.endswith(
+        (":generateContent", ":streamGenerateContent")
+    ):
+        return agent_gemini.conversation(body)
+    return None
 
 
 def _json(payload: Any, status: int = 200) -> web.Response:
