@@ -86,6 +86,7 @@ async def postgres_engine(postgres_url: str) -> AsyncIterator[AsyncEngine]:
 #: first, so that under `make test`'s two workers (whole modules each) neither is left with
 #: one of them at the end while the other idles.
 SLOW_MODULES = (
+    "tests/agents/test_agents_matrix.py",
     "tests/e2e/test_record_outage.py",
     "tests/console/test_pages_matrix.py",
     "tests/admin/test_openapi_fuzz.py",

@@ -19,7 +19,7 @@ from tests.agents.cells import Cell, CellRunner
 from tests.agents.matrix import cells
 from tests.support.agent_clients import CLIENTS, Endpoint, need
 from tests.support.agent_upstream import AgentRequest, AgentUpstream
-from tests.support.gateway_process import GatewayProcess, serving
+from tests.support.gateway_process import GatewayProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -59,7 +59,11 @@ def upstream() -> Iterator[AgentUpstream]:
 def gateway(
     upstream: AgentUpstream, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
-    yield from serving(tmp_path_factory.mktemp("gateway"), gateway_config(upstream))
+    folder = tmp_path_factory.mktemp("gateway")
+    # A generous start: the agent clients of another module may be loading the machine.
+    process = GatewayProcess(folder, config=gateway_config(upstream)).start(timeout_s=90)
+    yield process
+    assert process.stop() == 0, process.logs()
 
 
 @pytest.fixture(scope="module")
