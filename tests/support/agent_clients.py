@@ -14,9 +14,11 @@ interpreter (openai-agents and pydantic-ai are in the dev extra).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -130,9 +132,10 @@ def run(
             out, err = process.communicate(timeout=timeout_s)
             code: int | None = process.returncode
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, 9)
+            _kill_group(process.pid)
             out, err = process.communicate()
             code = None
+        _kill_group(process.pid)  # whatever it left running in the background
     return AgentRun(
         client.name,
         code,
@@ -140,6 +143,11 @@ def run(
         err.decode(errors="replace"),
         time.monotonic() - started,
     )
+
+
+def _kill_group(group: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # none left
+        os.killpg(group, signal.SIGKILL)
 
 
 def base_env(home: Path) -> dict[str, str]:
