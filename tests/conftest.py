@@ -116,6 +116,7 @@ async def postgres_engine(postgres_url: str) -> AsyncIterator[AsyncEngine]:
 #: first, so that under `make test`'s two workers (whole modules each) neither is left with
 #: one of them at the end while the other idles.
 SLOW_MODULES = (
+    "tests/agents/test_agents_matrix.py",
     "tests/e2e/test_record_outage.py",
     "tests/console/test_pages_matrix.py",
     "tests/admin/test_openapi_fuzz.py",
@@ -179,8 +180,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.write_line(f"SKIPPED tests that need: {names}", red=True, bold=True)
     terminalreporter.write_line(
         "Start or install them (see README, 'Running the tests') or run .ci/run, which does and "
-        "sets LLMRELAY_TEST_REQUIRE_SERVICES=1 and LLMRELAY_TEST_REQUIRE_BROWSER=1 so such "
-        "tests fail instead of skipping.",
+        "sets LLMRELAY_TEST_REQUIRE_SERVICES=1, LLMRELAY_TEST_REQUIRE_BROWSER=1 and "
+        "LLMRELAY_TEST_REQUIRE_AGENTS=1 so such tests fail instead of skipping (the coding "
+        "agents: `make agents`).",
         red=True,
     )
     terminalreporter.write_line(bar, red=True, bold=True)
