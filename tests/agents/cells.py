@@ -44,15 +44,21 @@ class Cell:
 class CellRun:
     cell: Cell
     token: str
+    #: The client's run (the last one, for a task of several turns).
     run: AgentRun
     #: What reached the upstream for this run (the requests that carry its token).
     requests: list[AgentRequest]
+    #: The runs before `run` (the first turn of the multi-turn task), with what each had
+    #: to print.
+    earlier: tuple[tuple[AgentRun, str], ...] = ()
 
     @property
     def expected(self) -> str:
         """What the final answer must say."""
         if self.cell.task == "plain":
             return f"REPLY-{self.token}"
+        if self.cell.task == "multi":
+            return f"Recalled AGENT-{self.token}."
         return f"The command printed AGENT-{self.token}."
 
     def model_requests(self) -> list[AgentRequest]:
@@ -63,21 +69,36 @@ class CellRun:
             f"  {r.method} {r.path} {'(stream) ' if r.streamed else ''}-> {r.answer[:120]}"
             for r in self.requests
         )
-        return f"{self.cell.name} (token {self.token})\n{self.run.describe()}\n--- upstream\n{seen}"
+        runs = "\n".join(run.describe() for run, _ in self.earlier)
+        runs += ("\n" if runs else "") + self.run.describe()
+        return f"{self.cell.name} (token {self.token})\n{runs}\n--- upstream\n{seen}"
 
 
 def prompt(task: str, token: str) -> str:
+    """The prompt of a task (of the multi-turn task, its first turn: the tool loop)."""
     if task == "plain":
         return f"Answer with the word REPLY-{token} and nothing else."
     return f"Run the shell command `echo AGENT-{token}` and tell me what it printed."
 
 
+#: The multi-turn task's second turn, in the same conversation: answerable only from the
+#: first turn's tool result (it names no token; tests/support/agent_script.py, `recall`).
+RECALL_PROMPT: Final = (
+    "What did the command you ran earlier print? Answer with just the word Recalled and it."
+)
+
+
 def run_cell(cell: Cell, endpoint: Endpoint, upstream: AgentUpstream, folder: Path) -> CellRun:
     token = secrets.token_hex(5)
     client = CLIENTS[cell.client]
-    done = run(client, endpoint, prompt(cell.task, token), folder / cell.name, RUN_TIMEOUT_S)
+    home = folder / cell.name
+    done = run(client, endpoint, prompt(cell.task, token), home, RUN_TIMEOUT_S)
+    earlier: tuple[tuple[AgentRun, str], ...] = ()
+    if cell.task == "multi":
+        earlier = ((done, f"The command printed AGENT-{token}."),)
+        done = run(client, endpoint, RECALL_PROMPT, home, RUN_TIMEOUT_S, continued=True)
     mine = [r for r in list(upstream.requests) if token.encode() in orjson.dumps(r.body)]
-    return CellRun(cell, token, done, mine)
+    return CellRun(cell, token, done, mine, earlier)
 
 
 class CellRunner:

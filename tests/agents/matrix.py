@@ -1,7 +1,9 @@
 """The agent matrix in one place: every client (in its own protocol) through llmrelay to a
-provider of each type, for both tasks. A cell that does not work yet is listed in `BROKEN` with
-the reason; it runs as a strict expected failure, so the change that fixes it must also remove
-it from `BROKEN` (an unexpected pass fails the run).
+provider of each type, for every task: `plain` (a plain answer), `tool` (a full tool loop) and
+`multi` (the tool loop, then a second run of the client continuing the same conversation, whose
+answer needs the first turn's tool result: tests/agents/cells.py). A cell that does not work
+yet is listed in `BROKEN` with the reason; it runs as a strict expected failure, so the change
+that fixes it must also remove it from `BROKEN` (an unexpected pass fails the run).
 
 To add a client: give it a `Client` in tests/support/agent_clients.py and it is in every row.
 To add a provider type: add it to `PROVIDER_TYPES` and a provider for it to the gateway config
@@ -18,7 +20,7 @@ from _pytest.mark import ParameterSet
 from tests.support.agent_clients import CLIENTS
 
 PROVIDER_TYPES: Final = ("openai", "anthropic", "gemini")
-TASKS: Final = ("plain", "tool")
+TASKS: Final = ("plain", "tool", "multi")
 #: The provider type that speaks each client protocol (the pass-through cell).
 NATIVE: Final = {
     "anthropic": "anthropic",
@@ -33,7 +35,7 @@ _CLAUDE = (
 )
 _CODEX = "issue 29: 400 tools of type 'namespace' cannot be sent to this model (then web_search)"
 _GEMINI = "issue 29: no Gemini-native inbound API: /v1beta answers the console's HTML 404"
-#: (client, provider type) -> why that cell fails today. Both tasks of the cell fail.
+#: (client, provider type) -> why that cell fails today. Every task of the cell fails.
 BROKEN: Final[dict[tuple[str, str], str]] = {
     ("claude-code", "openai"): _CLAUDE,
     ("claude-code", "gemini"): _CLAUDE,

@@ -1,7 +1,9 @@
 """Real coding agents and agent SDKs through a real `llmrelay serve` to a provider of each
-type (the scripted agent upstream speaks them all), on two tasks each: a plain answer, and a
-full tool loop (the agent's own shell tool runs `echo AGENT-<token>`, the result goes back, the
-final answer quotes it). The table of cells, and which do not work yet, is tests/agents/matrix.py.
+type (the scripted agent upstream speaks them all), on three tasks each: a plain answer, a full
+tool loop (the agent's own shell tool runs `echo AGENT-<token>`, the result goes back, the final
+answer quotes it), and the multi-turn task (the tool loop, then a second run continuing the same
+conversation asks what the command printed: only the first turn's history has the answer). The
+table of cells, and which do not work yet, is tests/agents/matrix.py.
 
 Each test checks what the client printed and what reached the provider: the provider's own
 protocol paths, the tool call then the final answer, and the final answer streamed when the
@@ -101,6 +103,9 @@ def on_protocol(request: AgentRequest, provider: str) -> bool:
 def test_agent(runner: CellRunner, client: str, provider: str, task: str) -> None:
     need(CLIENTS[client])
     done = runner.result(Cell(client, provider, task))
+    for earlier, printed in done.earlier:
+        assert earlier.exit_code == 0, done.describe()
+        assert printed in earlier.stdout, done.describe()
     assert done.run.exit_code == 0, done.describe()
     assert done.expected in done.run.stdout, done.describe()
     asked = done.model_requests()
@@ -108,7 +113,7 @@ def test_agent(runner: CellRunner, client: str, provider: str, task: str) -> Non
     assert all(on_protocol(r, provider) for r in asked), done.describe()
     final = next((r for r in reversed(asked) if done.expected in r.answer), None)
     assert final is not None, done.describe()
-    if task == "tool":
+    if task in ("tool", "multi"):
         calls = [r for r in asked if r.answer.startswith("call:")]
         assert calls, done.describe()
         assert asked.index(calls[0]) < asked.index(final), done.describe()

@@ -28,11 +28,13 @@ def upstream() -> Iterator[AgentUpstream]:
     server.stop()
 
 
-@pytest.mark.parametrize("task", ["plain", "tool"])
+@pytest.mark.parametrize("task", ["plain", "tool", "multi"])
 def test_gemini_cli_direct(upstream: AgentUpstream, tmp_path: Path, task: str) -> None:
     need(GEMINI_CLI)
     endpoint = Endpoint(upstream.root_url, "gemini-direct-key-0123456789", "gemini-agent")
     done = run_cell(Cell("gemini-cli", "direct", task), endpoint, upstream, tmp_path)
+    for earlier, printed in done.earlier:
+        assert earlier.exit_code == 0 and printed in earlier.stdout, done.describe()
     assert done.run.exit_code == 0, done.describe()
     assert done.expected in done.run.stdout, done.describe()
     asked = done.model_requests()
@@ -42,6 +44,6 @@ def test_gemini_cli_direct(upstream: AgentUpstream, tmp_path: Path, task: str) -
     final = asked[-1]
     assert done.expected in final.answer, done.describe()
     assert final.streamed and final.query.get("alt") == "sse", done.describe()
-    if task == "tool":
+    if task in ("tool", "multi"):
         call = next(r for r in asked if r.answer.startswith("call:"))
         assert call.answer.startswith("call: run_shell_command "), done.describe()

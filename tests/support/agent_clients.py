@@ -77,7 +77,9 @@ class Client:
 
     name: str
     protocol: str  # anthropic | openai_responses | openai_chat | gemini
-    invoke: Callable[[Endpoint, str, Path], Invocation]
+    #: (endpoint, prompt, HOME, continued): `continued` asks the client to go on with the
+    #: last conversation it had in that HOME instead of starting a new one.
+    invoke: Callable[[Endpoint, str, Path, bool], Invocation]
     #: The executable (node clients) or the Python module (SDKs) that must be there.
     needs: str
     streams: bool = True
@@ -104,15 +106,22 @@ def need(client: Client) -> None:
 
 
 def run(
-    client: Client, endpoint: Endpoint, prompt: str, home: Path, timeout_s: float = 120
+    client: Client,
+    endpoint: Endpoint,
+    prompt: str,
+    home: Path,
+    timeout_s: float = 120,
+    *,
+    continued: bool = False,
 ) -> AgentRun:
     """Run `client` once on `prompt`; HOME is `home` (created), the working directory
-    `home/work`."""
+    `home/work`. `continued`: the prompt goes on with the conversation of the client's last
+    run in the same `home` (its own resume option, or the history the SDK agents keep)."""
     home.mkdir(parents=True, exist_ok=True)
     workdir = home / "work"
     workdir.mkdir(exist_ok=True)
     (home / "tmp").mkdir(exist_ok=True)
-    invocation = client.invoke(endpoint, prompt, home)
+    invocation = client.invoke(endpoint, prompt, home, continued)
     for relative, text in invocation.files.items():
         path = home / relative
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -165,7 +174,7 @@ def base_env(home: Path) -> dict[str, str]:
     }
 
 
-def _invoke_claude_code(endpoint: Endpoint, prompt: str, home: Path) -> Invocation:
+def _invoke_claude_code(endpoint: Endpoint, prompt: str, home: Path, continued: bool) -> Invocation:
     model = endpoint.model
     env = {
         "ANTHROPIC_BASE_URL": endpoint.root_url,
@@ -186,10 +195,12 @@ def _invoke_claude_code(endpoint: Endpoint, prompt: str, home: Path) -> Invocati
         "CLAUDE_CODE_IDE_SKIP_AUTO_INSTALL": "1",
     }
     argv = [str(BIN / "claude"), "-p", prompt, "--model", model, "--allowedTools", "Bash"]
+    if continued:
+        argv.append("--continue")  # the last conversation in this working directory
     return Invocation(argv, env)
 
 
-def _invoke_codex(endpoint: Endpoint, prompt: str, home: Path) -> Invocation:
+def _invoke_codex(endpoint: Endpoint, prompt: str, home: Path, continued: bool) -> Invocation:
     codex_home = home / ".codex"
     config = f"""\
 model = "{endpoint.model}"
@@ -224,13 +235,14 @@ enabled = false
         "never",
         "-m",
         endpoint.model,
+        *(["resume", "--last"] if continued else []),  # the newest recorded session
         prompt,
     ]
     env = {"CODEX_HOME": str(codex_home), "RELAY_API_KEY": endpoint.key}
     return Invocation(argv, env, {".codex/config.toml": config})
 
 
-def _invoke_gemini_cli(endpoint: Endpoint, prompt: str, home: Path) -> Invocation:
+def _invoke_gemini_cli(endpoint: Endpoint, prompt: str, home: Path, continued: bool) -> Invocation:
     settings = {
         "security": {"auth": {"selectedType": "gemini-api-key"}},
         "privacy": {"usageStatisticsEnabled": False},
@@ -245,10 +257,12 @@ def _invoke_gemini_cli(endpoint: Endpoint, prompt: str, home: Path) -> Invocatio
         "GEMINI_MODEL": endpoint.model,
     }
     argv = [str(BIN / "gemini"), "-p", prompt, "-m", endpoint.model, "--yolo", "-o", "text"]
+    if continued:
+        argv += ["--resume", "latest"]  # the newest session of this project
     return Invocation(argv, env, {".gemini/settings.json": json.dumps(settings, indent=2)})
 
 
-def _invoke_opencode(endpoint: Endpoint, prompt: str, home: Path) -> Invocation:
+def _invoke_opencode(endpoint: Endpoint, prompt: str, home: Path, continued: bool) -> Invocation:
     config = {
         "$schema": "https://opencode.ai/config.json",
         "autoupdate": False,
@@ -273,7 +287,8 @@ def _invoke_opencode(endpoint: Endpoint, prompt: str, home: Path) -> Invocation:
         "OPENCODE_DISABLE_CLAUDE_CODE": "1",
         "OPENCODE_PERMISSION": json.dumps({"bash": "allow", "edit": "allow"}),
     }
-    argv = [str(BIN / "opencode"), "run", "--model", f"relay/{endpoint.model}", prompt]
+    argv = [str(BIN / "opencode"), "run", "--model", f"relay/{endpoint.model}"]
+    argv += ["--continue", prompt] if continued else [prompt]  # --continue: the last session
     # opencode installs its plugin SDK (@opencode-ai/plugin) into every config folder from
     # the npm registry, in the background, unless the folder has node_modules and a lock
     # naming it: those two keep it from downloading anything.
@@ -286,7 +301,7 @@ def _invoke_opencode(endpoint: Endpoint, prompt: str, home: Path) -> Invocation:
     return Invocation(argv, env, files)
 
 
-def _invoke_qwen_code(endpoint: Endpoint, prompt: str, home: Path) -> Invocation:
+def _invoke_qwen_code(endpoint: Endpoint, prompt: str, home: Path, continued: bool) -> Invocation:
     settings = {
         "security": {"auth": {"selectedType": "openai"}},
         "privacy": {"usageStatisticsEnabled": False},
@@ -300,11 +315,13 @@ def _invoke_qwen_code(endpoint: Endpoint, prompt: str, home: Path) -> Invocation
         "OPENAI_MODEL": endpoint.model,
     }
     argv = [str(BIN / "qwen"), "-p", prompt, "--yolo", "-m", endpoint.model]
+    if continued:
+        argv.append("--continue")  # the most recent session of this project
     return Invocation(argv, env, {".qwen/settings.json": json.dumps(settings, indent=2)})
 
 
-def _sdk(flavour: str) -> Callable[[Endpoint, str, Path], Invocation]:
-    def invoke(endpoint: Endpoint, prompt: str, home: Path) -> Invocation:
+def _sdk(flavour: str) -> Callable[[Endpoint, str, Path, bool], Invocation]:
+    def invoke(endpoint: Endpoint, prompt: str, home: Path, continued: bool) -> Invocation:
         env = {
             "OPENAI_BASE_URL": f"{endpoint.root_url}/v1",
             "OPENAI_API_KEY": endpoint.key,
@@ -312,7 +329,10 @@ def _sdk(flavour: str) -> Callable[[Endpoint, str, Path], Invocation]:
             "OPENAI_AGENTS_DISABLE_TRACING": "1",
             "PYTHONDONTWRITEBYTECODE": "1",
         }
-        return Invocation([sys.executable, str(SDK_SCRIPT), flavour, prompt], env)
+        # Each run keeps its conversation in HOME; a continued run starts from it.
+        history = str(home / "history.json")
+        argv = [sys.executable, str(SDK_SCRIPT), flavour, prompt, history]
+        return Invocation(argv + (["--continue"] if continued else []), env)
 
     return invoke
 

@@ -8,6 +8,13 @@ A coding agent's task in the agent tests is one of two:
                                                AGENT-<token> is in the conversation, a final
                                                text quoting it: "The command printed AGENT-<token>."
 
+and a second turn of the same conversation after the tool loop (the multi-turn task):
+
+    recall     "... the command you ran earlier ..." -> "Recalled AGENT-<token>.", quoting the
+                                               tool result found in the conversation's history
+                                               (so the answer exists only if the client sent
+                                               the first turn back)
+
 and clients make side requests besides (titles, next-speaker checks, quota probes): a request
 that demands JSON output with a schema gets a minimal valid instance of that schema.
 
@@ -27,6 +34,10 @@ import orjson
 
 #: The command a tool-loop prompt asks for, and the token it prints.
 COMMAND: Final = re.compile(r"echo (AGENT-[A-Za-z0-9]+)")
+#: The second turn of the multi-turn task: it names no token, so only the history has it.
+RECALL: Final = re.compile(r"the command you ran earlier")
+#: A token as the tool printed it.
+PRINTED: Final = re.compile(r"AGENT-[A-Za-z0-9]+")
 #: The marker a plain prompt asks the answer to quote.
 REPLY_MARKER: Final = re.compile(r"REPLY-[A-Za-z0-9]+")
 #: The shell tools of the clients we run, by the name each gives it.
@@ -107,6 +118,9 @@ def decide(conversation: Conversation) -> Decision:
     if conversation.output_schema is not None:
         instance = schema_instance(conversation.output_schema)
         return Reply(orjson.dumps(instance).decode())
+    recalled = _recalled(conversation.turns)
+    if recalled is not None:
+        return Reply(recalled)
     asked = _asked_command(conversation.turns)
     shell = next((t for t in conversation.tools if t.name in SHELL_TOOLS), None)
     if asked is not None and shell is not None:
@@ -131,6 +145,20 @@ def plain_answer(turns: tuple[Turn, ...]) -> str:
     user = [t.text for t in turns if t.role == "user"]
     marker = REPLY_MARKER.search(user[-1]) if user else None
     return f"Hello from the agent upstream. {marker.group()}" if marker else "Hello."
+
+
+def _recalled(turns: tuple[Turn, ...]) -> str | None:
+    """The answer to a recall turn (the last user turn asks what the earlier command
+    printed): the token of the last tool result before it, from the history. None when the
+    last user turn is no recall."""
+    users = [position for position, turn in enumerate(turns) if turn.role == "user"]
+    if not users or RECALL.search(turns[users[-1]].text) is None:
+        return None
+    for turn in reversed(turns[: users[-1]]):
+        found = PRINTED.search(turn.text) if turn.role == "tool_result" else None
+        if found is not None:
+            return f"Recalled {found.group()}."
+    return "Nothing was run earlier in this conversation."
 
 
 def _asked_command(turns: tuple[Turn, ...]) -> tuple[int, str, str] | None:

@@ -60,6 +60,16 @@ def test_an_older_result_does_not_answer_a_newer_request() -> None:
     assert decision.command == "echo AGENT-def456"
 
 
+def test_a_recall_turn_is_answered_from_the_tool_result_in_the_history() -> None:
+    recall = Turn("user", "What did the command you ran earlier print? Answer ...")
+    first = (ASK, Turn("tool_call", "Bash ..."), Turn("tool_result", "AGENT-abc123\n"))
+    turns = (*first, Turn("assistant", "The command printed AGENT-abc123."), recall)
+    assert decide(Conversation(turns, (BASH,))) == Reply("Recalled AGENT-abc123.")
+    # Without the first turn's history there is nothing to recall (and no tool is called).
+    decision = decide(Conversation((recall,), (BASH,)))
+    assert decision == Reply("Nothing was run earlier in this conversation.")
+
+
 def test_without_a_shell_tool_the_answer_is_plain() -> None:
     assert decide(Conversation((ASK,), (Tool("Read"),))) == Reply("Hello.")
     plain = Turn("user", "Answer with the word REPLY-x9 and nothing else.")
