@@ -25,7 +25,7 @@ from llmrelay.billing import webhook_route
 from llmrelay.billing.payments import Payments
 from llmrelay.billing.stripe_config import StripeConfig
 from llmrelay.gateway.endpoints import DataPlane
-from llmrelay.gateway.entry import GatewayApp
+from llmrelay.gateway.entry import GatewayApp, error_renderer
 from llmrelay.gateway.errors import GatewayError, NotFound
 from llmrelay.gateway.ingress import IngressMiddleware, RequestContext
 from llmrelay.jobs.probe import Prober
@@ -33,8 +33,6 @@ from llmrelay.listeners import ListenerSplit
 from llmrelay.observability.health import Health
 from llmrelay.observability.logging import configure_logging
 from llmrelay.observability.metrics import Metrics
-from llmrelay.protocols.anthropic_models import error_body as anthropic_error_body
-from llmrelay.protocols.openai import error_body
 from llmrelay.settings import Settings
 from llmrelay.stack import Stack
 from llmrelay.store import partitions, rollups
@@ -87,11 +85,15 @@ def _console_app(admin_app: ASGIApp, admin: AdminState, settings: Settings) -> A
 
 class _Console(BaseRoute):
     """The web console: the last route, taking every path the routes before it did not,
-    except the data plane's and the APIs' own (an unknown /v1 or /api path keeps its JSON
-    404, a wrong method on /livez its 405)."""
+    except the data plane's and the APIs' own (an unknown path under /v1, /v1beta, /v1alpha,
+    /openai or /api keeps its JSON 404 in that API's shape, a wrong method on /livez its
+    405)."""
 
-    _NOT_MINE = ("/v1/", "/api/")
-    _EXACT = frozenset({"/v1", "/api", "/livez", "/readyz", "/healthz", "/metrics"})
+    _NOT_MINE = ("/v1/", "/v1beta/", "/v1alpha/", "/openai/", "/api/")
+    _EXACT = frozenset(
+        {"/v1", "/v1beta", "/v1alpha", "/openai", "/api"}
+        | {"/livez", "/readyz", "/healthz", "/metrics"}
+    )
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -231,8 +233,9 @@ def create_app(settings: Settings) -> ASGIApp:
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
-    """Unknown paths and wrong methods, in the OpenAI error shape (Anthropic's under
-    /v1/messages)."""
+    """Unknown paths and wrong methods, in the error shape of the API the path belongs to
+    (gateway/entry.error_renderer: Anthropic's under /v1/messages, Google's under /v1beta and
+    /v1alpha, OpenAI's elsewhere)."""
     assert isinstance(exc, HTTPException)
     context: RequestContext | None = request.scope.get("llmrelay")
     request_id = context.request_id if context else ""
@@ -241,10 +244,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     if exc.status_code == 405:
         error.code = "method_not_allowed"
         error.message = f"{request.method} is not allowed on {request.url.path}"
-    if request.url.path.startswith("/v1/messages"):  # Anthropic's routes: Anthropic's shape
-        body = anthropic_error_body(error, request_id)
-    else:
-        body = error_body(error, request_id)
+    body = error_renderer(request.url.path)(error, request_id)
     return Response(body, exc.status_code, media_type="application/json")
 
 

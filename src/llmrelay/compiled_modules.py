@@ -35,6 +35,7 @@ COMPILED = (
     "llmrelay.gateway.entry",
     "llmrelay.gateway.endpoints",
     "llmrelay.gateway.executor",
+    "llmrelay.gateway.gemini_relay",
     "llmrelay.gateway.ids",
     "llmrelay.gateway.ingress",
     "llmrelay.gateway.messages",

@@ -377,3 +377,60 @@ def test_a_conversation_survives_translation(request: dict[str, Any]) -> None:
     ]
     declared = body["tools"][0]["functionDeclarations"]
     assert [d["name"] for d in declared] == [t["function"]["name"] for t in request["tools"]]
+
+
+def test_reasoning_of_geminis_format_goes_back_as_thought_parts_the_rest_is_dropped() -> None:
+    google = "google-gemini-v1"
+    assistant = {
+        "role": "assistant",
+        "content": "Answer",
+        "reasoning_content": "Let me think",
+        "reasoning_details": [
+            {"type": "reasoning.text", "text": "Let me think", "signature": "s1", "format": google},
+            {"type": "reasoning.encrypted", "data": "s2", "format": google},
+            {
+                "type": "reasoning.text",
+                "text": "x",
+                "signature": "a",
+                "format": "anthropic-claude-v1",
+            },
+        ],
+    }
+    body, dropped = chat_request_to_gemini(chat(user("q"), assistant, user("and?")))
+    assert body["contents"][1] == {
+        "role": "model",
+        "parts": [
+            {"text": "Let me think", "thought": True, "thoughtSignature": "s1"},
+            {"text": "Answer", "thoughtSignature": "s2"},
+        ],
+    }
+    assert dropped == ["reasoning_details"]
+    unsigned = {"role": "assistant", "content": "A", "reasoning_content": "hmm"}
+    body, dropped = chat_request_to_gemini(chat(user("q"), unsigned, user("and?")))
+    assert body["contents"][1] == {"role": "model", "parts": [{"text": "A"}]}
+    assert dropped == ["reasoning_content"]
+
+
+def test_an_answers_thoughts_and_signatures_are_reasoning() -> None:
+    answer = {
+        "candidates": [
+            {
+                "content": {
+                    "role": "model",
+                    "parts": [
+                        {"text": "hmm", "thought": True, "thoughtSignature": "s1"},
+                        {"text": "Answer", "thoughtSignature": "s2"},
+                    ],
+                },
+                "finishReason": "STOP",
+            }
+        ]
+    }
+    message = gemini_response_to_chat(answer, model="m")["choices"][0]["message"]
+    google = "google-gemini-v1"
+    assert message["content"] == "Answer"
+    assert message["reasoning_content"] == "hmm"
+    assert message["reasoning_details"] == [
+        {"type": "reasoning.text", "text": "hmm", "signature": "s1", "format": google},
+        {"type": "reasoning.encrypted", "data": "s2", "format": google},
+    ]

@@ -129,19 +129,36 @@ def test_without_include_usage_there_is_no_usage_anywhere() -> None:
     assert translator.usage["total_tokens"] == 5
 
 
-def test_thoughts_and_empty_signature_parts_are_not_content() -> None:
+def test_thoughts_and_empty_signature_parts_are_reasoning_not_content() -> None:
     translator = GeminiStreamToChat(model="m", include_usage=False)
     chunks = run(
         translator,
         [
-            event({"text": "Let me think", "thought": True}),
+            event({"text": "Let me think", "thought": True, "thoughtSignature": "c2lnMQ"}),
             event({"text": "Answer"}),
             event({"text": "", "thoughtSignature": "c2ln"}, finish="STOP"),
         ],
     )
+    google = "google-gemini-v1"
+    thought = {"type": "reasoning.text", "text": "Let me think", "signature": "c2lnMQ"}
     assert deltas(chunks) == [
         ({"role": "assistant", "content": ""}, None),
+        (
+            {
+                "reasoning_details": [{**thought, "format": google}],
+                "reasoning_content": "Let me think",
+            },
+            None,
+        ),
         ({"content": "Answer"}, None),
+        (
+            {
+                "reasoning_details": [
+                    {"type": "reasoning.encrypted", "data": "c2ln", "format": google}
+                ]
+            },
+            None,
+        ),
         ({}, "stop"),
     ]
 

@@ -3,11 +3,12 @@ tested against the real wire format (ai.google.dev/api: Generating content, API 
 
 Base URL: the host root (`MockUpstream.root_url`); the routes are
 `POST /v1beta/models/{model}:generateContent` and `...:streamGenerateContent` (also under
-`/v1`). With `?alt=sse` the stream is server-sent events framed as the API frames them,
-`data: <GenerateContentResponse>\\r\\n\\r\\n` with no closing sentinel; without it, one JSON
-array of the same responses (the API's default). The key goes in `x-goog-api-key` (or `?key=`);
-without one the API answers 403 PERMISSION_DENIED. Errors are `{"error": {"code", "message",
-"status"}}` with the canonical status for the HTTP code.
+`/v1`), `:countTokens` (words, as its usage counts them), `:embedContent` and
+`:batchEmbedContents`. With `?alt=sse` the stream is server-sent events framed as the API
+frames them, `data: <GenerateContentResponse>\\r\\n\\r\\n` with no closing sentinel; without
+it, one JSON array of the same responses (the API's default). The key goes in
+`x-goog-api-key` (or `?key=`); without one the API answers 403 PERMISSION_DENIED. Errors are
+`{"error": {"code", "message", "status"}}` with the canonical status for the HTTP code.
 
 The model in the path picks the behaviour, as on the OpenAI side (`mock_upstream._behaviour`):
 echo, status-CODE, slow-MS, fail-first-N (503 UNAVAILABLE), throttle-first-N (429
@@ -53,7 +54,13 @@ STATUSES = {
 }
 #: Tokens a request with a `systemInstruction` reports as read from the cache.
 CACHED_SYSTEM_TOKENS = 3
-METHODS = ("generateContent", "streamGenerateContent", "batchEmbedContents")
+METHODS = (
+    "generateContent",
+    "streamGenerateContent",
+    "countTokens",
+    "embedContent",
+    "batchEmbedContents",
+)
 
 
 def reported_model(model: str) -> str:
@@ -87,6 +94,13 @@ class GeminiModels:
             return refused
         if method == "batchEmbedContents":
             return web.json_response({"embeddings": _embeddings(body)}, dumps=_dumps)
+        if method == "embedContent":
+            embedded = _embeddings({"requests": [body]})[0]
+            return web.json_response({"embedding": embedded}, dumps=_dumps)
+        if method == "countTokens":
+            counted = body.get("generateContentRequest") or body
+            total = _usage(counted, 0).get("promptTokenCount", 0)
+            return web.json_response({"totalTokens": total}, dumps=_dumps)
         responses = _responses(model, body, _answer(body))
         if method == "generateContent":
             return web.json_response(responses[-1] | _whole(responses), dumps=_dumps)

@@ -65,6 +65,12 @@ def requested_output(payload: dict[str, Any]) -> int | None:
         if type(asked) is int and asked > 0:
             n = payload.get("n")
             return asked * (n if type(n) is int and n > 1 else 1)
+    config = payload.get("generationConfig")  # a Gemini client's
+    if type(config) is dict:
+        asked = config.get("maxOutputTokens")
+        if type(asked) is int and asked > 0:
+            n = config.get("candidateCount")
+            return asked * (n if type(n) is int and n > 1 else 1)
     return None
 
 

@@ -96,9 +96,11 @@ async def send_sse(
     relay: StreamRelay,
     headers: Iterable[tuple[bytes, bytes]],
     watches: ClientWatches,
+    head: tuple[tuple[bytes, bytes], ...] | None = None,
 ) -> None:
     """Stream the relay's events to the client as they come; stop the moment the client
-    disconnects. The relay is always closed here, so its cleanup runs at once.
+    disconnects. The relay is always closed here, so its cleanup runs at once. `head`: the
+    content headers, when not SSE's (Gemini's JSON-array stream).
 
     The last chunk of a normal end goes out with the end of the body, after the relay has
     finished its record: one write instead of two (uvicorn writes the chunk and the chunked
@@ -108,7 +110,11 @@ async def send_sse(
 
     A stream that priming already read to its end (`StreamRelay.whole`) goes out as one body,
     with no event loop over it and no watch."""
-    start = {"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *headers]}
+    start = {
+        "type": "http.response.start",
+        "status": 200,
+        "headers": [*(SSE_HEADERS if head is None else head), *headers],
+    }
     whole = None if relay.captured else relay.whole()
     if whole is not None:
         try:

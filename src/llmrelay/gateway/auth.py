@@ -1,5 +1,6 @@
-"""Who is calling: the API key from `Authorization: Bearer` or `x-api-key`, looked up by
-digest in the snapshot (no database call), then the key's IP allowlist."""
+"""Who is calling: the API key from `Authorization: Bearer` or `x-api-key` (Gemini clients:
+also `x-goog-api-key` or `?key=`), looked up by digest in the snapshot (no database call),
+then the key's IP allowlist."""
 
 from __future__ import annotations
 
@@ -40,6 +41,17 @@ def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
     return bearer or api_key or None
 
 
+def gemini_key(headers: Iterable[tuple[bytes, bytes]], query: dict[str, str]) -> str | None:
+    """The key a Gemini client presents: `x-goog-api-key` (Google's SDKs), else the usual
+    headers, else `?key=` (Google's API takes it there too; a header keeps it out of logs)."""
+    for name, value in headers:
+        if name == b"x-goog-api-key":
+            found = value.strip().decode("latin-1")
+            if found:
+                return found
+    return presented_key(headers) or query.get("key") or None
+
+
 def authenticate(
     headers: Iterable[tuple[bytes, bytes]], snapshot: Snapshot, client_ip: str | None, now: float
 ) -> KeySnap:
@@ -49,6 +61,11 @@ def authenticate(
         raise AuthenticationFailed(
             "no API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'"
         )
+    return principal_of(key, snapshot, client_ip, now)
+
+
+def principal_of(key: str, snapshot: Snapshot, client_ip: str | None, now: float) -> KeySnap:
+    """The principal of a presented key (the checks of `authenticate`)."""
     principal = snapshot.keys_by_digest.get(key_digest(key))
     if principal is None:
         raise AuthenticationFailed("invalid API key")

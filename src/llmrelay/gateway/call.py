@@ -34,7 +34,7 @@ USAGE_ESTIMATED: Final = "estimated"
 USAGE_NONE: Final = "none"
 
 #: Endpoints that generate nothing (their records carry no usage).
-_COUNTING_ENDPOINTS: Final = frozenset({"messages.count_tokens"})
+_COUNTING_ENDPOINTS: Final = frozenset({"messages.count_tokens", "gemini.count_tokens"})
 
 #: The order of `CallRecord.row()`; the recorder inserts rows as tuples in this order.
 RECORD_COLUMNS: Final = (
@@ -355,4 +355,11 @@ class CallRecord:
 
 
 #: The client protocol of each endpoint that is not OpenAI's.
-_PROTOCOLS: Final = {"messages": "anthropic", "messages.count_tokens": "anthropic"}
+_PROTOCOLS: Final = {
+    "messages": "anthropic",
+    "messages.count_tokens": "anthropic",
+    "gemini.generate_content": "gemini",
+    "gemini.count_tokens": "gemini",
+    "gemini.embed_content": "gemini",
+    "gemini.batch_embed_contents": "gemini",
+}

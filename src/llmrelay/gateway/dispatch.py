@@ -1,10 +1,10 @@
 """Sending one model call to its routes and reading the answer, for every client protocol.
 
-The handlers (endpoints.py for OpenAI's routes, messages.py for Anthropic's) check and
-resolve a request, then hand a `ModelCall` to `Dispatcher.answer`: the model's fallbacks
-(planner), the strategy's order and the session's route (router, affinity), the attempts
-(executor), and the finisher that reads the answer — a JSON body, or a stream relay primed to
-its first content in the client's protocol. `finish` queues the record.
+The handlers (endpoints.py for OpenAI's routes, messages.py for Anthropic's, gemini.py for
+Gemini's) check and resolve a request, then hand a `ModelCall` to `Dispatcher.answer`: the
+model's fallbacks (planner), the strategy's order and the session's route (router, affinity),
+the attempts (executor), and the finisher that reads the answer — a JSON body, or a stream
+relay primed to its first content in the client's protocol. `finish` queues the record.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from llmrelay.gateway.capture import DEFAULT_MAX_BYTES, Capture
 from llmrelay.gateway.ending import end_call
 from llmrelay.gateway.errors import UpstreamTimeout
 from llmrelay.gateway.executor import Executor, Finisher, candidates
+from llmrelay.gateway.gemini_relay import GeminiStreamRelay
 from llmrelay.gateway.guard import screen_answer, screen_request
 from llmrelay.gateway.ingress import RequestContext
 from llmrelay.gateway.messages_relay import MessagesStreamRelay
@@ -251,12 +252,17 @@ class Dispatcher:
             session = f"{model.id}:{call.session_id}"
             ordered = executor.affinity.prefer(session, ordered, _route_id, executor.usable)
         finish: Finisher[Any]
+        operation = call.operation
         if not call.record.stream:
             finish = read_json
-        elif call.operation is Operation.MESSAGES:
+        elif operation is _CHAT:
+            finish = self._stream_primer(call, model)
+        elif operation is Operation.MESSAGES:
             finish = self._messages_primer(call, model)
-        elif call.operation is Operation.RESPONSES:
+        elif operation is Operation.RESPONSES:
             finish = self._responses_primer(call, model)
+        elif operation is Operation.GEMINI_STREAM:
+            finish = self._gemini_primer(call, model)
         else:
             finish = self._stream_primer(call, model)
         return executor.execute(
@@ -338,6 +344,27 @@ class Dispatcher:
                 record=record,
                 on_malformed=lambda: runtime.metrics.malformed_events.labels(slug).inc(),
                 on_response_id=partial(self.remember_response, model, route, record.project_id),
+                on_end=self.finish,
+            )
+            await relay.prime(runtime.deadlines)
+            return relay
+
+        return prime
+
+    def _gemini_primer(self, call: ModelCall, model: ModelSnap) -> Finisher[GeminiStreamRelay]:
+        """The finisher that opens a Gemini stream relay and reads to its first content."""
+        runtime = call.runtime
+        record = call.record
+
+        async def prime(route: RouteSnap, response: UpstreamResponse) -> GeminiStreamRelay:
+            slug = route.provider.slug
+            relay = GeminiStreamRelay(
+                route,
+                response,
+                request_id=record.request_id,
+                virtual_model=model.name,
+                record=record,
+                on_malformed=lambda: runtime.metrics.malformed_events.labels(slug).inc(),
                 on_end=self.finish,
             )
             await relay.prime(runtime.deadlines)
@@ -481,6 +508,7 @@ def _route_id(route: RouteSnap) -> str:
 
 #: Looked up once (an enum member read from its class costs a microsecond).
 _COUNT_TOKENS: Final = Operation.COUNT_TOKENS
+_CHAT: Final = Operation.CHAT
 
 #: Response ids remembered per process for GET and cancel (like session affinity).
 STORED_RESPONSES_MAX: Final = 100_000

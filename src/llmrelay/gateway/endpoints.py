@@ -1,5 +1,5 @@
 """OpenAI's `/v1/*` handlers: plain functions over (scope, receive, send, context), the
-snapshot and the shared runtime (Anthropic's are in messages.py).
+snapshot and the shared runtime (Anthropic's are in messages.py, Gemini's in gemini.py).
 
 Each request: authenticate from the snapshot, parse the body once, resolve the model,
 send to the first route that answers (dispatch.py), pass the answer through with `model`
@@ -25,6 +25,7 @@ from llmrelay.gateway.dispatch import Dispatcher, Runtime, bind
 from llmrelay.gateway.entry import Handler
 from llmrelay.gateway.errors import ClientDisconnected, GatewayError
 from llmrelay.gateway.executor import UpstreamRejected
+from llmrelay.gateway.gemini import GEMINI_PREFIX, MODELS_PATH, GeminiRoutes
 from llmrelay.gateway.generate import GENERATE_PREFIX, GenerateRoutes
 from llmrelay.gateway.ingress import RequestContext
 from llmrelay.gateway.messages import MessagesRoutes
@@ -49,6 +50,7 @@ class DataPlane(Dispatcher):
         responses = ResponsesRoutes(self)
         stored = StoredResponses(self)
         generate = GenerateRoutes(self)
+        gemini = GeminiRoutes(self)
         return {
             ("POST", "/v1/chat/completions"): self.chat_completions,
             ("POST", "/v1/embeddings"): self.embeddings,
@@ -58,6 +60,7 @@ class DataPlane(Dispatcher):
             ("POST", "/v1/responses"): responses.create,
             ("POST", "/v1/responses/compact"): stored.compact,
             ("POST", "/v1/generate"): generate.create,
+            ("GET", MODELS_PATH): gemini.list_models,
         }
 
     def prefixed(self) -> dict[str, Handler]:
@@ -65,6 +68,8 @@ class DataPlane(Dispatcher):
         return {
             RESPONSES_PREFIX: StoredResponses(self).by_id,
             GENERATE_PREFIX: GenerateRoutes(self).by_id,
+            # Gemini's API: every other path under /v1beta/ (models' methods, unknown ones).
+            GEMINI_PREFIX: GeminiRoutes(self).by_path,
         }
 
     # -- endpoints ---------------------------------------------------------------------

@@ -17,6 +17,7 @@ from llmrelay.gateway.asgi import send_json
 from llmrelay.gateway.errors import GatewayError
 from llmrelay.gateway.ingress import IPNetwork, RequestContext, begin, refuse_too_large
 from llmrelay.observability.logging import REQUEST_ID
+from llmrelay.protocols import gemini_models
 from llmrelay.protocols.anthropic_models import error_body as anthropic_error_body
 from llmrelay.protocols.openai import error_body
 
@@ -57,17 +58,31 @@ class GatewayApp:
         # Every line logged while handling it carries its id (~0.2 us: see REQUEST_ID).
         REQUEST_ID.set(context.request_id)
         if declared is not None and declared > self._max_body:
-            anthropic = str(scope.get("path", "")).startswith("/v1/messages")
-            await refuse_too_large(context.request_id, self._max_body, send, anthropic)
+            render = error_renderer(str(scope.get("path", "")))
+            await refuse_too_large(context.request_id, self._max_body, send, render)
             return
         try:
             await handler(scope, receive, send, context)
         except Exception:  # process boundary: a bug must not take the connection silently
             log.exception("unhandled_error", request_id=context.request_id)
             error = GatewayError("internal error")
-            if str(scope.get("path", "")).startswith("/v1/messages"):
-                body = anthropic_error_body(error, context.request_id)
-            else:
-                body = error_body(error, context.request_id)
+            body = error_renderer(str(scope.get("path", "")))(error, context.request_id)
             with contextlib.suppress(Exception):  # fails if the answer had already started
                 await send_json(send, 500, body, ((b"x-request-id", context.request_id.encode()),))
+
+
+def error_renderer(path: str) -> Callable[[GatewayError, str], bytes]:
+    """The error shape of the API a path belongs to: Anthropic's under /v1/messages,
+    Google's under /v1beta (and /v1alpha), OpenAI's elsewhere (only on the error paths: a
+    request that succeeds never asks)."""
+    if path.startswith("/v1/messages"):
+        return anthropic_error_body
+    if path.startswith(("/v1beta", "/v1alpha")):
+        return gemini_error_body
+    return error_body
+
+
+def gemini_error_body(error: GatewayError, request_id: str) -> bytes:
+    return gemini_models.error_body(
+        error.status, error.message, reason=error.code, request_id=request_id
+    )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 import structlog
@@ -18,7 +18,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from llmrelay.gateway.errors import GatewayError, PayloadTooLarge
 from llmrelay.gateway.ids import REQUEST_IDS
 from llmrelay.observability.logging import REQUEST_ID
-from llmrelay.protocols.anthropic_models import error_body as anthropic_error_body
 from llmrelay.protocols.openai import error_body
 
 #: (fullmatch: `$` would also match before a final line feed, and the id goes into a header)
@@ -252,12 +251,15 @@ def _too_large_message(limit: int) -> str:
 
 
 async def refuse_too_large(
-    request_id: str, limit: int, send: Send, anthropic: bool = False
+    request_id: str,
+    limit: int,
+    send: Send,
+    render: Callable[[GatewayError, str], bytes] = error_body,
 ) -> None:
     """Answer 413 from the Content-Length alone, without reading the body, in the error
-    shape of the route's protocol (Anthropic's on its routes)."""
+    shape of the route's protocol (`render`: OpenAI's unless told)."""
     error = PayloadTooLarge(_too_large_message(limit))
-    body = anthropic_error_body(error, request_id) if anthropic else error_body(error, request_id)
+    body = render(error, request_id)
     await send(
         {
             "type": "http.response.start",

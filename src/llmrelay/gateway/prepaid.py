@@ -39,6 +39,11 @@ from llmrelay.gateway.executor import candidates
 from llmrelay.providers.base import Operation
 from llmrelay.snapshot.model import ModelSnap, PolicySnap, RouteSnap, Snapshot
 
+#: Operations that generate no output (the reservation is the prompt's alone).
+_EMBEDDINGS = frozenset(
+    {Operation.EMBEDDINGS, Operation.GEMINI_EMBED, Operation.GEMINI_BATCH_EMBED}
+)
+
 
 def reachable(
     snapshot: Snapshot,
@@ -84,7 +89,7 @@ async def reserve(
             price_for,
             time.time(),
             prepaid.policy,
-            generates=operation is not Operation.EMBEDDINGS,
+            generates=operation not in _EMBEDDINGS,
         )
     except Unpriced as unpriced:
         prepaid.count_refusal("unpriced")

@@ -5,9 +5,10 @@ Screened in a request: Chat Completions `messages[].content` (a string, or its `
 parts), tool results included (a `tool` message's content); Responses `instructions` and
 `input` (a string, or its items' text content, and `function_call_output` outputs);
 Messages `system` (a string or text blocks) and each message's text blocks and
-`tool_result` contents; Embeddings `input` strings. In an answer: chat
-`choices[].message.content`, Messages `content[]` text blocks, Responses `output[]` message
-text (and `output_text`).
+`tool_result` contents; Embeddings `input` strings; Gemini `systemInstruction` and `contents`
+text parts (thoughts not: their signatures cover them), embedContent's content. In an answer:
+chat `choices[].message.content`, Messages `content[]` text blocks, Responses `output[]`
+message text (and `output_text`), Gemini's candidates' text parts.
 
 Never screened, never changed: names, roles, ids, tool definitions and their schemas, the
 tool calls a model made (function names and argument JSON: a rewritten argument would run a
@@ -104,6 +105,45 @@ def _embeddings_request(body: dict[str, Any], screen: Screening) -> None:
                 screen.text(given, index, ("input", index))
 
 
+def _gemini_parts(content: Any, path: Path, screen: Screening) -> None:
+    """The text parts of a Gemini Content (thought summaries left alone)."""
+    parts = content.get("parts") if isinstance(content, dict) else None
+    if not isinstance(parts, list):
+        return
+    for index, part in enumerate(parts):
+        if isinstance(part, dict) and isinstance(part.get("text"), str) and not part.get("thought"):
+            screen.text(part, "text", (*path, "parts", index, "text"))
+
+
+def _gemini_request(body: dict[str, Any], screen: Screening) -> None:
+    inner = body.get("generateContentRequest")
+    if isinstance(inner, dict):  # countTokens' other form
+        body = inner
+    for key in ("systemInstruction", "system_instruction"):
+        _gemini_parts(body.get(key), (key,), screen)
+    contents = body.get("contents")
+    if isinstance(contents, list):
+        for index, content in enumerate(contents):
+            _gemini_parts(content, ("contents", index), screen)
+
+
+def _gemini_embed_request(body: dict[str, Any], screen: Screening) -> None:
+    _gemini_parts(body.get("content"), ("content",), screen)
+    requests = body.get("requests")
+    if isinstance(requests, list):
+        for index, request in enumerate(requests):
+            if isinstance(request, dict):
+                _gemini_parts(request.get("content"), ("requests", index, "content"), screen)
+
+
+def _gemini_answer(body: dict[str, Any], screen: Screening) -> None:
+    candidates = body.get("candidates")
+    if isinstance(candidates, list):
+        for index, candidate in enumerate(candidates):
+            if isinstance(candidate, dict):
+                _gemini_parts(candidate.get("content"), ("candidates", index, "content"), screen)
+
+
 def _chat_answer(body: dict[str, Any], screen: Screening) -> None:
     choices = body.get("choices")
     if not isinstance(choices, list):
@@ -144,10 +184,16 @@ REQUEST_WALKERS: Final[dict[str, Walker]] = {
     "count_tokens": _messages_request,
     "responses": _responses_request,
     "responses_compact": _responses_request,
+    "gemini_generate": _gemini_request,
+    "gemini_stream": _gemini_request,
+    "gemini_count_tokens": _gemini_request,
+    "gemini_embed": _gemini_embed_request,
+    "gemini_batch_embed": _gemini_embed_request,
 }
 #: ... and its non-streamed answer (embeddings and token counts hold no text).
 ANSWER_WALKERS: Final[dict[str, Walker]] = {
     "chat": _chat_answer,
     "messages": _messages_answer,
     "responses": _responses_answer,
+    "gemini_generate": _gemini_answer,
 }

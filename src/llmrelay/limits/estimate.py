@@ -36,6 +36,8 @@ def estimate_tokens(operation: Operation, payload: dict[str, Any], default_outpu
                     calls = message["tool_calls"]
                     if calls is not None:
                         chars += _chars(calls, 1)
+    elif "contents" in payload:  # Gemini's (never with `messages`: no cost to the others)
+        return _gemini_tokens(payload, default_output)
     for name in _OTHER_PROMPT_FIELDS:
         if name in payload:
             value = payload[name]
@@ -49,6 +51,24 @@ def estimate_tokens(operation: Operation, payload: dict[str, Any], default_outpu
             if type(asked) is int and asked > 0:
                 output = asked
                 break
+    tokens = chars // CHARS_PER_TOKEN + output
+    return tokens if tokens > 1 else 1
+
+
+def _gemini_tokens(payload: dict[str, Any], default_output: int) -> int:
+    """A generateContent request: its contents, system instruction and tools, and its
+    generationConfig.maxOutputTokens (or `default_output`)."""
+    chars = _chars(payload["contents"], 0)
+    for name in ("systemInstruction", "tools"):
+        value = payload.get(name)
+        if value is not None:
+            chars += _chars(value, 0)
+    output = default_output
+    config = payload.get("generationConfig")
+    if type(config) is dict:
+        asked = config.get("maxOutputTokens")
+        if type(asked) is int and asked > 0:
+            output = asked
     tokens = chars // CHARS_PER_TOKEN + output
     return tokens if tokens > 1 else 1
 

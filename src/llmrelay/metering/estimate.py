@@ -54,11 +54,23 @@ def text_of(value: Any, depth: int = 0) -> list[str]:
     return out
 
 
-_PROMPT_FIELDS: Final = ("system", "instructions", "input", "prompt", "tools", "functions")
+_PROMPT_FIELDS: Final = (
+    "system",
+    "instructions",
+    "input",
+    "prompt",
+    "tools",
+    "functions",
+    # Gemini's (generateContent, countTokens, embedContent, batchEmbedContents)
+    "contents",
+    "systemInstruction",
+    "content",
+    "requests",
+)
 
 
 def prompt_tokens(payload: dict[str, Any]) -> int:
-    """The prompt of a chat, Messages, Responses or embeddings request."""
+    """The prompt of a chat, Messages, Responses, Gemini or embeddings request."""
     count = 0
     messages = payload.get("messages")
     if type(messages) is list:

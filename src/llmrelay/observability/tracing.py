@@ -33,6 +33,10 @@ OPERATIONS = {
     "responses.compact": "chat",
     "embeddings": "embeddings",
     "messages.count_tokens": "count_tokens",
+    "gemini.generate_content": "chat",
+    "gemini.count_tokens": "count_tokens",
+    "gemini.embed_content": "embeddings",
+    "gemini.batch_embed_contents": "embeddings",
 }
 #: gen_ai.provider.name per provider type (the spec's well-known values where there is one)
 PROVIDER_NAMES = {

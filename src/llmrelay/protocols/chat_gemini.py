@@ -1,5 +1,10 @@
 """Chat Completions <-> Gemini generateContent, request and whole (non-streamed) answer.
 
+Reasoning: a Gemini answer's thought parts and the signatures on its other parts become
+`reasoning_content` / `reasoning_details` of format "google-gemini-v1" (a function call's
+signature stays on its tool call); a Chat client that sends them back gets them to Gemini as
+they came, and details of other formats are left out (gemini_reasoning.py).
+
 The model and the choice between generateContent and streamGenerateContent?alt=sse live in
 the URL, so the request body carries neither. Whatever Gemini cannot honour raises
 TranslationError naming the client's field; fields whose loss changes nothing the client
@@ -14,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from llmrelay.protocols import gemini
+from llmrelay.protocols import gemini, gemini_reasoning
 from llmrelay.protocols.translation import TranslationError
 
 #: reasoning_effort as a thinking budget, the mapping Google's OpenAI-compatible endpoint
@@ -93,7 +98,7 @@ def chat_request_to_gemini(payload: dict[str, Any]) -> tuple[dict[str, Any], lis
             raise TranslationError(f"unknown reasoning_effort {effort!r}", param="reasoning_effort")
         config["thinkingConfig"] = {"thinkingBudget": THINKING_BUDGETS[effort]}
 
-    system, contents = _contents(payload.get("messages"))
+    system, contents = _contents(payload.get("messages"), dropped)
     body: dict[str, Any] = {"contents": contents}
     if system:
         body["systemInstruction"] = {"parts": system}
@@ -126,7 +131,9 @@ def _response_format(value: Any) -> dict[str, Any]:
 # Messages -----------------------------------------------------------------------------------
 
 
-def _contents(messages: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _contents(
+    messages: Any, dropped: list[str]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(systemInstruction parts, contents). Gemini has one system instruction, so every
     system or developer message joins it in order, wherever it stood."""
     if not isinstance(messages, list) or not messages:
@@ -155,7 +162,7 @@ def _contents(messages: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
             if parts:
                 contents.append({"role": "user", "parts": parts})
         elif role == "assistant":
-            parts = _assistant_parts(message, call_names, where)
+            parts = _assistant_parts(message, call_names, where, dropped)
             if parts:
                 contents.append({"role": "model", "parts": parts})
         else:
@@ -223,9 +230,19 @@ def _inline(url: str, where: str) -> dict[str, Any]:
 
 
 def _assistant_parts(
-    message: dict[str, Any], call_names: dict[str, str], where: str
+    message: dict[str, Any], call_names: dict[str, str], where: str, dropped: list[str]
 ) -> list[dict[str, Any]]:
-    parts: list[dict[str, Any]] = [{"text": t} for t in _texts(message.get("content"), where)]
+    """The model turn: its thoughts (reasoning of Gemini's own format, with their
+    signatures: gemini_reasoning.py), its text, its function calls."""
+    thoughts, signature = gemini_reasoning.gemini_parts_of_details(
+        message.get("reasoning_details"), dropped
+    )
+    if message.get("reasoning_content") and not thoughts and "reasoning_content" not in dropped:
+        dropped.append("reasoning_content")  # unsigned thinking: Gemini takes none back
+    texts: list[dict[str, Any]] = [{"text": t} for t in _texts(message.get("content"), where)]
+    if signature is not None and texts:
+        texts[0]["thoughtSignature"] = signature
+    parts = thoughts + texts
     calls = _list(message.get("tool_calls"), "messages")
     if isinstance(message.get("function_call"), dict):
         calls.append({"type": "function", "function": message["function_call"]})
@@ -380,7 +397,8 @@ def gemini_response_to_chat(body: dict[str, Any], *, model: str) -> dict[str, An
 def _choice(candidate: dict[str, Any], position: int) -> dict[str, Any]:
     texts: list[str] = []
     tool_calls: list[dict[str, Any]] = []
-    for part in (candidate.get("content") or {}).get("parts") or []:
+    parts = (candidate.get("content") or {}).get("parts") or []
+    for part in parts:
         text = gemini.visible_text(part)
         if text is not None:
             texts.append(text)
@@ -393,6 +411,11 @@ def _choice(candidate: dict[str, Any], position: int) -> dict[str, Any]:
     }
     if tool_calls:
         message["tool_calls"] = tool_calls
+    reasoning, details = gemini_reasoning.details_of_parts(parts)
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    if details:
+        message["reasoning_details"] = details
     return {
         "index": candidate.get("index", position),
         "message": message,

@@ -3,9 +3,11 @@
 Each SSE event of Gemini's stream is a whole GenerateContentResponse holding the next
 slice of each candidate: text pieces, function calls (always whole, never split across
 events), a finishReason on the candidate's last slice, and usageMetadata that is cumulative
-(the last one seen is the total). Chat wants a role chunk first, content deltas, tool call
-deltas numbered across the stream, a chunk with finish_reason, and with
-stream_options.include_usage a last chunk with no choices and the usage.
+(the last one seen is the total). Thought parts and signatures go out as reasoning deltas
+(`reasoning_content`, `reasoning_details`: gemini_reasoning.py). Chat wants a role chunk
+first, content deltas, tool call deltas numbered across the stream, a chunk with
+finish_reason, and with stream_options.include_usage a last chunk with no choices and the
+usage.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from llmrelay.protocols import gemini
+from llmrelay.protocols import gemini, gemini_reasoning
 
 
 class GeminiStreamToChat:
@@ -80,6 +82,10 @@ class GeminiStreamToChat:
             text = gemini.visible_text(part)
             if text is not None:
                 chunks.append(self._chunk(index, {"content": text}))
+            reasoning = _reasoning_delta(part)
+            if reasoning is not None:
+                chunks.append(self._chunk(index, reasoning))
+            if text is not None:
                 continue
             call = gemini.chat_tool_call(part)
             if call is not None:
@@ -119,3 +125,17 @@ class GeminiStreamToChat:
             # As OpenAI streams with include_usage: every chunk but the last has usage null.
             chunk["usage"] = None
         return chunk
+
+
+def _reasoning_delta(part: dict[str, Any]) -> dict[str, Any] | None:
+    """A thought part, or the signature on a part that is not a function call (its own goes
+    with the tool call), as a chat delta's reasoning (gemini_reasoning.py)."""
+    if "functionCall" in part:
+        return None
+    reasoning, details = gemini_reasoning.details_of_parts([part])
+    if not details:
+        return None
+    delta: dict[str, Any] = {"reasoning_details": details}
+    if reasoning:
+        delta["reasoning_content"] = reasoning
+    return delta

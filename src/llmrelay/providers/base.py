@@ -22,6 +22,15 @@ class Operation(StrEnum):
     RESPONSES = "responses"
     #: POST /v1/responses/compact: only where the provider serves the Responses API.
     RESPONSES_COMPACT = "responses_compact"
+    #: Gemini's generateContent, streamGenerateContent, countTokens, embedContent and
+    #: batchEmbedContents (POST /v1beta/models/MODEL:METHOD): native for gemini providers,
+    #: bridged through chat (embeddings) for the others (providers/gemini_bridge.py); token
+    #: counts only from gemini providers.
+    GEMINI_GENERATE = "gemini_generate"
+    GEMINI_STREAM = "gemini_stream"
+    GEMINI_COUNT_TOKENS = "gemini_count_tokens"
+    GEMINI_EMBED = "gemini_embed"
+    GEMINI_BATCH_EMBED = "gemini_batch_embed"
 
 
 class UnsupportedOperation(LookupError):

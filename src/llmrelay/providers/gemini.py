@@ -1,4 +1,5 @@
-"""Adapter for `gemini` providers (generateContent) serving chat-completions clients.
+"""Adapter for `gemini` providers (generateContent) serving chat-completions clients, and
+Gemini clients natively (their body passed through, the model in the URL the route's).
 
 The chat request becomes a generateContent request (protocols.chat_gemini); the model goes
 in the URL (`/v1beta/models/MODEL:generateContent`, or `:streamGenerateContent?alt=sse` for
@@ -26,12 +27,23 @@ from llmrelay.protocols.gemini_embeddings import (
 from llmrelay.protocols.sse import SSEParser
 from llmrelay.providers.base import Operation, UnsupportedOperation, UpstreamRequest
 from llmrelay.providers.errors import UpstreamProtocolError
+from llmrelay.providers.gemini_bridge import native_request
 from llmrelay.providers.translated import TranslatedResponse, context_code
 from llmrelay.snapshot.model import RouteSnap
 
 log = structlog.get_logger(__name__)
 
 API_VERSION = "v1beta"
+#: A Gemini client's operations, served natively.
+NATIVE = frozenset(
+    {
+        Operation.GEMINI_GENERATE,
+        Operation.GEMINI_STREAM,
+        Operation.GEMINI_COUNT_TOKENS,
+        Operation.GEMINI_EMBED,
+        Operation.GEMINI_BATCH_EMBED,
+    }
+)
 
 
 class GeminiAdapter:
@@ -47,6 +59,11 @@ class GeminiAdapter:
         if operation is Operation.EMBEDDINGS:
             return _embeddings_request(route, payload, forwarded_headers)
         if operation is not Operation.CHAT:
+            if operation in NATIVE:
+                # A Gemini client's request: passed through, only the model rewritten.
+                method, raw = native_request(operation, route, payload)
+                headers = _headers(route, forwarded_headers)
+                return UpstreamRequest(_url(route, method), headers, raw)
             raise UnsupportedOperation(f"gemini providers have no {operation.value} API here")
         body, dropped = chat_request_to_gemini(payload)
         if dropped:

@@ -298,7 +298,7 @@ class RequestRecord(Base):
     #: What the request cost by the price in force (micro-USD): the sum of the buckets
     #: below; 0 with price_source "unknown" when no price was known (None: older rows).
     cost_micros: Mapped[int | None] = mapped_column(BigInteger)
-    #: "openai" or "anthropic": the client's protocol (`endpoint` says which operation).
+    #: "openai", "anthropic" or "gemini": the client's protocol (`endpoint` says which one).
     protocol: Mapped[str | None] = mapped_column(String(16))
     #: Usage in billing buckets, mutually exclusive (metering/usage.py); prompt_tokens is
     #: their input sum and completion_tokens equals output_tokens. reasoning_tokens is
