@@ -34,16 +34,12 @@ _CLAUDE = (
     "(then thinking, a late system message)"
 )
 _CODEX = "issue 29: 400 tools of type 'namespace' cannot be sent to this model (then web_search)"
-_GEMINI = "issue 29: no Gemini-native inbound API: /v1beta answers the console's HTML 404"
 #: (client, provider type) -> why that cell fails today. Every task of the cell fails.
 BROKEN: Final[dict[tuple[str, str], str]] = {
     ("claude-code", "openai"): _CLAUDE,
     ("claude-code", "gemini"): _CLAUDE,
     ("codex", "anthropic"): _CODEX,
     ("codex", "gemini"): _CODEX,
-    ("gemini-cli", "openai"): _GEMINI,
-    ("gemini-cli", "anthropic"): _GEMINI,
-    ("gemini-cli", "gemini"): _GEMINI,
 }
 
 

@@ -1,10 +1,9 @@
 """Gemini CLI straight against the scripted agent upstream, with no gateway between them.
 
-llmrelay has no Gemini-native inbound API yet (issue 29: its gemini-cli cells in
-tests/agents/matrix.py are expected failures), so this proves the rest on its own: the harness
-runs Gemini CLI, and the upstream's Gemini protocol carries its plain answer and its full tool
-loop (run_shell_command, the functionResponse back, the final answer), streamed. Once /v1beta
-exists the matrix covers Gemini CLI through the gateway and this stays as the baseline.
+The baseline of Gemini CLI's cells in tests/agents/matrix.py (which go through the gateway's
+/v1beta API): the harness runs Gemini CLI, and the upstream's Gemini protocol carries its plain
+answer, its full tool loop (run_shell_command, the functionResponse back, the final answer),
+streamed, and a resumed session's second turn, with no gateway between them.
 """
 
 from __future__ import annotations

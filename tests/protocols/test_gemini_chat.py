@@ -416,3 +416,21 @@ def test_what_gemini_cli_sends_translates(task: str) -> None:
         for call, result in zip(calls, results, strict=True):
             assert result["tool_call_id"] == call["tool_calls"][0]["id"]
             assert "AGENT-captured" in result["content"]
+
+
+def test_a_repeated_function_response_is_left_out() -> None:
+    """What Gemini CLI sends in a resumed session: the turn's function response twice."""
+    call = {"functionCall": {"id": "c1", "name": "sh", "args": {}}}
+    response = {"functionResponse": {"id": "c1", "name": "sh", "response": {"output": "ok"}}}
+    body, dropped = chat(
+        {
+            "contents": [
+                user("run it"),
+                {"role": "model", "parts": [call]},
+                {"role": "user", "parts": [response, response]},
+                user("and?"),
+            ]
+        }
+    )
+    assert [m["role"] for m in body["messages"]] == ["user", "assistant", "tool", "user"]
+    assert dropped == ["contents.parts.functionResponse"]

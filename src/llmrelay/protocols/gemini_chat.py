@@ -137,8 +137,10 @@ def _messages(contents: Any, dropped: list[str]) -> list[dict[str, Any]]:
     if not isinstance(contents, list) or not contents:
         raise TranslationError("contents must be a non-empty list", param="contents")
     messages: list[dict[str, Any]] = []
-    #: Calls of the model turns so far that no functionResponse answered yet: (id, name).
+    #: Calls of the model turns so far that no functionResponse answered yet: (id, name),
+    #: and those answered.
     open_calls: list[tuple[str, str]] = []
+    answered: list[tuple[str, str]] = []
     for index, content in enumerate(contents):
         where = f"contents[{index}]"
         if not isinstance(content, dict):
@@ -152,7 +154,7 @@ def _messages(contents: Any, dropped: list[str]) -> list[dict[str, Any]]:
             if message is not None:
                 messages.append(message)
         elif role in ("user", "function"):
-            messages.extend(_user(parts, open_calls, where, dropped))
+            messages.extend(_user(parts, open_calls, answered, where, dropped))
         else:
             raise TranslationError(f"{where} has an unknown role {role!r}", param="contents")
     return messages
@@ -215,7 +217,11 @@ def _tool_call(call: dict[str, Any], part: dict[str, Any], made_id: str, where: 
 
 
 def _user(
-    parts: list[Any], open_calls: list[tuple[str, str]], where: str, dropped: list[str]
+    parts: list[Any],
+    open_calls: list[tuple[str, str]],
+    answered: list[tuple[str, str]],
+    where: str,
+    dropped: list[str],
 ) -> list[dict[str, Any]]:
     """A user turn: its function responses as tool messages first (Chat wants them right
     after the assistant's calls), then its other parts as one user message."""
@@ -226,7 +232,9 @@ def _user(
             raise TranslationError(f"{where}: each part must be an object", param="contents")
         response = field(part, "functionResponse")
         if isinstance(response, dict):
-            tools.append(_tool_message(response, open_calls, where, dropped))
+            message = _tool_message(response, open_calls, answered, where, dropped)
+            if message is not None:
+                tools.append(message)
             continue
         made = _user_part(part, where, dropped)
         if made is not None:
@@ -240,21 +248,31 @@ def _user(
 
 
 def _tool_message(
-    response: dict[str, Any], open_calls: list[tuple[str, str]], where: str, dropped: list[str]
-) -> dict[str, Any]:
+    response: dict[str, Any],
+    open_calls: list[tuple[str, str]],
+    answered: list[tuple[str, str]],
+    where: str,
+    dropped: list[str],
+) -> dict[str, Any] | None:
     """The result of the call it answers: the one with its id, else the first open call of
-    its name (Gemini pairs them by name, in order)."""
+    its name (Gemini pairs them by name, in order). A second answer to a call already
+    answered is left out (Gemini CLI repeats the function responses of a turn in a resumed
+    session's history; Chat takes one result a call)."""
     name = response.get("name")
     given = response.get("id")
     found = next((c for c in open_calls if isinstance(given, str) and c[0] == given), None)
     if found is None:
         found = next((c for c in open_calls if c[1] == name), None)
+    if found is None and any(c[0] == given or c[1] == name for c in answered):
+        _note(dropped, "contents.parts.functionResponse")
+        return None
     if found is None:
         raise TranslationError(
             f"{where}: functionResponse {name!r} answers no functionCall of an earlier model turn",
             param="contents",
         )
     open_calls.remove(found)
+    answered.append(found)
     if response.get("parts"):
         _note(dropped, "contents.parts.functionResponse.parts")
     return {"role": "tool", "tool_call_id": found[0], "content": _result_text(response)}
