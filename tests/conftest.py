@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from collections.abc import AsyncIterator, Generator, Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.store import migrate
 from llmrelay.store.db import create_engine
+from tests.support.closing import Closing
 from tests.support.databases import postgres_database, sqlite_url
 from tests.support.services import (
     REQUIRE_SERVICES,
@@ -21,7 +23,6 @@ from tests.support.services import (
     redis_available,
     skipped_services,
 )
-
 
 #: How long the tests' HTTP clients wait for an answer unless a test says otherwise. httpx's
 #: own default (5 s) is a ceiling a loaded machine passes: a console test's first admin page,
@@ -125,6 +126,13 @@ SLOW_MODULES = (
     "tests/console/test_pages_providers.py",
     "tests/console/test_pages_access.py",
 )
+
+
+@pytest.fixture
+def closing() -> Iterator[Closing]:
+    """`client = closing(openai.OpenAI(...))`: closed (with its connections) at the test's end."""
+    with contextlib.ExitStack() as stack:
+        yield stack.enter_context
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -182,8 +182,16 @@ def _fuzz(
         # A check's failure, or the app's own exception (the in-process transport raises
         # what a server would log under its 500): a finding about this operation either way.
         except (Exception, FailureGroup) as exc:  # noqa: BLE001
-            problems.append(f"{operation.label}: {type(exc).__name__}: {exc}")
+            problems.append(f"{operation.label}: {_described(exc)}")
     return problems
+
+
+def _described(exc: BaseException) -> str:
+    """The exception and what it groups (Hypothesis's FlakyFailure names only its count)."""
+    text = f"{type(exc).__name__}: {exc}"
+    for inner in getattr(exc, "exceptions", ()):
+        text += "\n  - " + _described(inner).replace("\n", "\n    ")
+    return text
 
 
 #: Not run: positive_data_acceptance (a schema-valid request must not get 400). The API has
@@ -194,6 +202,13 @@ def _fuzz(
 NOT_APPLICABLE: list[CheckFunction] = [checks.positive_data_acceptance]
 
 
+#: Every operation's cases in one test: about 50 s on an idle core, several minutes on a loaded
+#: machine, where pytest-timeout's 120 s struck inside a case (which Hypothesis then reported as
+#: a FlakyFailure of whatever operation was running).
+LONG_RUN_S = 900
+
+
+@pytest.mark.timeout(LONG_RUN_S)
 def test_every_operation_conforms(admin_schema: BaseSchema) -> None:
     def call(case: Case[Any]) -> None:
         case.call_and_validate(headers=AUTH, excluded_checks=NOT_APPLICABLE)
@@ -203,6 +218,7 @@ def test_every_operation_conforms(admin_schema: BaseSchema) -> None:
 
 
 #: Refused before any query runs, so one database shows it.
+@pytest.mark.timeout(LONG_RUN_S)
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_every_operation_needs_credentials(admin_schema: BaseSchema) -> None:
     def call(case: Case[Any]) -> None:
