@@ -24,6 +24,9 @@ from tests.support.services import (
     skipped_services,
 )
 
+#: The agent matrix's outcomes, for docs/agents.md (tests/agents/results.py).
+pytest_plugins = ["tests.agents.results"]
+
 #: How long the tests' HTTP clients wait for an answer unless a test says otherwise. httpx's
 #: own default (5 s) is a ceiling a loaded machine passes: a console test's first admin page,
 #: or a sign-up hashing a password, took longer in CI runs beside other work. A test that
