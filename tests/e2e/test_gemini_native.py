@@ -422,3 +422,13 @@ def test_a_stream_that_breaks_after_its_first_byte_ends_with_googles_error(
     assert "candidates" in events[0]
     assert events[-1]["error"]["status"] == "UNAVAILABLE"
     assert "finishReason" not in str(events)
+
+
+def test_a_json_array_stream_that_breaks_ends_with_googles_error_in_the_array(
+    client: httpx.Client,
+) -> None:
+    answer = client.post("/v1beta/models/gemini-drop:streamGenerateContent", json=ask())
+    assert answer.status_code == 200
+    events = orjson.loads(answer.content)  # still one whole JSON array
+    assert "candidates" in events[0]
+    assert events[-1]["error"]["status"] == "UNAVAILABLE"
