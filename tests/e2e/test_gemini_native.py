@@ -19,6 +19,11 @@ from tests.support.mock_upstream import MockUpstream
 
 KEY = "e2e-gemini-key-0123456789"
 NARROW_KEY = "e2e-gemini-narrow-0123456789"
+MASKED_KEY = "e2e-gemini-masked-0123456789"
+BLOCKED_KEY = "e2e-gemini-blocked-0123456789"
+LIMITED_KEY = "e2e-gemini-limited-0123456789"
+EMAIL = "jane.doe@example.com"
+AWS = "AKIAIOSFODNN7EXAMPLE"
 SECRET = "sk-provider-secret-gemini"
 TEXT = "the quick brown fox jumps over the lazy dog"
 MODELS = ["gemini", "compat", "claude"]
@@ -48,11 +53,20 @@ models:
   - name: compat-embed
     embedding: true
     routes: [{{provider: compat, upstream_model: echo-embed}}]
+guardrails:
+  policies:
+    - name: secrets-block
+      rules: [{{detector: secrets, action: block}}]
+    - name: pii-mask
+      rules: [{{detector: pii, action: mask}}]
 projects:
   - name: gemini
     keys:
       - {{name: k, key: {KEY}}}
       - {{name: narrow, key: {NARROW_KEY}, models: [compat]}}
+      - {{name: masked, key: {MASKED_KEY}, guardrails: [pii-mask]}}
+      - {{name: blocked, key: {BLOCKED_KEY}, guardrails: [secrets-block]}}
+      - {{name: limited, key: {LIMITED_KEY}, limits: {{rpm: 1}}}}
 """
 
 
@@ -432,3 +446,40 @@ def test_a_json_array_stream_that_breaks_ends_with_googles_error_in_the_array(
     events = orjson.loads(answer.content)  # still one whole JSON array
     assert "candidates" in events[0]
     assert events[-1]["error"]["status"] == "UNAVAILABLE"
+
+
+@pytest.mark.parametrize(("model", "path"), [("gemini", "gemini-test:"), ("compat", "/chat/")])
+def test_a_keys_guardrails_mask_what_reaches_the_provider(
+    gateway: GatewayProcess, upstream: MockUpstream, model: str, path: str
+) -> None:
+    with httpx.Client(base_url=gateway.url, headers={"x-goog-api-key": MASKED_KEY}) as masked:
+        answer = masked.post(
+            f"/v1beta/models/{model}:generateContent", json=ask(f"write to {EMAIL} today")
+        )
+    assert answer.status_code == 200, answer.text
+    received = [r for r in upstream.requests if path in r.path][-1]
+    assert EMAIL not in orjson.dumps(received.body).decode()
+    assert "write to" in orjson.dumps(received.body).decode()
+
+
+def test_a_blocked_request_is_refused_in_googles_shape_and_never_sent(
+    gateway: GatewayProcess, upstream: MockUpstream
+) -> None:
+    before = len(upstream.requests)
+    with httpx.Client(base_url=gateway.url, headers={"x-goog-api-key": BLOCKED_KEY}) as blocked:
+        answer = blocked.post("/v1beta/models/gemini:generateContent", json=ask(f"key {AWS}"))
+    error = google_error(answer, 400, "INVALID_ARGUMENT")
+    assert error["details"][0]["reason"] == "content_policy_violation"
+    assert len(upstream.requests) == before
+    record = gateway.records([answer.headers["x-request-id"]])[answer.headers["x-request-id"]]
+    assert record["status_code"] == 400 and record["protocol"] == "gemini"
+
+
+def test_limits_answer_429_with_googles_retry_hint(gateway: GatewayProcess) -> None:
+    with httpx.Client(base_url=gateway.url, headers={"x-goog-api-key": LIMITED_KEY}) as limited:
+        first = limited.post("/v1beta/models/compat:generateContent", json=ask())
+        assert first.status_code == 200, first.text
+        second = limited.post("/v1beta/models/compat:generateContent", json=ask())
+    error = google_error(second, 429, "RESOURCE_EXHAUSTED")
+    retry = [d for d in error["details"] if d["@type"].endswith("RetryInfo")]
+    assert retry and retry[0]["retryDelay"] == f"{second.headers['retry-after']}s"

@@ -47,6 +47,9 @@ from llmrelay.snapshot.model import KeySnap, ModelSnap, Snapshot
 
 #: Every path of the API (dispatched by prefix: an unknown one gets Google's 404 here).
 GEMINI_PREFIX: Final = "/v1beta/"
+#: What these routes are called where a key's scopes name APIs: every path under
+#: GEMINI_PREFIX, every record whose endpoint starts with "gemini.".
+SCOPE: Final = "gemini-native"
 MODELS_PATH: Final = "/v1beta/models"
 _MODEL_PREFIX: Final = "/v1beta/models/"
 #: The client's method -> (operation, record endpoint).
