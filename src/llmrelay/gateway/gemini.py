@@ -96,8 +96,9 @@ class GeminiRoutes:
         headers = [(b"x-request-id", context.request_id.encode())]
         await _send_error(send, error, context.request_id, headers)
 
-    def _principal(self, scope: Scope, snapshot: Snapshot, context: RequestContext) -> KeySnap:
-        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+    def _principal(
+        self, scope: Scope, query: dict[str, str], snapshot: Snapshot, context: RequestContext
+    ) -> KeySnap:
         key = gemini_key(scope["headers"], query)
         if key is None:
             raise AuthenticationFailed(
@@ -115,7 +116,7 @@ class GeminiRoutes:
         headers = [(b"x-request-id", context.request_id.encode())]
         try:
             snapshot = self._dispatcher.live().snapshots.current
-            principal = self._principal(scope, snapshot, context)
+            principal = self._principal(scope, query_of(scope), snapshot, context)
         except GatewayError as error:
             await _send_error(send, error, context.request_id, headers)
             return
@@ -126,7 +127,7 @@ class GeminiRoutes:
         headers = [(b"x-request-id", context.request_id.encode())]
         try:
             snapshot = self._dispatcher.live().snapshots.current
-            principal = self._principal(scope, snapshot, context)
+            principal = self._principal(scope, query_of(scope), snapshot, context)
             model = next((m for m in _visible(snapshot, principal) if m.name == name), None)
             if model is None:
                 raise NotFound(f"model {name!r} does not exist", code="model_not_found")
@@ -154,9 +155,10 @@ class GeminiRoutes:
         )
         headers = [(b"x-request-id", context.request_id.encode())]
         streaming = False
+        query = query_of(scope)
         try:
             snapshot = runtime.snapshots.current
-            principal = self._principal(scope, snapshot, context)
+            principal = self._principal(scope, query, snapshot, context)
             bind(record, principal)
             if principal.capture:
                 send, receive = dispatcher.capture(record, send, receive)
@@ -192,7 +194,7 @@ class GeminiRoutes:
                 served, relay = await dispatcher.answer(call, receive, snapshot, model, pinned)
                 dispatcher.served_headers(headers, served, record)
                 head = None
-                if not _wants_sse(scope):
+                if query.get("alt") != "sse":
                     relay.as_array()  # Google's default framing: one JSON array
                     head = _ARRAY_HEAD
                 await send_sse(receive, send, relay, headers, runtime.client_watches, head)
@@ -303,9 +305,10 @@ def needs_of(payload: dict[str, Any], *, stream: bool) -> Needs:
     )
 
 
-def _wants_sse(scope: Scope) -> bool:
-    query = scope.get("query_string", b"")
-    return b"alt=sse" in query
+def query_of(scope: Scope) -> dict[str, str]:
+    """The query string's parameters (`key`, `alt`; the last of a repeated one)."""
+    raw = scope.get("query_string", b"")
+    return dict(parse_qsl(raw.decode("latin-1"))) if raw else {}
 
 
 def _gemini_routes(model: ModelSnap, pinned: str | None) -> bool:
