@@ -32,6 +32,7 @@ from llmrelay.jobs.probe import Prober
 from llmrelay.listeners import ListenerSplit
 from llmrelay.observability.health import Health
 from llmrelay.observability.logging import configure_logging
+from llmrelay.observability.loop_lag import LoopLagSampler
 from llmrelay.observability.metrics import Metrics
 from llmrelay.protocols.anthropic_models import error_body as anthropic_error_body
 from llmrelay.protocols.openai import error_body
@@ -159,6 +160,7 @@ def create_app(settings: Settings) -> ASGIApp:
         engine, snapshots, recorder = stack.engine, stack.snapshots, stack.recorder
         tasks: list[asyncio.Task[None]] = []
         payments: Payments | None = None
+        lag: LoopLagSampler | None = None
         try:
             payments = Payments.from_config(
                 engine, stack.sealer, StripeConfig.from_settings(settings), metrics
@@ -189,9 +191,18 @@ def create_app(settings: Settings) -> ASGIApp:
             # PostgreSQL: the months ahead of request_records exist (now, then daily).
             tasks.append(asyncio.create_task(partitions.run(engine)))
             # Record and payload retention run as periodic jobs (jobs/retention.py).
+            if settings.loop_lag_sample_s > 0:
+                lag = LoopLagSampler(
+                    asyncio.get_running_loop(),
+                    metrics.event_loop_lag.observe,
+                    settings.loop_lag_sample_s,
+                )
+                lag.start()
             settle_garbage_collector()
             yield
         finally:
+            if lag is not None:
+                lag.stop()
             for task in tasks:  # their database work ends before the engine is disposed
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -133,8 +133,8 @@ async def test_sqlite_waits_out_a_lock_held_elsewhere_without_blocking_the_loop(
 
 
 async def test_sqlite_checkpoints_the_wal_off_the_loop(engine: AsyncEngine, tmp_path: Path) -> None:
-    """The recorder's connection never checkpoints after a commit (that may wait on the
-    disk, on the event loop); the writer has the engine's thread do it every so many rows."""
+    """The recorder's connection never checkpoints on the event loop (that may wait on the
+    disk); the writer's own thread does it after a commit every so many rows."""
     recorder = Recorder(engine, gather_s=0.01)
     writer = recorder._writer
     if not isinstance(writer, SqliteWriter):

@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -273,23 +273,34 @@ class Recorder:
         hits: Sequence[Row] = (),
     ) -> None:
         """One transaction for the records, attempt rows, payload rows and hit rows; raises
-        when it failed."""
-        statements = self._records.statements(self._records.prepare(batch))
+        when it failed. The statements are made as the writer takes them (`_statements`)."""
+        rows = len(batch) + len(attempts) + len(payloads) + len(hits)
+        statements = self._statements(batch, attempts, payloads, hits)
+        async with asyncio.timeout(self._write_timeout_s):
+            await self._writer.write(statements, rows)
+        await self._touch_keys(batch)
+
+    def _statements(
+        self,
+        batch: list[Row],
+        attempts: list[Row],
+        payloads: Sequence[Row],
+        hits: Sequence[Row],
+    ) -> Iterator[Statement]:
+        """The batch's statements, each made only when the writer asks for the next, so a
+        batch of thousands of rows never holds the event loop for more than a slice."""
+        yield from self._records.chunks(batch)
         if attempts:
-            statements += self._attempt_rows.statements(self._attempt_rows.prepare(attempts))
+            yield from self._attempt_rows.chunks(attempts)
         if payloads:
-            statements += self._payload_statements(payloads)
+            yield from self._payload_statements(payloads)
         if hits:
-            statements += self._hit_rows.statements(self._hit_rows.prepare(list(hits)))
+            yield from self._hit_rows.chunks(list(hits))
         # The hours these records fall in need their rollups recomputed (store/rollups.py):
         # marked in the same transaction, so a recompute can never miss a committed record.
         convert = self._records.convert_time
         for hour in sorted({int(row[_CREATED_AT] // 3600) for row in batch}):
-            statements.append((self._mark_sql, (convert(hour * 3600.0), 1, 1)))
-        rows = len(batch) + len(attempts) + len(payloads) + len(hits)
-        async with asyncio.timeout(self._write_timeout_s):
-            await self._writer.write(statements, rows)
-        await self._touch_keys(batch)
+            yield (self._mark_sql, (convert(hour * 3600.0), 1, 1))
 
     async def _touch_keys(self, batch: list[Row]) -> None:
         """After the batch's commit, its keys' last_used_at; best effort (a failure keeps
@@ -305,14 +316,15 @@ class Recorder:
             return
         self._key_use.written()
 
-    def _payload_statements(self, payloads: Sequence[Row]) -> list[Statement]:
+    def _payload_statements(self, payloads: Sequence[Row]) -> Iterator[Statement]:
         """SQLite: one statement per payload row, so the writer can let requests through
-        between two bodies of up to a few MiB each; PostgreSQL: one executemany."""
+        between two bodies of up to a few MiB each; PostgreSQL: executemanys."""
         insert = self._payload_rows
-        rows = insert.prepare(list(payloads))
         if not insert.multi_row:
-            return insert.statements(rows)
-        return [statement for row in rows for statement in insert.statements([row])]
+            yield from insert.chunks(list(payloads))
+            return
+        for row in payloads:
+            yield from insert.chunks([row])
 
     async def _to_spool(
         self,
