@@ -227,6 +227,23 @@ def instrument_uvloop(events: Events, period_s: float) -> None:
     watchdog.start()
 
 
+def override_gc(threshold: str | None, *, freeze: bool) -> None:
+    """Replace llmrelay's start-up GC settings (for comparing them)."""
+    import llmrelay.app
+
+    settle = llmrelay.app.settle_garbage_collector
+
+    def settle_differently() -> None:
+        if freeze:
+            settle()
+        else:
+            gc.collect()
+        if threshold:
+            gc.set_threshold(*(int(x) for x in threshold.split(",")))
+
+    llmrelay.app.settle_garbage_collector = settle_differently
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -235,6 +252,14 @@ def main() -> None:
     parser.add_argument("--period-ms", type=float, default=2.0, help="uvloop: marker period")
     parser.add_argument(
         "--wall", action="store_true", help="asyncio: judge callbacks by wall time, not CPU time"
+    )
+    parser.add_argument(
+        "--gc-threshold",
+        help="G0,G1,G2: the collector's thresholds after llmrelay's start-up settles them "
+        "(llmrelay.app.settle_garbage_collector), to compare settings",
+    )
+    parser.add_argument(
+        "--no-gc-freeze", action="store_true", help="start-up settles the GC without gc.freeze()"
     )
     parser.add_argument("cli", nargs=argparse.REMAINDER, help="-- then llmrelay's arguments")
     args = parser.parse_args()
@@ -246,6 +271,8 @@ def main() -> None:
         instrument_asyncio(events)
     else:
         instrument_uvloop(events, args.period_ms / 1000)
+    if args.gc_threshold or args.no_gc_freeze:
+        override_gc(args.gc_threshold, freeze=not args.no_gc_freeze)
     cli = [a for a in args.cli if a != "--"]
     sys.argv = ["llmrelay", *cli]
     from llmrelay.cli import main as llmrelay_main

@@ -57,6 +57,8 @@ def _start(folder: Path, port: int, nginx_port: int, modes: list[str], args: Any
         *(sys.executable, "-m", "bench.stall_probe", "--out", str(folder / "events.json")),
         *("--loop", args.loop, "--threshold-ms", str(args.threshold_ms)),
         *(("--wall",) if args.wall else ()),
+        *(("--gc-threshold", args.gc_threshold) if args.gc_threshold else ()),
+        *(("--no-gc-freeze",) if args.no_gc_freeze else ()),
         "--",
         *("serve", "--config", str(config), "--port", str(port)),
     ]
@@ -184,6 +186,8 @@ def main() -> None:
     parser.add_argument(
         "--wall", action="store_true", help="asyncio: judge callbacks by wall, not CPU, time"
     )
+    parser.add_argument("--gc-threshold", help="G0,G1,G2 instead of llmrelay's own settings")
+    parser.add_argument("--no-gc-freeze", action="store_true", help="no gc.freeze() at start")
     parser.add_argument("--top", type=int, default=12, help="causes shown per window")
     parser.add_argument("--keep-temp", action="store_true")
     args = parser.parse_args()

@@ -42,9 +42,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 SQLITE_STATEMENT_ROWS: Final = (32, 8, 2, 1)
 #: Rows per PostgreSQL executemany (one transaction holds them all).
 PG_CHUNK_ROWS: Final = 128
-#: The longest the SQLite writer runs before it lets the event loop serve requests again
-#: (plus the statement that crosses it: a slice stays under half a millisecond).
-SLICE_S: Final = 0.0002
+#: The SQLite writer's budget for one slice on the event loop: it yields to requests before a
+#: statement that would take the slice past this (judged by the longest statement so far).
+SLICE_S: Final = 0.0004
 #: How long a locked database (another process applying config, say) is waited for, in
 #: pauses that leave the event loop free, before the batch counts as failed.
 LOCKED_WAIT_S = 30.0
@@ -219,7 +219,7 @@ class SqliteWriter:
         self._db: sqlite3.Connection | None = None
         self._since_checkpoint = 0
         #: One thread, made on the first commit: the commits and checkpoints, in order.
-        self._thread: ThreadPoolExecutor | None = None
+        self._committer: ThreadPoolExecutor | None = None
 
     def _connection(self) -> sqlite3.Connection:
         if self._db is None:
@@ -237,12 +237,16 @@ class SqliteWriter:
         db = self._connection()
         await self._begin(db)
         try:
-            resumed = time.perf_counter()
+            resumed = last = time.perf_counter()
+            step = 0.0  # the longest statement so far, with making it (InsertSql.chunks)
             for sql, params in statements:
                 db.execute(sql, params)
-                if time.perf_counter() - resumed >= SLICE_S:
+                now = time.perf_counter()
+                step = max(step, now - last)
+                last = now
+                if now - resumed + step > SLICE_S:  # the next one would overrun the slice
                     await asyncio.sleep(0)  # let requests through; the transaction stays open
-                    resumed = time.perf_counter()
+                    resumed = last = time.perf_counter()
             self._since_checkpoint += rows
             checkpoint = self._since_checkpoint >= CHECKPOINT_ROWS
             if checkpoint:
@@ -256,9 +260,9 @@ class SqliteWriter:
     async def _off_loop(self, work: Callable[..., None], *args: Any) -> None:
         """`work` on the writer's thread. Not cancelled halfway: a cancelled write (at
         shutdown) still waits for its COMMIT, which cannot be taken back once begun."""
-        if self._thread is None:
-            self._thread = ThreadPoolExecutor(1, thread_name_prefix="llmrelay-records")
-        done = asyncio.get_running_loop().run_in_executor(self._thread, work, *args)
+        if self._committer is None:
+            self._committer = ThreadPoolExecutor(1, thread_name_prefix="llmrelay-records")
+        done = asyncio.get_running_loop().run_in_executor(self._committer, work, *args)
         try:
             await asyncio.shield(done)
         except asyncio.CancelledError:
@@ -282,9 +286,9 @@ class SqliteWriter:
         """Nothing runs on the writer's thread between two writes."""
 
     def close(self) -> None:
-        if self._thread is not None:
-            self._thread.shutdown(wait=True)
-            self._thread = None
+        if self._committer is not None:
+            self._committer.shutdown(wait=True)
+            self._committer = None
         if self._db is not None:
             self._db.close()
             self._db = None

@@ -68,6 +68,9 @@ MAX_QUEUED_PAYLOAD_BYTES = 64 * 1024 * 1024
 _RETRY_DELAYS_S: Final[tuple[float, ...]] = (0.5,)
 #: A batch: record rows, attempt rows, payload rows, hit rows.
 Batch = tuple[list[Row], list[Row], list[Row], list[Row]]
+#: Rows of a batch taken at a time while its statements are made (a multiple of the largest
+#: statement, so only the batch's last piece has a remainder in smaller statements).
+_PIECE_ROWS: Final = 256
 #: How often the spool is replayed while it holds anything.
 _REPLAY_EVERY_S: Final = 1.0
 #: The longest one write to a network database may take before it counts as failed: a lost
@@ -278,7 +281,7 @@ class Recorder:
         statements = self._statements(batch, attempts, payloads, hits)
         async with asyncio.timeout(self._write_timeout_s):
             await self._writer.write(statements, rows)
-        await self._touch_keys(batch)
+        await self._touch_keys()
 
     def _statements(
         self,
@@ -288,8 +291,15 @@ class Recorder:
         hits: Sequence[Row],
     ) -> Iterator[Statement]:
         """The batch's statements, each made only when the writer asks for the next, so a
-        batch of thousands of rows never holds the event loop for more than a slice."""
-        yield from self._records.chunks(batch)
+        batch of thousands of rows never holds the event loop for more than a slice. The
+        keys' last use and the hours to roll up are noted piece by piece on the way."""
+        hours: set[int] = set()
+        for start in range(0, len(batch), _PIECE_ROWS):
+            piece = batch[start : start + _PIECE_ROWS]
+            self._key_use.note(piece)
+            for row in piece:
+                hours.add(int(row[_CREATED_AT] // 3600))
+            yield from self._records.chunks(piece)
         if attempts:
             yield from self._attempt_rows.chunks(attempts)
         if payloads:
@@ -299,13 +309,13 @@ class Recorder:
         # The hours these records fall in need their rollups recomputed (store/rollups.py):
         # marked in the same transaction, so a recompute can never miss a committed record.
         convert = self._records.convert_time
-        for hour in sorted({int(row[_CREATED_AT] // 3600) for row in batch}):
+        for hour in sorted(hours):
             yield (self._mark_sql, (convert(hour * 3600.0), 1, 1))
 
-    async def _touch_keys(self, batch: list[Row]) -> None:
+    async def _touch_keys(self) -> None:
         """After the batch's commit, its keys' last_used_at; best effort (a failure keeps
         the times for the next batch and never sends the records to the spool)."""
-        statements = self._key_use.statements(batch)
+        statements = self._key_use.statements()  # noted while the batch was written
         if not statements:
             return
         try:
