@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 import traceback
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -55,6 +55,9 @@ class Events:
         #: start (monotonic), CPU seconds, generation, objects collected
         self.gc: list[tuple[float, float, int, int]] = []
         self.callbacks = 0
+        #: asyncio: every callback's start and CPU seconds, by kind (_kind): the distribution
+        #: of each periodic job's slices beside the request steps' (the yardstick).
+        self.slices: defaultdict[str, list[tuple[float, float]]] = defaultdict(list)
         #: asyncio: a stall is a callback whose CPU time (not wall time) passed the threshold.
         self.by_cpu = True
         self._gc_started = 0.0
@@ -75,6 +78,7 @@ class Events:
             "callbacks": self.callbacks,
             "by_cpu": self.by_cpu and self.loop == "asyncio",
             "stalls": self.stalls,
+            "slices": self.slices,
             "gc": self.gc,
         }
         self.out.write_text(json.dumps(data))
@@ -124,6 +128,17 @@ def describe(callback: Callable[..., Any]) -> str:
     return getattr(callback, "__qualname__", repr(callback))
 
 
+def _kind(callback: Callable[..., Any]) -> str:
+    """A cheap name for a callback: the coroutine a task steps, or the bound method."""
+    owner = getattr(callback, "__self__", None)
+    if isinstance(owner, asyncio.Task):
+        coro = owner.get_coro()
+        return str(getattr(coro, "__qualname__", type(coro).__name__))
+    if owner is not None:
+        return f"{type(owner).__name__}.{getattr(callback, '__name__', '?')}"
+    return str(getattr(callback, "__qualname__", "?"))
+
+
 def instrument_asyncio(events: Events) -> None:
     """Time every callback of asyncio's loop (the diagnostic's default)."""
     import uvicorn.config
@@ -137,10 +152,11 @@ def instrument_asyncio(events: Events) -> None:
         run(handle)
         took, cpu = time.monotonic() - started, time.thread_time() - cpu
         events.callbacks += 1
+        callback = handle._callback  # type: ignore[attr-defined]
+        events.slices[_kind(callback)].append((started, cpu))
         # CPU time: on a shared machine the wall time of a callback also counts the time
         # another process had the core; what the callback itself costs does not move.
         if (cpu if events.by_cpu else took) > threshold:
-            callback = handle._callback  # type: ignore[attr-defined]
             events.stalls.append(
                 {
                     "at": started,

@@ -38,7 +38,7 @@ from bench.load import run_wrk, write_lua
 from bench.procs import free_port, http_get, stop_process
 from bench.report import machine, save
 from bench.systems import llmrelay_config
-from bench.upstream import request_body, upstream
+from bench.upstream import answer_object, request_body, upstream
 
 
 @dataclass
@@ -131,9 +131,21 @@ def analyse(events: dict[str, Any], spans: list[Span]) -> list[dict[str, Any]]:
             if any(p[0] < end and p[0] + p[1] > stall["at"] for p in pauses):
                 during_gc += 1
                 stall["cause"] += " [+gc]"
+        slices = {}
+        for kind, seen in events.get("slices", {}).items():
+            ms = sorted(cpu * 1000 for at, cpu in seen if span.started <= at < span.ended)
+            if ms:
+                slices[kind] = {
+                    "count": len(ms),
+                    "median_ms": round(ms[len(ms) // 2], 3),
+                    "p99_ms": round(ms[min(len(ms) - 1, int(len(ms) * 0.99))], 3),
+                    "max_ms": round(ms[-1], 3),
+                    "over_threshold": sum(1 for x in ms if x > threshold_ms),
+                }
         report.append(
             {
                 "window": span.name,
+                "slices": dict(sorted(slices.items(), key=lambda kv: -kv[1]["max_ms"])),
                 "seconds": round(seconds, 1),
                 "wrk": span.wrk,
                 "stalls": len(stalls),
@@ -168,6 +180,13 @@ def print_report(report: list[dict[str, Any]], threshold_ms: float, top: int) ->
                 f"median {row['median_ms']:>5.2f}  total {row['total_ms']:>8.1f} ms  "
                 f"{row['cause'][:150]}"
             )
+        if window.get("slices"):
+            print("   every callback's CPU by kind (count, median, p99, max ms, over threshold):")
+            for kind, v in list(window["slices"].items())[:top]:
+                print(
+                    f"   {v['count']:>7}  {v['median_ms']:6.3f}  {v['p99_ms']:6.3f}  "
+                    f"{v['max_ms']:6.2f}  {v['over_threshold']:>5}  {kind[:90]}"
+                )
         for generation, g in window["gc"].items():
             print(
                 f"   GC {generation}: {g['count']} collections, max {g['max_ms']} ms, median "
@@ -206,7 +225,10 @@ def main() -> None:
                 time.sleep(args.idle_s)
                 spans.append(Span("idle", started, time.monotonic()))
                 for mode in modes:
-                    script = write_lua(folder, "/v1/chat/completions", request_body(mode), 0, ())
+                    path = "/v1/embeddings" if mode == "embeddings" else "/v1/chat/completions"
+                    script = write_lua(
+                        folder, path, request_body(mode), 0, (), answer=answer_object(mode)
+                    )
                     run_wrk(port, script, 8, 2.0)  # warm-up
                     for c in levels:
                         started = time.monotonic()

@@ -259,18 +259,27 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return Response(body, exc.status_code, media_type="application/json")
 
 
+#: The cyclic GC's thresholds after start-up (see settle_garbage_collector).
+GC_THRESHOLDS = (1000, 20, 100)
+
+
 def settle_garbage_collector() -> None:
     """Keep the cyclic GC off the request path as far as is safe.
 
     Everything built at start-up (modules, SQLAlchemy metadata, the snapshot) lives for the
     whole process; `gc.freeze()` takes it out of every later collection, so a collection only
-    walks what requests allocated. A larger first-generation threshold makes collections rarer;
-    request objects are freed by reference counting, so few reach the collector at all.
-    Measured: the collector was about a tenth of the CPU per request before (docs/performance.md).
+    walks what requests allocated (before it, full collections of the start-up heap took
+    65-80 ms each). Request objects are freed by reference counting; what a collection walks
+    is what is alive and young when it runs, so its pause grows with the first threshold:
+    measured by bench/stalls.py (CPU time, loaded machine, docs/performance.md "Stalls"), at
+    10,000 a young collection took 1.5-4.7 ms under load; at 1,000 it takes about 0.3 ms, ten
+    times as often (about the same CPU in all). The older generations are collected rarely
+    (every 20 young collections, and the whole heap every 100 of those): what reaches them
+    lives long, and a full collection of it is the longest pause of all.
     """
     gc.collect()
     gc.freeze()
-    gc.set_threshold(10_000, 20, 20)
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def app_from_env() -> ASGIApp:
