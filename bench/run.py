@@ -94,7 +94,8 @@ def compare_llmrelay(
     duration = 3.0 if quick else 6.0
     rounds = rounds or (2 if quick else 3)
     marks = (10_000, 30_000, 50_000) if quick else (10_000, 50_000, 100_000, 200_000)
-    soak_modes = ["plain", "sse-paced" if "sse-paced" in modes else "sse"]
+    streams = [m for m in ("sse-paced", "sse") if m in modes]
+    soak_modes = ["plain", *streams[:1]]
     info = machine()  # now: the commit and source hash of the code about to be started
     systems: list[System] = []
     soaks: list[Window] = []
