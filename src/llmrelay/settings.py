@@ -72,6 +72,9 @@ class Settings(BaseSettings):
     #: listener"). Unset: everything on the one port. `serve --admin-listen` sets it too.
     admin_listen: str | None = None
     snapshot_poll_s: float = Field(default=2.0, gt=0)
+    #: How often the event loop's lag is sampled for `llmrelay_event_loop_lag_seconds`
+    #: (observability/loop_lag.py); 0 turns the sampler off.
+    loop_lag_sample_s: float = Field(default=0.1, ge=0)
     log_level: str = "info"
     record_queue_size: int = Field(default=50_000, gt=0)
     #: Where request records wait while the database is unreachable (see `spool_path`).
