@@ -25,7 +25,7 @@ async def quickstart(console: Console, request: Request) -> Response:
     models = await _models(found)
     chat = sorted(m["name"] for m in models if not m["embedding"])
     model = chat[0] if chat else "MODEL"
-    base_url = found.base_url()
+    base_url = found.api_base_url()
     return found.render(
         "quickstart.html",
         base_url=base_url,
@@ -38,7 +38,8 @@ async def quickstart(console: Console, request: Request) -> Response:
 
 async def playground(console: Console, request: Request) -> Response:
     found = await visit(console, request, "playground:read")
-    return found.render("playground.html", base_url=found.base_url())
+    embedding = sorted(m["name"] for m in await _models(found) if m["embedding"])
+    return found.render("playground.html", base_url=found.api_base_url(), embedding=embedding)
 
 
 async def catalogue(console: Console, request: Request) -> Response:

@@ -10,6 +10,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from llmrelay.console.forms import FormState, Kind, body_of, text
+from llmrelay.console.listing import Column, field, listing
 from llmrelay.console.web import (
     Console,
     Visit,
@@ -29,12 +30,28 @@ LIMITS: dict[str, Kind] = {
 }
 
 
+PROJECT_COLUMNS = (
+    Column("name", "Name", field("name")),
+    Column("budget", "Monthly budget", field("monthly_budget_micros")),
+    Column("policy", "Routing policy", field("routing_policy")),
+    Column("created", "Created", field("created_at")),
+)
+
+
 async def _list(found: Visit, form: FormState, status: int = 200) -> Response:
     rows = (await found.read("/projects", {"limit": 500}))["data"]
+    shown = listing(
+        rows,
+        found.request.query_params,
+        PROJECT_COLUMNS,
+        ("name", "models", "routing_policy"),
+        "name",
+    )
     return found.render(
         "projects.html",
         status,
-        projects=rows,
+        projects=shown.rows,
+        listing=shown,
         form=form,
         tenants=await tenant_choices(found, "projects:write"),
     )
@@ -72,7 +89,13 @@ async def _detail(found: Visit, project_id: str, form: FormState, status: int = 
             "limits.concurrency": str(limits["concurrency"] or ""),
             "monthly_budget_usd": str(project["monthly_budget_usd"] or ""),
         }
-    return found.render("project.html", status, project=project, keys=keys, form=form)
+    tenant_name = found.tenant_name(project["tenant_id"])
+    if found.platform_admin and tenant_name == "another tenant":
+        tenant = await found.admin.get(f"/tenants/{project['tenant_id']}")
+        tenant_name = str(tenant.body.get("name")) if tenant.ok else tenant_name
+    return found.render(
+        "project.html", status, project=project, keys=keys, form=form, tenant_name=tenant_name
+    )
 
 
 async def project(console: Console, request: Request) -> Response:
