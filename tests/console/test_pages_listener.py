@@ -13,6 +13,10 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
+from llmrelay.app import create_app
+from llmrelay.gateway.cors import DataPlaneCors
+from llmrelay.gateway.entry import GatewayApp
+from llmrelay.settings import Settings
 from tests.console.conftest import ADMIN_TOKEN, KEY, PASSWORD, console_config, sign_in
 from tests.support.gateway_process import GatewayProcess
 from tests.support.mock_upstream import MockUpstream
@@ -140,3 +144,16 @@ def test_an_invitation_without_a_mail_server_says_so(browser: Browser, split: Sp
     assert jobs[0]["status"] == "failed", jobs[0]
     assert "no SMTP server" in jobs[0]["error"]
     page.context.close()
+
+
+def test_without_data_plane_origins_the_data_plane_is_not_wrapped() -> None:
+    """With the feature off the model API's app is the GatewayApp itself: no CORS layer, not
+    one more call per request; on, only the origins named (the console's by default)."""
+    assert type(create_app(Settings())) is GatewayApp
+    assert type(create_app(Settings(public_api_url="http://127.0.0.1:8080"))) is GatewayApp
+    split = Settings(public_url="https://console.example", public_api_url="https://api.example")
+    wrapped = create_app(split)
+    assert isinstance(wrapped, DataPlaneCors)
+    assert wrapped.origins == frozenset({b"https://console.example"})
+    named = Settings(data_plane_cors_origins="https://a.example, https://b.example/")
+    assert named.data_plane_origins == ("https://a.example", "https://b.example")

@@ -12,7 +12,7 @@ import re
 import httpx
 from playwright.sync_api import expect
 
-from tests.console.conftest import KEY, Site, sign_in
+from tests.console.conftest import KEY, Site, Watched, sign_in
 
 
 def _chat(site: Site, text: str) -> httpx.Response:
@@ -226,6 +226,9 @@ def test_spend_tops_search_and_discovered_models(site: Site) -> None:
     expect(row.get_by_role("meter")).to_be_visible()
     assert float(row.get_by_role("meter").get_attribute("aria-valuenow") or 0) > 0
 
+    page.goto(f"/keys/{key['id']}")  # and on the key's own page
+    expect(page.locator("#month-spend").get_by_role("meter")).to_be_visible()
+
     page.goto("/dashboard")
     expect(page.locator("#top-models")).to_contain_text("chat")
     expect(page.locator("#top-keys")).to_contain_text("fixed")
@@ -253,3 +256,62 @@ def test_spend_tops_search_and_discovered_models(site: Site) -> None:
     assert {"gpt-found-1", "gpt-found-2"} <= set(offered)
     assert page.get_by_label("Upstream model").get_attribute("list") == "upstream-models"
     page.close()
+
+
+#: Every page of the navigation and the new pages' details, for the themes and the phone.
+EVERY_PAGE = (
+    "/dashboard",
+    "/activity",
+    "/usage",
+    "/spend",
+    "/quickstart",
+    "/playground",
+    "/keys",
+    "/projects",
+    "/catalogue",
+    "/models",
+    "/providers",
+    "/routing",
+    "/guardrails",
+    "/billing",
+    "/billing/adjustments",
+    "/users",
+    "/tenants",
+    "/settings",
+    "/webhooks",
+    "/mail",
+    "/jobs",
+    "/audit",
+    "/account",
+)
+
+
+def test_every_page_dark_and_at_phone_width(site: Site) -> None:
+    """Each page in the dark theme (the dark palette applied, no console error) and at 390
+    px (nothing wider than the screen but a table inside its own box)."""
+    signed_in = site.signed_in("platform_admin").storage_state()
+    wrong: list[str] = []
+    for options in ({"color_scheme": "dark"}, {"viewport": {"width": 390, "height": 844}}):
+        context = site.browser.new_context(
+            base_url=site.url,
+            storage_state=signed_in,
+            **options,
+        )
+        page = context.new_page()
+        watched = Watched(page)
+        for path in EVERY_PAGE:
+            answer = page.goto(path)
+            if answer is None or answer.status != 200:
+                wrong.append(f"{options} {path}: {answer.status if answer else None}")
+                continue
+            if "color_scheme" in options:
+                background = page.evaluate("() => getComputedStyle(document.body).backgroundColor")
+                if background != "rgb(17, 19, 24)":
+                    wrong.append(f"dark {path}: background {background}")
+            else:
+                width = page.evaluate("() => document.documentElement.scrollWidth")
+                if width > 390:
+                    wrong.append(f"390 px {path}: {width} px wide")
+        wrong.extend(f"{options}: {e}" for e in watched.errors)
+        context.close()
+    assert not wrong, "\n".join(wrong)

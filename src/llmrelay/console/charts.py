@@ -75,18 +75,22 @@ class Chart:
     line_w: int = LINE_W
 
 
-def nice_step(top: float, intervals: int = 4) -> float:
-    """The smallest round step (1, 2, 2.5 or 5 times a power of ten) whose `intervals`
-    steps reach `top`."""
+def nice_scale(top: float, most: int = 5, *, whole: bool = False) -> tuple[float, int]:
+    """A round step (1, 2, 2.5 or 5 times a power of ten) and how many of them reach `top`:
+    the smallest such step that needs at most `most` intervals (so 42 is drawn to 50 in
+    steps of 10, not to 80). `whole`: counts, whose steps are whole numbers."""
     if top <= 0 or not math.isfinite(top):
-        return 1.0
-    raw = top / intervals
-    power = 10 ** math.floor(math.log10(raw))
-    for factor in (1.0, 2.0, 2.5, 5.0, 10.0):
-        step = factor * power
-        if step * intervals >= top * (1 - 1e-9):
-            return float(step)
-    return float(10 * power)
+        return 1.0, 4
+    power = 10 ** math.floor(math.log10(top / most))
+    for scale in (1, 10, 100):
+        for factor in (1.0, 2.0, 2.5, 5.0):
+            step = factor * power * scale
+            if whole and (step < 1 or step != int(step)):
+                continue
+            intervals = math.ceil(top / step - 1e-9)
+            if intervals <= most:
+                return float(step), max(intervals, 1)
+    return float(10 * power * 100), 1
 
 
 def _decimals(step: float) -> int:
@@ -100,7 +104,9 @@ def _decimals(step: float) -> int:
 def tick_text(value: float, step: float, unit: str) -> str:
     """A tick's label, with as many decimals as the step needs (never 0.2/0.5/0.8 noise)."""
     if value and step >= 1000 and abs(value) >= 1000 and unit not in ("$", "%"):
-        return fmt(value, unit)
+        big, suffix = (value / 1_000_000, "M") if abs(value) >= 1_000_000 else (value / 1000, "k")
+        text = f"{big:.2f}".rstrip("0").rstrip(".") + suffix
+        return f"{text} {unit}" if unit else text
     text = f"{value:,.{_decimals(step)}f}"
     if "." in text:
         text = text.rstrip("0").rstrip(".")
@@ -133,7 +139,7 @@ def fmt(value: float | None, unit: str = "") -> str:
 
 def _x_ticks(starts: Sequence[datetime], bucket: str, x_of: list[float]) -> tuple[Tick, ...]:
     """Labels on the x axis: hours within a day, dates beyond (each day's midnight, then
-    every few days), the first anchored at its start and the last at its end."""
+    every few days), centred on their bucket but the last, which ends at the edge."""
     if not starts:
         return ()
     span = starts[-1] - starts[0]
@@ -149,8 +155,8 @@ def _x_ticks(starts: Sequence[datetime], bucket: str, x_of: list[float]) -> tupl
         ]
         text = "%b %d"
     ticks = []
-    for i in chosen:
-        anchor = "start" if x_of[i] < 6 else ("end" if x_of[i] > 94 else "middle")
+    for i in chosen:  # centred (the first may reach into the axis' margin); the last inside
+        anchor = "end" if x_of[i] > 98 else "middle"
         ticks.append(Tick(x_of[i], starts[i].strftime(text), anchor))
     return tuple(ticks)
 
@@ -174,10 +180,8 @@ def chart(
     is empty and says so. `whole`: counts, whose ticks are whole numbers."""
     values = [v for _, vs in series for v in vs if v is not None]
     empty = not any(values)
-    step = nice_step(max(values, default=0.0))
-    if whole:
-        step = max(step, 1.0)
-    top = step * 4
+    step, intervals = nice_scale(max(values, default=0.0), whole=whole)
+    top = step * intervals
     count = len(starts)
 
     def x(i: int) -> float:
@@ -209,7 +213,9 @@ def chart(
                 lonely,
             )
         )
-    y_ticks = tuple(Tick(y(step * k), tick_text(step * k, step, unit)) for k in range(5))
+    y_ticks = tuple(
+        Tick(y(step * k), tick_text(step * k, step, unit)) for k in range(intervals + 1)
+    )
     width = (100 - 2 * _INSET) / max(count - 1, 1) if count > 1 else 100.0
     columns = []
     for i, start in enumerate(starts):

@@ -84,6 +84,7 @@ def listing(
     searched: Sequence[str],
     default_sort: str,
     keep: Sequence[str] = (),
+    page_size: int = PAGE_SIZE,
 ) -> Listing:
     """`rows` searched over the fields `searched`, sorted by `?sort=` (a column's name, or
     `default_sort`), one page of them."""
@@ -100,12 +101,12 @@ def listing(
     if column is None:
         sort, column = default_sort, by_name[default_sort.lstrip("-")]
     found.sort(key=lambda row: _order(column.key(row)), reverse=sort.startswith("-"))
-    pages = max(1, -(-len(found) // PAGE_SIZE))
+    pages = max(1, -(-len(found) // page_size))
     raw = query.get("page", "1")
     page = min(max(int(raw), 1), pages) if raw.isdigit() else 1
-    start = (page - 1) * PAGE_SIZE
+    start = (page - 1) * page_size
     return Listing(
-        rows=found[start : start + PAGE_SIZE],
+        rows=found[start : start + page_size],
         total=len(found),
         everything=len(rows),
         q=q,

@@ -12,6 +12,7 @@ from starlette.routing import Route
 
 from llmrelay.console.forms import FormState, Kind, body_of, text
 from llmrelay.console.listing import Column, field, listing
+from llmrelay.console.pages.money import month_spend
 from llmrelay.console.web import Console, Visit, form_visit, page, see_other, visit
 
 FIELDS: dict[str, Kind] = {
@@ -134,7 +135,8 @@ async def _detail(found: Visit, key_id: str, form: FormState, status: int = 200)
         "disabled": "on" if key["status"] == "disabled" else "",
     }
     form.values = {k: str(v) for k, v in values.items()}
-    return found.render("key.html", status, key=key, project=project, form=form)
+    spend = await month_spend(found, key, "key")
+    return found.render("key.html", status, key=key, project=project, form=form, spend=spend)
 
 
 async def key(console: Console, request: Request) -> Response:

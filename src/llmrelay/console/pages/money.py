@@ -136,6 +136,23 @@ async def _spent(found: Visit, group_by: str, since: datetime) -> dict[str, dict
     return sums
 
 
+async def month_spend(found: Visit, item: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    """This month's spend of one project or key against its budget (for its own page), or
+    None when the role reads no usage."""
+    if not found.can("usage:read"):
+        return None
+    since = _month_start(datetime.now(UTC))
+    answer = await found.admin.get(
+        "/usage/summary", {kind: item["id"], "since": periods.iso(since)}
+    )
+    if not answer.ok:
+        return None
+    spent = {
+        item["id"]: {"cost_micros": answer.body["cost_micros"], "requests": answer.body["requests"]}
+    }
+    return _rows([item], spent)[0] | {"since": since}
+
+
 def _rows(items: list[dict[str, Any]], spent: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for item in items:

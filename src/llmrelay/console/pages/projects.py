@@ -11,6 +11,7 @@ from starlette.routing import Route
 
 from llmrelay.console.forms import FormState, Kind, body_of, text
 from llmrelay.console.listing import Column, field, listing
+from llmrelay.console.pages.money import month_spend
 from llmrelay.console.web import (
     Console,
     Visit,
@@ -93,8 +94,15 @@ async def _detail(found: Visit, project_id: str, form: FormState, status: int = 
     if found.platform_admin and tenant_name == "another tenant":
         tenant = await found.admin.get(f"/tenants/{project['tenant_id']}")
         tenant_name = str(tenant.body.get("name")) if tenant.ok else tenant_name
+    spend = await month_spend(found, project, "project")
     return found.render(
-        "project.html", status, project=project, keys=keys, form=form, tenant_name=tenant_name
+        "project.html",
+        status,
+        project=project,
+        keys=keys,
+        form=form,
+        tenant_name=tenant_name,
+        spend=spend,
     )
 
 
@@ -142,10 +150,22 @@ async def delete(console: Console, request: Request) -> Response:
     return see_other("/projects", found)
 
 
+TENANT_COLUMNS = (
+    Column("slug", "Slug", field("slug")),
+    Column("name", "Name", field("name")),
+    Column("created", "Created", field("created_at")),
+)
+
+
+async def _tenants(found: Visit, form: FormState, status: int = 200) -> Response:
+    rows = (await found.read("/tenants", {"limit": 500}))["data"]
+    shown = listing(rows, found.request.query_params, TENANT_COLUMNS, ("slug", "name"), "slug")
+    return found.render("tenants.html", status, tenants=shown.rows, listing=shown, form=form)
+
+
 async def tenants(console: Console, request: Request) -> Response:
     found = await visit(console, request, "tenants:read")
-    rows = (await found.read("/tenants", {"limit": 500}))["data"]
-    return found.render("tenants.html", tenants=rows, form=FormState())
+    return await _tenants(found, FormState())
 
 
 async def create_tenant(console: Console, request: Request) -> Response:
@@ -157,9 +177,7 @@ async def create_tenant(console: Console, request: Request) -> Response:
     }
     answer = await found.admin.call("POST", "/tenants", body=body)
     if not answer.ok:
-        rows = (await found.read("/tenants", {"limit": 500}))["data"]
-        form = FormState.failed(fields, answer)
-        return found.render("tenants.html", answer.status, tenants=rows, form=form)
+        return await _tenants(found, FormState.failed(fields, answer), answer.status)
     return see_other("/tenants", found)
 
 
@@ -171,9 +189,7 @@ async def change_tenant(console: Console, request: Request) -> Response:
         "PATCH", f"/tenants/{tenant_id}", body=body, if_match=fields.get("version")
     )
     if not answer.ok:
-        rows = (await found.read("/tenants", {"limit": 500}))["data"]
-        form = FormState(message=answer.message)
-        return found.render("tenants.html", answer.status, tenants=rows, form=form)
+        return await _tenants(found, FormState(message=answer.message), answer.status)
     return see_other("/tenants", found)
 
 
