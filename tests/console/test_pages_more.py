@@ -44,14 +44,12 @@ def test_a_guardrail_policy_from_form_to_hit(site: Site) -> None:
     expect(page.locator("#dry-run")).to_contain_text("2 match(es)")
     expect(page.locator("#dry-run-masked")).to_contain_text("[EMAIL]")
 
-    with site.admin() as admin:  # bound to the project: the next request is screened
+    with site.admin() as admin:
         project = admin.get("/projects", params={"name": "main"}).json()["data"][0]
-        bound = admin.patch(
-            f"/projects/{project['id']}",
-            json={"guardrails": ["no-emails"]},
-            headers={"If-Match": f'"{project["version"]}"'},
-        )
-        assert bound.status_code == 200, bound.text
+    page.goto(f"/projects/{project['id']}")  # bound to the project: requests are screened
+    page.get_by_label("Guardrail policies").fill("no-emails")
+    page.get_by_role("button", name="Save", exact=True).click()
+    expect(page.locator(".facts")).to_contain_text("no-emails")
     site.key_answers(KEY, 200)
     answer = _chat(site, "reach ann@example.com")
     for _ in range(100):  # the snapshot with the binding reaches the data plane
@@ -62,13 +60,10 @@ def test_a_guardrail_policy_from_form_to_hit(site: Site) -> None:
     page.goto("/guardrails")
     expect(page.locator("#hits tbody tr").first).to_contain_text("no-emails")
     assert "ann@example.com" not in page.locator("#hits").inner_text()  # never the match
-    with site.admin() as admin:
-        project = admin.get(f"/projects/{project['id']}").json()
-        admin.patch(
-            f"/projects/{project['id']}",
-            json={"guardrails": []},
-            headers={"If-Match": f'"{project["version"]}"'},
-        )
+    page.goto(f"/projects/{project['id']}")
+    page.get_by_label("Guardrail policies").fill("")
+    page.get_by_role("button", name="Save", exact=True).click()
+    expect(page.locator(".facts")).to_contain_text("none of its own")
     page.close()
 
 

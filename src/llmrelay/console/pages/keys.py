@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from llmrelay.console.forms import FormState, Kind, body_of, text
+from llmrelay.console.forms import FormState, Kind, body_of, text, words
 from llmrelay.console.listing import Column, field, listing
 from llmrelay.console.pages.money import month_spend
 from llmrelay.console.web import Console, Visit, form_visit, page, see_other, visit
@@ -38,8 +38,13 @@ KEY_COLUMNS = (
 )
 
 
-def _body(fields: dict[str, str], *, create: bool) -> dict[str, Any]:
+def _body(fields: dict[str, str], *, create: bool, guardrails: bool = False) -> dict[str, Any]:
+    """`guardrails`: the user may bind guardrail policies (guardrails:write)."""
     body = body_of(fields, FIELDS, clear_empty=not create)
+    if guardrails and "guardrails" in fields:
+        chosen = words(fields["guardrails"])
+        if chosen or not create:
+            body["guardrails"] = chosen
     if not create and body.get("ip_allowlist") is None:
         body["ip_allowlist"] = []  # the field's "none" is an empty list, not null
     body["disabled"] = fields.get("disabled") == "on"
@@ -92,7 +97,8 @@ async def keys(console: Console, request: Request) -> Response:
 async def create(console: Console, request: Request) -> Response:
     found, fields = await form_visit(console, request, "keys:write")
     project_id = text(fields, "project_id") or ""
-    body = _body(fields, create=True) | {"name": text(fields, "name")}
+    body = _body(fields, create=True, guardrails=found.can("guardrails:write"))
+    body["name"] = text(fields, "name")
     answer = await found.admin.call("POST", f"/projects/{project_id}/keys", body=body)
     if not answer.ok:
         names = {"project_id": "project_id"} if answer.status == 404 else None
@@ -132,6 +138,7 @@ async def _detail(found: Visit, key_id: str, form: FormState, status: int = 200)
         "expires_at": (key["expires_at"] or "")[:16],
         "capture": key["capture"],
         "routing_policy": key["routing_policy"] or "",
+        "guardrails": ", ".join(key.get("guardrails") or []),
         "disabled": "on" if key["status"] == "disabled" else "",
     }
     form.values = {k: str(v) for k, v in values.items()}
@@ -150,7 +157,7 @@ async def change(console: Console, request: Request) -> Response:
     answer = await found.admin.call(
         "PATCH",
         f"/keys/{key_id}",
-        body=_body(fields, create=False),
+        body=_body(fields, create=False, guardrails=found.can("guardrails:write")),
         if_match=fields.get("version"),
     )
     if not answer.ok:

@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from llmrelay.console.forms import FormState, Kind, body_of, text
+from llmrelay.console.forms import FormState, Kind, body_of, text, words
 from llmrelay.console.listing import Column, field, listing
 from llmrelay.console.pages.money import month_spend
 from llmrelay.console.web import (
@@ -89,6 +89,7 @@ async def _detail(found: Visit, project_id: str, form: FormState, status: int = 
             "limits.tpm": str(limits["tpm"] or ""),
             "limits.concurrency": str(limits["concurrency"] or ""),
             "monthly_budget_usd": str(project["monthly_budget_usd"] or ""),
+            "guardrails": ", ".join(project.get("guardrails") or []),
         }
     tenant_name = found.tenant_name(project["tenant_id"])
     if found.platform_admin and tenant_name == "another tenant":
@@ -114,11 +115,11 @@ async def project(console: Console, request: Request) -> Response:
 async def change(console: Console, request: Request) -> Response:
     found, fields = await form_visit(console, request, "projects:write")
     project_id = request.path_params["project_id"]
+    body = body_of(fields, PROJECT, clear_empty=True)
+    if "guardrails" in fields and found.can("guardrails:write"):  # needs its own permission
+        body["guardrails"] = words(fields["guardrails"])
     answer = await found.admin.call(
-        "PATCH",
-        f"/projects/{project_id}",
-        body=body_of(fields, PROJECT, clear_empty=True),
-        if_match=fields.get("version"),
+        "PATCH", f"/projects/{project_id}", body=body, if_match=fields.get("version")
     )
     if not answer.ok:
         return await _detail(found, project_id, FormState.failed(fields, answer), answer.status)
