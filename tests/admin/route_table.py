@@ -290,7 +290,13 @@ def _route_body(world: World, side: Side) -> dict[str, Any]:
 
 
 def _price_body(world: World, side: Side) -> dict[str, Any]:
-    return {"input_per_mtok": 1, "effective_from": f"2{world.n() + 100:03d}-01-01T00:00:00Z"}
+    """A scheduled price version at a moment of its own (a year and month per call: the
+    counter passes 900 in one run, so `2{n + 100}` once made a five-digit year)."""
+    n = world.n()
+    return {
+        "input_per_mtok": 1,
+        "effective_from": f"{2100 + n // 12}-{n % 12 + 1:02d}-01T00:00:00Z",
+    }
 
 
 # --- requests that need a setup by the same caller -------------------------------------
