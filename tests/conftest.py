@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Generator
+import contextlib
+import gc
+from collections.abc import AsyncIterator, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
+import httpx2
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.store import migrate
 from llmrelay.store.db import create_engine
+from tests.support.closing import Closing
 from tests.support.databases import postgres_database, sqlite_url
 from tests.support.services import (
     REQUIRE_SERVICES,
@@ -18,6 +23,32 @@ from tests.support.services import (
     redis_available,
     skipped_services,
 )
+
+#: How long the tests' HTTP clients wait for an answer unless a test says otherwise. httpx's
+#: own default (5 s) is a ceiling a loaded machine passes: a console test's first admin page,
+#: or a sign-up hashing a password, took longer in CI runs beside other work. A test that
+#: means a limit passes its own `timeout=`.
+HTTP_TIMEOUT_S = 60.0
+
+
+def _generous_http_timeouts() -> None:
+    """Make HTTP_TIMEOUT_S the default of every httpx and httpx2 (the next httpx, which the
+    openai and anthropic SDKs use) client and one-call function."""
+    for module in (httpx, httpx2):
+        timeout = module.Timeout(HTTP_TIMEOUT_S)
+        functions: list[Any] = [module.Client.__init__, module.AsyncClient.__init__]
+        for name in ("request", "stream", "get", "options", "head", "post", "put", "patch"):
+            function = getattr(module, name)
+            functions.append(getattr(function, "__wrapped__", function))
+        functions.append(module.delete)
+        for function in functions:
+            defaults = function.__kwdefaults__
+            assert defaults is not None, function
+            assert "timeout" in defaults, function
+            defaults["timeout"] = timeout
+
+
+_generous_http_timeouts()
 
 
 def need_postgres() -> None:
@@ -86,6 +117,7 @@ async def postgres_engine(postgres_url: str) -> AsyncIterator[AsyncEngine]:
 #: first, so that under `make test`'s two workers (whole modules each) neither is left with
 #: one of them at the end while the other idles.
 SLOW_MODULES = (
+    "tests/agents/test_agents_matrix.py",
     "tests/e2e/test_record_outage.py",
     "tests/console/test_pages_matrix.py",
     "tests/admin/test_openapi_fuzz.py",
@@ -93,7 +125,39 @@ SLOW_MODULES = (
     "tests/e2e/test_rotate_secret.py",
     "tests/console/test_pages_providers.py",
     "tests/console/test_pages_access.py",
+    "tests/console/test_pages_more.py",
+    "tests/console/test_pages_rough_edges.py",
 )
+
+
+@pytest.fixture
+def closing() -> Iterator[Closing]:
+    """`client = closing(openai.OpenAI(...))`: closed (with its connections) at the test's end."""
+    with contextlib.ExitStack() as stack:
+        yield stack.enter_context
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What collection imported lives for the whole run: out of every later collection (see
+    _own_garbage), so that one walks only what tests made since."""
+    gc.collect()
+    gc.freeze()
+
+
+@pytest.fixture(autouse=True)
+def _own_garbage() -> Iterator[None]:
+    """A test's garbage is collected at its own end, so a socket, transport or loop it left
+    unclosed in a reference cycle warns (and fails) in that test, not in whichever later test
+    the collector happened to run in."""
+    yield
+    gc.collect()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _own_module_garbage() -> Iterator[None]:
+    """The same for a module's shared fixtures (set up before them, so torn down after)."""
+    yield
+    gc.collect()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -126,8 +190,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.write_line(f"SKIPPED tests that need: {names}", red=True, bold=True)
     terminalreporter.write_line(
         "Start or install them (see README, 'Running the tests') or run .ci/run, which does and "
-        "sets LLMRELAY_TEST_REQUIRE_SERVICES=1 and LLMRELAY_TEST_REQUIRE_BROWSER=1 so such "
-        "tests fail instead of skipping.",
+        "sets LLMRELAY_TEST_REQUIRE_SERVICES=1, LLMRELAY_TEST_REQUIRE_BROWSER=1 and "
+        "LLMRELAY_TEST_REQUIRE_AGENTS=1 so such tests fail instead of skipping (the coding "
+        "agents: `make agents`).",
         red=True,
     )
     terminalreporter.write_line(bar, red=True, bold=True)

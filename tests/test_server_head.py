@@ -4,10 +4,6 @@ path writes itself and for those it hands back to uvicorn."""
 
 from __future__ import annotations
 
-import asyncio
-import socket
-import threading
-import time
 from typing import Any
 
 import uvicorn
@@ -16,6 +12,7 @@ from uvicorn.protocols.http import httptools_impl
 from llmrelay.gateway import response_head
 from llmrelay.server_head import CHECKED_VERSIONS, FastHeadCycle, supported
 from llmrelay.server_head import _Base as StockCycle  # uvicorn's own, even once installed
+from tests.support.asgi_server import ServedApp
 
 _JSON = [(b"content-type", b"application/json"), (b"Content-Length", b"2")]
 #: path -> (status, headers, body chunks)
@@ -37,63 +34,14 @@ ANSWERS: dict[str, tuple[int, list[tuple[bytes, bytes]], list[bytes]]] = {
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] != "http":
         return
-    status, headers, chunks = ANSWERS[scope["path"]]
+    # (Any other path: the one that closes the connection after the answers read: CLOSER.)
+    status, headers, chunks = ANSWERS.get(scope["path"], (204, [], []))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     for i, chunk in enumerate(chunks):
         more = i < len(chunks) - 1
         await send({"type": "http.response.body", "body": chunk, "more_body": more})
     if not chunks:
         await send({"type": "http.response.body", "body": b""})
-
-
-class Served:
-    """A uvicorn server on a free port in a thread of its own."""
-
-    def __init__(self) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        config = uvicorn.Config(
-            app,
-            host="127.0.0.1",
-            port=self.port,
-            loop="uvloop",
-            http="httptools",
-            lifespan="off",
-            access_log=False,
-            log_level="critical",
-            server_header=False,
-            date_header=False,
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve()))
-
-    def __enter__(self) -> Served:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
-
-    def raw(self, request: bytes) -> bytes:
-        """Everything the server writes back until it has been quiet for a moment."""
-        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as conn:
-            conn.sendall(request)
-            conn.settimeout(0.2)
-            out = b""
-            while True:
-                try:
-                    data = conn.recv(65536)
-                except TimeoutError:
-                    return out
-                if not data:
-                    return out
-                out += data
 
 
 def _requests(path: str) -> list[bytes]:
@@ -114,7 +62,7 @@ def _serve_with(cycle: Cycle, requests: list[bytes]) -> list[bytes]:
     saved = httptools_impl.RequestResponseCycle
     httptools_impl.RequestResponseCycle = cycle  # type: ignore[misc]
     try:
-        with Served() as served:
+        with ServedApp(app) as served:
             return [served.raw(request) for request in requests]
     finally:
         httptools_impl.RequestResponseCycle = saved  # type: ignore[misc]

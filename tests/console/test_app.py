@@ -17,6 +17,7 @@ from starlette.testclient import TestClient
 
 from llmrelay.app import create_app
 from llmrelay.settings import Settings
+from tests.support.closing import Closing
 from tests.support.gateway_process import GatewayProcess, serving
 from tests.support.mock_upstream import MockUpstream
 
@@ -38,8 +39,8 @@ projects:
     upstream.stop()
 
 
-def test_the_data_plane_is_unaffected(gateway: GatewayProcess) -> None:
-    client = openai.OpenAI(api_key=KEY, base_url=gateway.base_url, max_retries=0)
+def test_the_data_plane_is_unaffected(gateway: GatewayProcess, closing: Closing) -> None:
+    client = closing(openai.OpenAI(api_key=KEY, base_url=gateway.base_url, max_retries=0))
     assert [m.id for m in client.models.list()] == ["chat"]
     reply = client.chat.completions.create(
         model="chat", messages=[{"role": "user", "content": "still here"}]

@@ -8,6 +8,7 @@ import openai
 from playwright.sync_api import Dialog, Page, expect
 
 from tests.console.conftest import Site
+from tests.support.closing import Closing
 
 
 def _create_key(page: Page, name: str, capture: str = "") -> str:
@@ -25,11 +26,11 @@ def _client(site: Site, secret: str) -> openai.OpenAI:
     return openai.OpenAI(api_key=secret, base_url=site.gateway.base_url, max_retries=0)
 
 
-def test_a_key_created_in_the_console_serves_a_request(site: Site) -> None:
+def test_a_key_created_in_the_console_serves_a_request(site: Site, closing: Closing) -> None:
     page = site.signed_in("developer").new_page()
     secret = _create_key(page, "from-the-console")
     site.key_answers(secret, 200)
-    reply = _client(site, secret).chat.completions.create(
+    reply = closing(_client(site, secret)).chat.completions.create(
         model="chat", messages=[{"role": "user", "content": "made in the console"}]
     )
     assert reply.choices[0].message.content == "made in the console"
@@ -52,12 +53,12 @@ def test_a_key_created_in_the_console_serves_a_request(site: Site) -> None:
     page.close()
 
 
-def test_a_capture_on_key_shows_its_payload_escaped(site: Site) -> None:
+def test_a_capture_on_key_shows_its_payload_escaped(site: Site, closing: Closing) -> None:
     page = site.signed_in("tenant_admin").new_page()
     secret = _create_key(page, "captures", capture="full")
     site.key_answers(secret, 200)
     text = "<script>alert('x')</script> & more"
-    completion = _client(site, secret).chat.completions.with_raw_response.create(
+    completion = closing(_client(site, secret)).chat.completions.with_raw_response.create(
         model="chat", messages=[{"role": "user", "content": text}]
     )
     request_id = completion.headers["x-request-id"]
@@ -76,10 +77,10 @@ def test_a_capture_on_key_shows_its_payload_escaped(site: Site) -> None:
     page.close()
 
 
-def test_a_key_without_capture_shows_no_payload(site: Site) -> None:
+def test_a_key_without_capture_shows_no_payload(site: Site, closing: Closing) -> None:
     page = site.signed_in("viewer").new_page()
     secret = "console-test-key-0123456789"
-    completion = _client(site, secret).chat.completions.with_raw_response.create(
+    completion = closing(_client(site, secret)).chat.completions.with_raw_response.create(
         model="chat", messages=[{"role": "user", "content": "not kept"}]
     )
     request_id = completion.headers["x-request-id"]

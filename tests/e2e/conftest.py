@@ -20,23 +20,37 @@ KEY_DISABLED = "e2e-key-disabled-0123456789"
 KEY_EXPIRED = "e2e-key-expired-0123456789"
 KEY_IP_BOUND = "e2e-key-ipbound-0123456789"
 UPSTREAM_SECRET = "sk-upstream-secret-0001"
+#: The `tight` provider's limits: the wait for an answer's head or first token, and the
+#: longest silence in a stream.
+TIGHT_TIMEOUT_S = 3
+TIGHT_IDLE_S = 2
+#: The `trickle` model's deadline for a whole answer.
+TRICKLE_DEADLINE_S = 2
 
 
 def gateway_config(upstream: MockUpstream) -> str:
     dead = f"http://127.0.0.1:{free_port()}/v1"
-    timeouts = "timeout_s: 2\n    first_token_timeout_s: 1\n    stream_idle_timeout_s: 1"
+    # `up` and `up2` keep the default limits (minutes): a healthy answer is never cut by a
+    # loaded machine. Only the models that test a limit use `tight`, whose limits are short,
+    # and their upstreams take far longer than those limits (a minute or forever), so the
+    # tests can allow generous time and still tell a limit that fired from one that did not.
     return f"""
 providers:
   - slug: up
     type: openai_compatible
     base_url: {upstream.base_url}
     api_key: {UPSTREAM_SECRET}
-    {timeouts}
   - slug: up2
     type: openai_compatible
     base_url: {upstream.base_url}
     api_key: {UPSTREAM_SECRET}
-    {timeouts}
+  - slug: tight
+    type: openai_compatible
+    base_url: {upstream.base_url}
+    api_key: {UPSTREAM_SECRET}
+    timeout_s: {TIGHT_TIMEOUT_S}
+    first_token_timeout_s: {TIGHT_TIMEOUT_S}
+    stream_idle_timeout_s: {TIGHT_IDLE_S}
   - slug: dead
     type: openai_compatible
     base_url: {dead}
@@ -61,7 +75,7 @@ models:
   - name: failing
     routes: [{{provider: up, upstream_model: status-500}}]
   - name: slow
-    routes: [{{provider: up, upstream_model: slow-3000}}]
+    routes: [{{provider: tight, upstream_model: slow-60000}}]
   - name: slow-ok
     routes: [{{provider: up, upstream_model: slow-300}}]
   - name: drop
@@ -71,7 +85,9 @@ models:
       - {{provider: up, upstream_model: drop-after-0}}
       - {{provider: up2, upstream_model: echo, priority: 1}}
   - name: stall
-    routes: [{{provider: up, upstream_model: stall-after-2}}]
+    routes: [{{provider: tight, upstream_model: stall-after-2}}]
+  - name: stall-roomy
+    routes: [{{provider: up, upstream_model: stall-after-3}}]
   - name: reset
     routes: [{{provider: up, upstream_model: reset-after-2}}]
   - name: reset-early
@@ -79,7 +95,7 @@ models:
       - {{provider: up, upstream_model: reset-after-0}}
       - {{provider: up2, upstream_model: echo, priority: 1}}
   - name: trickle
-    deadline_s: 2
+    deadline_s: {TRICKLE_DEADLINE_S}
     routes: [{{provider: up, upstream_model: trickle-300}}]
   - name: no-done
     routes: [{{provider: up, upstream_model: no-done}}]
@@ -135,5 +151,6 @@ def pg_url() -> Iterator[str]:
 
 
 @pytest.fixture
-def client(gateway: GatewayProcess) -> openai.OpenAI:
-    return openai.OpenAI(api_key=KEY, base_url=gateway.base_url, max_retries=0, timeout=10)
+def client(gateway: GatewayProcess) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(api_key=KEY, base_url=gateway.base_url, max_retries=0, timeout=60) as made:
+        yield made

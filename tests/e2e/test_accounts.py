@@ -16,6 +16,7 @@ import httpx
 import openai
 import pytest
 
+from tests.support.closing import Closing
 from tests.support.gateway_process import GatewayProcess, serving
 from tests.support.mail import token_in
 from tests.support.mock_upstream import MockUpstream
@@ -232,9 +233,13 @@ def test_a_sign_up_verifies_signs_in_and_is_alerted_once(
 
 
 def test_a_tenant_fallback_and_default_model_serve_requests(
-    gateway: GatewayProcess, admin: httpx.Client
+    gateway: GatewayProcess,
+    admin: httpx.Client,
+    closing: Closing,
 ) -> None:
-    client = openai.OpenAI(api_key=KEY, base_url=gateway.base_url, max_retries=0, timeout=10)
+    client = closing(
+        openai.OpenAI(api_key=KEY, base_url=gateway.base_url, max_retries=0, timeout=10)
+    )
     message = [{"role": "user", "content": "hello"}]
     with pytest.raises(openai.APIStatusError) as failed:
         client.chat.completions.create(model="failing", messages=message)  # type: ignore[arg-type]

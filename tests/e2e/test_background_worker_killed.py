@@ -18,6 +18,7 @@ import openai
 import pytest
 
 from tests.support.billing import ADMIN_TOKEN, BillingDb, admin, eventually, make_prepaid
+from tests.support.closing import Closing
 from tests.support.gateway_process import GatewayProcess, serving
 from tests.support.mock_upstream import MockUpstream
 from tests.support.worker_process import WorkerProcess
@@ -61,14 +62,19 @@ def _wait(check: object, what: str, timeout_s: float = 15) -> None:
 
 
 def test_a_killed_workers_responses_are_resumed_never_sent_twice(
-    gateway: GatewayProcess, upstream: MockUpstream, tmp_path: Path
+    gateway: GatewayProcess,
+    upstream: MockUpstream,
+    tmp_path: Path,
+    closing: Closing,
 ) -> None:
     env = {"LLMRELAY_DATABASE_URL": gateway.database_url, "LLMRELAY_JOBS_LEASE_S": "2"}
     db = BillingDb(gateway.database_url)
     tenant = db.default_tenant()
     with admin(gateway.url) as api:
         make_prepaid(api, tenant, 50_000_000, "seed")  # the workers start after: prepaid
-    client = openai.OpenAI(api_key=KEY, base_url=gateway.base_url, max_retries=0, timeout=15)
+    client = closing(
+        openai.OpenAI(api_key=KEY, base_url=gateway.base_url, max_retries=0, timeout=15)
+    )
     native_raw = client.responses.with_raw_response.create(
         model="slow-native", input="resumed by polling", background=True
     )

@@ -18,6 +18,7 @@ import openai
 import pytest
 
 from tests.support.billing import ADMIN_TOKEN, BillingDb, admin, eventually, make_prepaid
+from tests.support.closing import Closing
 from tests.support.gateway_process import GatewayProcess, serving
 from tests.support.mock_upstream import MockUpstream
 
@@ -143,10 +144,14 @@ def test_a_request_is_charged_its_records_exact_cost(
 
 
 def test_a_balance_too_low_is_a_402_in_openai_shape_without_a_provider_call(
-    gateway: GatewayProcess, db: BillingDb, tenant: str, upstream: MockUpstream
+    gateway: GatewayProcess,
+    db: BillingDb,
+    tenant: str,
+    upstream: MockUpstream,
+    closing: Closing,
 ) -> None:
     sent = len(upstream.requests)
-    client = openai.OpenAI(api_key=KEY, base_url=gateway.base_url, max_retries=0)
+    client = closing(openai.OpenAI(api_key=KEY, base_url=gateway.base_url, max_retries=0))
     with pytest.raises(openai.APIStatusError) as refused:
         client.chat.completions.create(
             model="chat",

@@ -110,8 +110,8 @@ def test_models_list_follows_the_key_allowlist(
 ) -> None:
     everything = {m.id for m in client.models.list()}
     assert {"chat", "emb", "chat-failover"} <= everything
-    limited = openai.OpenAI(api_key=KEY_LIMITED, base_url=gateway.base_url, max_retries=0)
-    assert [m.id for m in limited.models.list()] == ["chat"]
+    with openai.OpenAI(api_key=KEY_LIMITED, base_url=gateway.base_url, max_retries=0) as limited:
+        assert [m.id for m in limited.models.list()] == ["chat"]
 
 
 def test_client_request_id_is_kept_and_bad_ones_replaced(gateway: GatewayProcess) -> None:

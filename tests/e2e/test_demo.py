@@ -12,6 +12,7 @@ import httpx
 import openai
 import pytest
 
+from tests.support.closing import Closing
 from tests.support.gateway_process import GatewayProcess
 
 
@@ -37,11 +38,11 @@ def _last_record(process: GatewayProcess) -> tuple[bool, int | None, int | None]
         time.sleep(0.05)
 
 
-def test_demo_answers_chat_stream_and_embeddings(tmp_path: Path) -> None:
+def test_demo_answers_chat_stream_and_embeddings(tmp_path: Path, closing: Closing) -> None:
     process = GatewayProcess(tmp_path, demo=True).start()
     try:
         key = _demo_key(process)
-        client = openai.OpenAI(api_key=key, base_url=process.base_url, max_retries=0)
+        client = closing(openai.OpenAI(api_key=key, base_url=process.base_url, max_retries=0))
         reply = client.chat.completions.create(
             model="demo", messages=[{"role": "user", "content": "Hello from the demo"}]
         )

@@ -18,15 +18,16 @@ from tests.support.mock_upstream import MockUpstream
 
 KEY = "drain-load-key-0123456789"
 STREAMS = 200
-DRAIN_TIMEOUT_S = 20.0
-#: Each stream: 16 words, one every 250 ms upstream: about 4 s, most of it after SIGTERM.
+DRAIN_TIMEOUT_S = 40.0
+#: Each stream: 16 words, one every 750 ms upstream: about 12 s, most of it after SIGTERM (so
+#: that on a loaded machine too none ends before the refusal is seen).
 WORDS = " ".join(f"w{n}" for n in range(16))
 
 
 def _config(upstream: MockUpstream) -> str:
     return f"""
 providers: [{{slug: up, type: openai_compatible, base_url: {upstream.base_url}}}]
-models: [{{name: paced, routes: [{{provider: up, upstream_model: paced-250}}]}}]
+models: [{{name: paced, routes: [{{provider: up, upstream_model: paced-750}}]}}]
 projects: [{{name: p, keys: [{{name: k, key: {KEY}}}]}}]
 """
 
@@ -71,7 +72,7 @@ async def _drain_under_load(gateway: GatewayProcess) -> tuple[list[bytes], int, 
         signalled = time.monotonic()
         gateway.process.send_signal(signal.SIGTERM)
         while not await asyncio.to_thread(_refused, gateway.port):
-            assert time.monotonic() - signalled < 3, "still accepting connections"
+            assert time.monotonic() - signalled < 10, "still accepting connections"
             await asyncio.sleep(0.05)
         refused_after = time.monotonic() - signalled
         finished_then = sum(task.done() for task in tasks)
@@ -92,7 +93,7 @@ def test_sigterm_with_200_open_streams_cuts_none_records_all_and_exits_0(
         gateway.stop()
     # New connections were refused while the streams were still running.
     assert finished_then == 0, f"{finished_then} streams had ended before the refusal"
-    assert refused_after < 3
+    assert refused_after < 10
     # None was cut: each carries every word, its finish reason, and ends with [DONE].
     for body in bodies:
         assert body.endswith(b"data: [DONE]\n\n"), body[-200:]

@@ -18,6 +18,7 @@ import httpx
 import openai
 import pytest
 
+from tests.support.closing import Closing
 from tests.support.gateway_process import GatewayProcess, serving
 from tests.support.mock_upstream import MockUpstream
 
@@ -176,11 +177,13 @@ def test_a_block_answers_400_in_openai_shape_and_sends_nothing(
 
 
 def test_a_block_answers_400_in_anthropic_shape(
-    gateway: GatewayProcess, upstream: MockUpstream
+    gateway: GatewayProcess,
+    upstream: MockUpstream,
+    closing: Closing,
 ) -> None:
     marker = "anthropic-block-5c1"
-    client = anthropic.Anthropic(
-        api_key=KEYS["plain"], base_url=gateway.url, max_retries=0, timeout=15
+    client = closing(
+        anthropic.Anthropic(api_key=KEYS["plain"], base_url=gateway.url, max_retries=0, timeout=15)
     )
     with pytest.raises(anthropic.BadRequestError) as refused:
         client.messages.create(

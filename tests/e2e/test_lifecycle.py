@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import openai
 
+from tests.support.closing import Closing
 from tests.support.gateway_process import GatewayProcess
 from tests.support.mock_upstream import MockUpstream
 
@@ -26,6 +27,8 @@ models:
     routes: [{{provider: up, upstream_model: echo}}]
   - name: slow-stream
     routes: [{{provider: up, upstream_model: slow-1}}]
+  - name: paced
+    routes: [{{provider: up, upstream_model: paced-50}}]
 projects:
   - name: p
     keys:
@@ -47,7 +50,9 @@ def test_health_endpoints(tmp_path: Path, upstream: MockUpstream) -> None:
 
 
 def test_apply_from_another_process_reaches_the_running_gateway(
-    tmp_path: Path, upstream: MockUpstream
+    tmp_path: Path,
+    upstream: MockUpstream,
+    closing: Closing,
 ) -> None:
     process = GatewayProcess(tmp_path, config=_config(upstream)).start()
     try:
@@ -63,7 +68,7 @@ def test_apply_from_another_process_reaches_the_running_gateway(
         )
         assert applied.returncode == 0, applied.stderr
         assert "created key p/k2" in applied.stdout
-        client = openai.OpenAI(api_key=new_key, base_url=process.base_url, max_retries=0)
+        client = closing(openai.OpenAI(api_key=new_key, base_url=process.base_url, max_retries=0))
         deadline = time.monotonic() + 5
         while True:
             try:
@@ -83,8 +88,9 @@ def test_sigterm_lets_a_running_stream_finish_flushes_records_and_exits_0(
     tmp_path: Path, upstream: MockUpstream
 ) -> None:
     process = GatewayProcess(tmp_path, config=_config(upstream)).start()
-    words = " ".join(f"w{i}" for i in range(60))  # the upstream sends one word per 10 ms
+    words = " ".join(f"w{i}" for i in range(60))  # the upstream sends one word per 50 ms
     result: dict[str, object] = {}
+    running = threading.Event()
 
     def stream() -> None:
         with httpx.stream(
@@ -92,20 +98,23 @@ def test_sigterm_lets_a_running_stream_finish_flushes_records_and_exits_0(
             f"{process.base_url}/chat/completions",
             headers={"Authorization": f"Bearer {KEY}", "X-Request-ID": "drain-stream"},
             json={
-                "model": "chat",
+                "model": "paced",
                 "stream": True,
                 "messages": [{"role": "user", "content": words}],
             },
-            timeout=10,
+            timeout=60,
         ) as response:
-            result["body"] = response.read()
+            chunks = response.iter_bytes()
+            body = next(chunks)
+            running.set()
+            result["body"] = body + b"".join(chunks)
 
     reader = threading.Thread(target=stream)
     reader.start()
-    time.sleep(0.2)  # the stream is running
+    assert running.wait(60), "the stream never began"
     assert process.process is not None
     process.process.terminate()
-    reader.join(10)
+    reader.join(60)
     body = result["body"]
     assert isinstance(body, bytes) and body.endswith(b"data: [DONE]\n\n")
     assert process.stop() == 0

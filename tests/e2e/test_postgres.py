@@ -12,6 +12,7 @@ import asyncpg
 import openai
 import pytest
 
+from tests.support.closing import Closing
 from tests.support.gateway_process import GatewayProcess
 from tests.support.mock_upstream import MockUpstream
 
@@ -20,7 +21,10 @@ KEY = "postgres-e2e-key-0123456789"
 
 
 def test_serve_on_postgres_records_the_request(
-    pg_url: str, tmp_path: Path, upstream: MockUpstream
+    pg_url: str,
+    tmp_path: Path,
+    upstream: MockUpstream,
+    closing: Closing,
 ) -> None:
     env_db = {"LLMRELAY_DATABASE_URL": pg_url}
     config = f"""
@@ -42,7 +46,7 @@ projects: [{{name: p, keys: [{{name: k, key: {KEY}}}]}}]
     assert migrated.returncode == 0, migrated.stderr
     process = GatewayProcess(tmp_path, config=config, database_url=pg_url).start()
     try:
-        client = openai.OpenAI(api_key=KEY, base_url=process.base_url, max_retries=0)
+        client = closing(openai.OpenAI(api_key=KEY, base_url=process.base_url, max_retries=0))
         raw = client.chat.completions.with_raw_response.create(
             model="chat", messages=[{"role": "user", "content": "on postgres"}]
         )

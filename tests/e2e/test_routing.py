@@ -97,7 +97,7 @@ models:
     routes: [{{provider: up, upstream_model: throttle-first-1-once}}]
   - name: hurried
     deadline_s: 1
-    routes: [{{provider: up, upstream_model: slow-3000}}]
+    routes: [{{provider: up, upstream_model: slow-60000}}]
 projects:
   - name: routing
     keys:
@@ -114,8 +114,9 @@ def gateway(
 
 
 @pytest.fixture
-def client(gateway: GatewayProcess) -> openai.OpenAI:
-    return openai.OpenAI(api_key=KEY, base_url=gateway.base_url, max_retries=0, timeout=15)
+def client(gateway: GatewayProcess) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(api_key=KEY, base_url=gateway.base_url, max_retries=0, timeout=60) as made:
+        yield made
 
 
 def _ask(
@@ -297,7 +298,7 @@ def test_the_model_deadline_bounds_the_whole_request(client: openai.OpenAI) -> N
     with pytest.raises(openai.APIStatusError) as failed:
         client.chat.completions.create(model="hurried", messages=[{"role": "user", "content": "x"}])
     assert failed.value.status_code == 504
-    assert time.monotonic() - started < 2.5
+    assert time.monotonic() - started < 20  # at the deadline, not the upstream's minute
 
 
 def test_a_session_stays_on_the_route_that_served_it(client: openai.OpenAI) -> None:
@@ -323,7 +324,7 @@ def test_a_stream_silent_before_its_first_token_fails_over_invisibly(
         "late but whole"
     )
     assert {c.model for c in chunks} == {"ttft-failover"}
-    assert time.monotonic() - started < 4
+    assert time.monotonic() - started < 20  # the stalled route is silent forever
 
 
 @pytest.mark.parametrize("model", ["slow-failover", "throttle-failover"])

@@ -13,6 +13,7 @@ import socket
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, suppress
+from pathlib import Path
 
 import httpx
 import pytest
@@ -25,15 +26,16 @@ PROVIDER_KEY = "sk-slow-clients-provider-0001"
 HEADER_TIMEOUT_S = 1.0
 BODY_TIMEOUT_S = 1.0
 MAX_HEADER_BYTES = 16 * 1024
-#: A slow client's limit plus what a busy two-core CI machine may add.
-SLACK_S = 1.5
+#: What a loaded two-core machine may add to a limit before the cut is seen. Generous: the
+#: alternative to a cut is none (the tests' slow requests would take far longer, or forever).
+SLACK_S = 8.0
+#: The head limit of the gateway in test_hundreds_of_slow_connections_..., long enough that a
+#: normal request served in well under it cannot have waited for the slow ones to be cut.
+LONG_HEADER_TIMEOUT_S = 6.0
 
 
-@pytest.fixture(scope="module")
-def gateway(
-    upstream: MockUpstream, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[GatewayProcess]:
-    config = f"""
+def _config(upstream: MockUpstream) -> str:
+    return f"""
 providers:
   - slug: up
     type: openai_compatible
@@ -47,9 +49,15 @@ projects:
     keys:
       - {{name: k1, key: {KEY}}}
 """
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    upstream: MockUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GatewayProcess]:
     yield from serving(
         tmp_path_factory.mktemp("slow-clients"),
-        config,
+        _config(upstream),
         env={
             "LLMRELAY_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S),
             "LLMRELAY_BODY_TIMEOUT_S": str(BODY_TIMEOUT_S),
@@ -255,12 +263,10 @@ def test_an_oversized_header_gets_431_and_the_server_stays_healthy(
 def test_a_head_that_keeps_growing_is_cut_before_it_ends(gateway: GatewayProcess) -> None:
     """No end of head in sight: the head's size alone gets the 431, without waiting for the
     header timeout (and without buffering the rest)."""
-    started = time.monotonic()
     with _connect(gateway) as sock:
         sock.sendall(b"GET /livez HTTP/1.1\r\nHost: gw\r\nX-Big: " + b"b" * (4 * MAX_HEADER_BYTES))
         answer = _read_until_closed(sock)
-    assert answer.startswith(b"HTTP/1.1 431 "), answer
-    assert time.monotonic() - started < HEADER_TIMEOUT_S * 0.9
+    assert answer.startswith(b"HTTP/1.1 431 "), answer  # the header timeout's would be a 408
 
 
 def test_many_headers_adding_up_past_the_limit_get_431(gateway: GatewayProcess) -> None:
@@ -273,9 +279,12 @@ def test_many_headers_adding_up_past_the_limit_get_431(gateway: GatewayProcess) 
 
 
 def test_hundreds_of_slow_connections_do_not_hold_up_a_normal_request(
-    gateway: GatewayProcess,
+    upstream: MockUpstream, tmp_path: Path
 ) -> None:
+    env = {"LLMRELAY_HEADER_TIMEOUT_S": str(LONG_HEADER_TIMEOUT_S)}
+    gateway = GatewayProcess(tmp_path, config=_config(upstream), env=env).start()
     with ExitStack() as stack:
+        stack.callback(lambda: gateway.stop())
         slow = [stack.enter_context(_connect(gateway)) for _ in range(200)]
         for i, sock in enumerate(slow):
             sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n"[: 10 + i % 30])
@@ -284,12 +293,12 @@ def test_hundreds_of_slow_connections_do_not_hold_up_a_normal_request(
             f"{gateway.base_url}/chat/completions",
             headers={"Authorization": f"Bearer {KEY}"},
             json={"model": "chat", "messages": [{"role": "user", "content": "still here"}]},
-            timeout=5,
+            timeout=60,
         )
         assert response.status_code == 200, response.text
-        assert time.monotonic() - started < 0.5
+        assert time.monotonic() - started < LONG_HEADER_TIMEOUT_S / 2
         # and every slow connection is gone once its head timed out
-        deadline = time.monotonic() + HEADER_TIMEOUT_S + SLACK_S + 1
+        deadline = started + LONG_HEADER_TIMEOUT_S + SLACK_S
         for sock in slow:
             answer = _read_until_closed(sock, max(0.1, deadline - time.monotonic()))
             assert answer.startswith(b"HTTP/1.1 408 "), answer

@@ -1,10 +1,18 @@
 import ipaddress
 import os
 import re
+import socket
 
+import orjson
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
-from llmrelay.gateway.ingress import choose_request_id, client_ip
+from llmrelay.gateway.ingress import IngressMiddleware, choose_request_id, client_ip
+from tests.support.asgi_server import ServedApp, read_to_close
 
 TRUSTED = (ipaddress.ip_network("10.0.0.0/8"), ipaddress.ip_network("127.0.0.1/32"))
 
@@ -71,3 +79,87 @@ def test_a_forked_child_does_not_reuse_the_parents_randomness() -> None:
     os.waitpid(pid, 0)
     parent_random = choose_request_id(None)[16:]
     assert child_random != parent_random
+
+
+# -- the ingress as the process boundary of the routes behind it --------------------------
+
+
+async def _cut_answer(scope: Scope, receive: Receive, send: Send) -> None:
+    await send(
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"10")]}
+    )
+    await send({"type": "http.response.body", "body": b"12345", "more_body": True})
+    raise RuntimeError("a bug half way through the answer")
+
+
+async def _no_answer(scope: Scope, receive: Receive, send: Send) -> None:
+    raise RuntimeError("a bug before any answer")
+
+
+def _fails_after_answering(request: Request) -> Response:
+    raise RuntimeError("a bug: Starlette answers 500, then re-raises it for the server")
+
+
+def _behind_ingress() -> IngressMiddleware:
+    routes = Starlette(
+        routes=[
+            Route("/answered", _fails_after_answering),
+            Route("/ok", lambda request: PlainTextResponse("ok")),
+        ]
+    )
+    raw = {"/cut": _cut_answer, "/none": _no_answer}
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await raw.get(scope["path"], routes)(scope, receive, send)
+
+    return IngressMiddleware(app, max_body_bytes=1024, trusted_proxies=())
+
+
+def _answer(conn: socket.socket, request: bytes) -> tuple[bytes, bytes]:
+    """(head, body) of one answer with a Content-Length, read on a kept-alive connection."""
+    conn.sendall(request)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        assert chunk, f"closed before an answer: {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(re.search(rb"content-length: (\d+)", head, re.IGNORECASE)[1])  # type: ignore[index]
+    while len(body) < length:
+        chunk = conn.recv(65536)
+        assert chunk, "closed mid-answer"
+        body += chunk
+    return head, body
+
+
+def test_a_failure_after_a_whole_answer_keeps_the_connection() -> None:
+    """Starlette's 500 went out whole, then the error reached uvicorn, which closed the
+    connection unannounced: a client reusing it got a reset (the flake of
+    test_signup_postgres). The ingress logs it and the connection serves the next request."""
+    with ServedApp(_behind_ingress()) as served, served.connect() as conn:
+        head, _ = _answer(conn, b"GET /answered HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 500 ")
+        assert b"x-request-id: req_" in head
+        head, body = _answer(conn, b"GET /ok HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 ")
+        assert body == b"ok"
+
+
+def test_a_failure_before_any_answer_is_a_500_in_the_error_shape() -> None:
+    with ServedApp(_behind_ingress()) as served, served.connect() as conn:
+        head, body = _answer(conn, b"GET /none HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 500 ")
+        assert b"x-request-id: req_" in head
+        assert orjson.loads(body)["error"]["message"] == "internal error"
+        head, _ = _answer(conn, b"GET /ok HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 ")
+
+
+def test_a_failure_mid_answer_cuts_the_connection() -> None:
+    """A cut answer must never look whole: the connection ends before its 10 bytes."""
+    with ServedApp(_behind_ingress()) as served, served.connect() as conn:
+        conn.sendall(b"GET /cut HTTP/1.1\r\nHost: t\r\n\r\n")
+        received = read_to_close(conn)
+        head, _, body = received.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 ")
+        assert body == b"12345"

@@ -113,7 +113,7 @@ async def test_a_silent_server_fails_pending_calls_within_the_timeout() -> None:
             )
             elapsed = time.monotonic() - started
             assert all(isinstance(r, RespConnectionError) for r in results), results
-            assert 0.2 <= elapsed < 0.6
+            assert 0.2 <= elapsed < 10  # at the timeout: the silent server never answers
             with pytest.raises(RespConnectionError, match=r"within 0\.2 s"):
                 await client.call(b"PING")  # a new connection, just as silent
             assert len(accepted) == 2
@@ -138,16 +138,18 @@ async def test_a_killed_connection_fails_pending_calls_and_the_next_call_reconne
     client: RespClient, prefix: str
 ) -> None:
     first = await client.call(b"CLIENT", b"ID")
-    blocked = [asyncio.ensure_future(client.call(b"BLPOP", f"{prefix}empty", 5)) for _ in "ab"]
-    await asyncio.sleep(0.05)
+    blocked = [asyncio.ensure_future(client.call(b"BLPOP", f"{prefix}empty", 60)) for _ in "ab"]
     killer = RespClient(REDIS_URL)
+    # Kill the connection once Redis has the first BLPOP (the second is queued behind it).
+    while b"cmd=blpop" not in await killer.call(b"CLIENT", b"LIST", b"ID", first):  # noqa: ASYNC110 - Redis's state, not ours
+        await asyncio.sleep(0.01)
     assert await killer.call(b"CLIENT", b"KILL", b"ID", first) == 1
     await killer.close()
     started = time.monotonic()
     for pending in blocked:
         with pytest.raises(RespConnectionError):
             await pending
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 30  # at the kill, not at the BLPOPs' minute
     second = await client.call(b"CLIENT", b"ID")
     assert second != first
     assert await client.call(b"INCR", f"{prefix}n") == 1
@@ -157,7 +159,7 @@ async def test_a_cancelled_call_leaves_the_others_their_answers(
     client: RespClient, prefix: str
 ) -> None:
     with pytest.raises(TimeoutError):
-        await asyncio.wait_for(client.call(b"BLPOP", f"{prefix}empty", 0.3), 0.05)
+        await asyncio.wait_for(client.call(b"BLPOP", f"{prefix}empty", 1), 0.05)
     assert await client.call(b"SET", f"{prefix}a", "1") == b"OK"  # after the BLPOP's reply
     assert await client.call(b"GET", f"{prefix}a") == b"1"
 

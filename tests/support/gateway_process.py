@@ -57,7 +57,7 @@ class GatewayProcess:
     def base_url(self) -> str:
         return f"{self.url}/v1"
 
-    def start(self, timeout_s: float = 20.0) -> GatewayProcess:
+    def start(self, timeout_s: float = 60.0) -> GatewayProcess:
         self._log = self.log_path.open("wb")
         self.process = subprocess.Popen(
             self.args, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, cwd=self.folder

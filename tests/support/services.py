@@ -19,6 +19,9 @@ REQUIRE_SERVICES = os.environ.get("LLMRELAY_TEST_REQUIRE_SERVICES") == "1"
 #: Debian's Chromium or the playwright package is missing, instead of skipping.
 REQUIRE_BROWSER = os.environ.get("LLMRELAY_TEST_REQUIRE_BROWSER") == "1"
 CHROMIUM = "/usr/bin/chromium"
+#: With LLMRELAY_TEST_REQUIRE_AGENTS=1 (set by .ci/run) the agent tests (tests/agents) fail when
+#: a coding agent (`make agents`) or an agent SDK (the dev extra) is missing, instead of skipping.
+REQUIRE_AGENTS = os.environ.get("LLMRELAY_TEST_REQUIRE_AGENTS") == "1"
 skipped_services: set[str] = set()
 
 

@@ -5,6 +5,7 @@ first."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -25,10 +26,11 @@ TOOLS: list[ToolParam] = [
 
 
 @pytest.fixture
-def claude(upstream: MockUpstream) -> anthropic.Anthropic:
-    return anthropic.Anthropic(
-        base_url=upstream.root_url, api_key=ANTHROPIC_KEY, max_retries=0, timeout=10
-    )
+def claude(upstream: MockUpstream) -> Iterator[anthropic.Anthropic]:
+    with anthropic.Anthropic(
+        base_url=upstream.root_url, api_key=ANTHROPIC_KEY, max_retries=0, timeout=60
+    ) as made:
+        yield made
 
 
 def _anthropic_raw(upstream: MockUpstream, body: dict[str, Any], **headers: str) -> httpx2.Response:

@@ -20,7 +20,7 @@ class WorkerProcess:
         self.process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
 
-    def start(self, timeout_s: float = 20.0) -> WorkerProcess:
+    def start(self, timeout_s: float = 60.0) -> WorkerProcess:
         return self.launch().wait_started(timeout_s)
 
     def launch(self) -> WorkerProcess:
@@ -35,7 +35,7 @@ class WorkerProcess:
         )
         return self
 
-    def wait_started(self, timeout_s: float = 20.0) -> WorkerProcess:
+    def wait_started(self, timeout_s: float = 60.0) -> WorkerProcess:
         assert self.process is not None
         deadline = time.monotonic() + timeout_s
         while "worker_started" not in self.logs():

@@ -126,6 +126,12 @@ async def _database_error(_request: Request, exc: Exception) -> Response:
     raise exc
 
 
+async def _server_error(_request: Request, _exc: Exception) -> Response:
+    """Any other failure: a 500 in this API's shape. (Starlette still re-raises it after
+    this answer; the ingress logs it and keeps the connection: gateway/ingress.py.)"""
+    return error_response(500, "internal error", "server_error")
+
+
 def _without_422(app: FastAPI) -> None:
     """FastAPI documents a 422 with its own body on every route with parameters; this app
     answers those errors as 400 in its own shape (ERRORS), so the document says so."""
@@ -152,3 +158,4 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(DBAPIError, _database_error)
+    app.add_exception_handler(Exception, _server_error)

@@ -12,9 +12,10 @@ import time
 from collections.abc import Sequence
 from typing import Final
 
+import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from llmrelay.gateway.errors import PayloadTooLarge
+from llmrelay.gateway.errors import GatewayError, PayloadTooLarge
 from llmrelay.gateway.ids import REQUEST_IDS
 from llmrelay.observability.logging import REQUEST_ID
 from llmrelay.protocols.anthropic_models import error_body as anthropic_error_body
@@ -24,6 +25,7 @@ from llmrelay.protocols.openai import error_body
 _CLIENT_REQUEST_ID: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+log = structlog.get_logger(__name__)
 
 
 class RequestContext:
@@ -148,17 +150,41 @@ class IngressMiddleware:
         context, declared = begin(scope, self.trusted_proxies)
         scope["llmrelay"] = context
         REQUEST_ID.set(context.request_id)  # on every line logged while handling it
-        id_header = (b"x-request-id", context.request_id.encode())
+        answer = _Answer(send, (b"x-request-id", context.request_id.encode()))
+        try:
+            await self._handle(scope, receive, answer, context, declared)
+        except Exception:  # process boundary: see _Answer
+            log.exception("unhandled_error", request_id=context.request_id, path=scope["path"])
+            if answer.complete:
+                return  # the client has its whole answer: the connection stays usable
+            if answer.started:
+                raise  # a cut answer must not look whole: the server aborts the connection
+            body = error_body(GatewayError("internal error"), context.request_id)
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 500,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                        answer.id_header,
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
 
-        async def send_with_id(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", ()), id_header]
-            await send(message)
-
+    async def _handle(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send_with_id: _Answer,
+        context: RequestContext,
+        declared: int | None,
+    ) -> None:
         limit = self.max_body_bytes
         if declared is not None:
             if declared > limit:
-                await refuse_too_large(context.request_id, limit, send)
+                await refuse_too_large(context.request_id, limit, send_with_id.send)
                 return
             # The HTTP parser delivers exactly the declared length: no cap to apply.
             await self.app(scope, receive, send_with_id)
@@ -175,7 +201,7 @@ class IngressMiddleware:
             chunk = message.get("body", b"")
             received += len(chunk)
             if received > limit:
-                await refuse_too_large(context.request_id, limit, send)
+                await refuse_too_large(context.request_id, limit, send_with_id.send)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -190,6 +216,35 @@ class IngressMiddleware:
             return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
 
         await self.app(scope, replay_receive, send_with_id)
+
+
+class _Answer:
+    """The `send` the routes behind the ingress get: adds the request id header and
+    remembers how far the answer went.
+
+    Starlette's ServerErrorMiddleware answers 500 and then re-raises, for the server to log;
+    uvicorn then closes the connection, after the whole 500 has gone out and without saying
+    so in it. A client that reuses the kept-alive connection in between (its answer was
+    complete) has its next request refused with a TCP reset. So the ingress is the process
+    boundary for these routes: it logs, and lets the connection live when the answer was
+    whole."""
+
+    __slots__ = ("complete", "id_header", "send", "started")
+
+    def __init__(self, send: Send, id_header: tuple[bytes, bytes]) -> None:
+        self.send = send
+        self.id_header = id_header
+        self.started = False
+        self.complete = False
+
+    async def __call__(self, message: Message) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            message["headers"] = [*message.get("headers", ()), self.id_header]
+            self.started = True
+        elif kind == "http.response.body" and not message.get("more_body", False):
+            self.complete = True
+        await self.send(message)
 
 
 def _too_large_message(limit: int) -> str:
