@@ -20,10 +20,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from llmrelay.admin.cors import with_cors
 from llmrelay.admin.identity.bootstrap import ensure_bootstrap_admin
+from llmrelay.admin.sso.client import ProviderClient
+from llmrelay.admin.sso.config import SsoConfig
 from llmrelay.admin.state import AccountPolicy, AdminState, SessionPolicy
 from llmrelay.billing import webhook_route
 from llmrelay.billing.payments import Payments
 from llmrelay.billing.stripe_config import StripeConfig
+from llmrelay.gateway.cors import DataPlaneCors
 from llmrelay.gateway.endpoints import DataPlane
 from llmrelay.gateway.entry import GatewayApp
 from llmrelay.gateway.errors import GatewayError, NotFound
@@ -128,6 +131,9 @@ def create_app(settings: Settings) -> ASGIApp:
         sessions=SessionPolicy.from_settings(settings),
         accounts=AccountPolicy.from_settings(settings),
     )
+    sso = SsoConfig.from_settings(settings)  # a wrong role map stops the start, named
+    if sso is not None:
+        admin.sso, admin.sso_client = sso, ProviderClient(sso)
     stripe_webhook = webhook_route.StripeWebhookRoute()
     admin_app = _BuiltOnFirstUse(partial(_admin_app, admin, settings))
     routes: list[BaseRoute] = [
@@ -231,14 +237,17 @@ def create_app(settings: Settings) -> ASGIApp:
         max_body_bytes=settings.max_body_bytes,
         prefixed=dataplane.prefixed(),
     )
+    served: ASGIApp = gateway
+    if settings.data_plane_origins:  # only then: none listed costs the data plane nothing
+        served = DataPlaneCors(gateway, settings.data_plane_origins)
     if admin_address is None:
-        return gateway
+        return served
     control_app = Starlette(
         routes=[*probes, *control],
         middleware=ingress,
         exception_handlers={HTTPException: _http_error},
     )
-    return ListenerSplit(gateway, control_app, admin_address[1])
+    return ListenerSplit(served, control_app, admin_address[1])
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
