@@ -45,7 +45,9 @@ from bench.systems import (
 )
 from bench.upstream import request_body, upstream
 
-MODES = ("plain", "sse")
+MODES = ("plain", "sse", "embeddings")
+#: Modes with limited-key and anthropic-upstream arms (embeddings: bare and off only).
+CHAT_MODES = ("plain", "sse")
 CONNECTIONS = 8
 WARM_UP_S = 5.0
 #: After the window: the recorder's gather (0.2 s) and batch write finish inside the count.
@@ -102,7 +104,8 @@ class Counted:
 
     def count(self, path: str, body: str, key: str, seconds: float) -> tuple[int, int]:
         """(instructions, requests) over one window."""
-        script = write_lua(self.folder, path, body, 0, (), (), key)
+        answer = "list" if path.endswith("/embeddings") else "chat.completion"
+        script = write_lua(self.folder, path, body, 0, (), (), key, answer)
         run_wrk(self.port, script, CONNECTIONS, WARM_UP_S)
         self._control("--zero")
         self._control("--instr=on")
@@ -168,14 +171,18 @@ def count_instructions(
                 counts.setdefault(mode, {})
                 if not wanted(mode, "bare"):
                     continue
-                path = f"/{mode}/v1/chat/completions"
+                path = (
+                    "/plain/v1/embeddings"
+                    if mode == "embeddings"
+                    else f"/{mode}/v1/chat/completions"
+                )
                 total, n = bare.count(path, request_body(mode), BENCH_KEY, seconds)
                 counts[mode]["bare"] = each = _per_request(total, n)
                 print(f"  bare      {mode:<10} {each / 1000:8.1f}k per request")
         finally:
             bare.stop()
         config = folder / "llmrelay.yaml"
-        config.write_text(llmrelay_config(nginx.port, MODES, (), MODES, MODES))
+        config.write_text(llmrelay_config(nginx.port, MODES, (), CHAT_MODES, CHAT_MODES))
         env = {**os.environ, "LLMRELAY_DATABASE_URL": f"sqlite:///{folder / 'bench.db'}"}
         relay = Counted(
             "llmrelay", folder, [venv_program("llmrelay"), "serve", "--config", str(config)], env
@@ -183,16 +190,17 @@ def count_instructions(
         try:
             relay.wait_ready("/readyz", "")
             for mode in MODES:
+                path = "/v1/embeddings" if mode == "embeddings" else "/v1/chat/completions"
                 for arm in LIMIT_ARMS:
-                    if not wanted(mode, arm):
+                    if not wanted(mode, arm) or (arm != "off" and mode not in CHAT_MODES):
                         continue
                     label = mode if arm == "off" else limited_mode(mode, arm)
                     body = request_body(mode if arm == "off" else limited_mode(mode, arm))
                     key = _ARM_KEYS.get(arm, BENCH_KEY)
-                    total, n = relay.count("/v1/chat/completions", body, key, seconds)
+                    total, n = relay.count(path, body, key, seconds)
                     counts[mode][f"llmrelay-{arm}"] = each = _per_request(total, n)
                     print(f"  llmrelay  {label:<10} {each / 1000:8.1f}k per request")
-                if not wanted(mode, "anthropic"):
+                if not wanted(mode, "anthropic") or mode not in CHAT_MODES:
                     continue
                 label = translated_mode(mode, "anthropic")  # chat from an anthropic provider
                 body = request_body(label)

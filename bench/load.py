@@ -17,7 +17,7 @@ from typing import Any
 from bench.constants import BENCH_KEY, FOREIGN_LIMIT, FOREIGN_RETRIES, LOADGEN_CORE, SUT_CORE
 from bench.procs import core_busy_seconds, cpu_seconds, settle, wait_for_quiet_core
 from bench.systems import System
-from bench.upstream import Nginx, request_body
+from bench.upstream import Nginx, answer_object, request_body
 
 _LUA = """
 wrk.method = "POST"
@@ -49,15 +49,15 @@ if #mixed > 0 then
   end
 end
 
--- A good answer: 200 and a whole JSON completion, or a stream that ends with [DONE] and
--- carries no error event.
+-- A good answer: 200 and a whole JSON completion (or embeddings list), or a stream that ends
+-- with [DONE] and carries no error event.
 local function complete(body)
   if body == nil then return false end
   if string.sub(body, 1, 5) == "data:" then
     return string.sub(body, -14) == "data: [DONE]\\n\\n"
       and string.find(body, '"error":{', 1, true) == nil
   end
-  return string.find(body, '"object":"chat.completion"', 1, true) ~= nil
+  return string.find(body, '"object":"%(object)s"', 1, true) ~= nil
 end
 
 -- When the run names them: pieces a correct answer carries, in this order (its text, finish
@@ -117,7 +117,9 @@ def write_lua(
     mixed: Sequence[tuple[str, str]],
     expect: Sequence[str] = (),
     key: str = BENCH_KEY,
+    answer: str = "chat.completion",
 ) -> Path:
+    """`answer`: the `object` a whole JSON answer must name (embeddings: "list")."""
     items = ", ".join(f"{{ [==[{p}]==], [==[{b}]==] }}" for p, b in mixed)
     pieces = ", ".join(f"[==[{piece}]==]" for piece in expect)
     script = _LUA % {
@@ -127,6 +129,7 @@ def write_lua(
         "limit": limit,
         "mixed": items,
         "expect": pieces,
+        "object": answer,
     }
     target = folder / f"wrk-{hashlib.sha256(script.encode()).hexdigest()[:12]}.lua"
     target.write_text(script)
@@ -211,7 +214,7 @@ class Driver:
         `expect`: fragments every answer must carry in order (else it counts as bad)."""
         path, body = system.paths[mode], request_body(mode)
         key = system.keys.get(mode, BENCH_KEY)
-        script = write_lua(self.folder, path, body, 0, (), expect, key)
+        script = write_lua(self.folder, path, body, 0, (), expect, key, answer_object(mode))
         for _ in range(1 + FOREIGN_RETRIES if keep else 1):
             if keep:
                 wait_for_quiet_core()

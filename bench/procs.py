@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.constants import BENCH_KEY, CLK_TCK, FOREIGN_LIMIT, SUT_CORE
+from bench.constants import BENCH_KEY, CLK_TCK, FOREIGN_LIMIT, QUIET_WAIT_S, SUT_CORE
 
 
 def free_port() -> int:
@@ -92,7 +92,7 @@ def settle(pids: Sequence[int], limit_s: float = 30.0) -> float:
     return time.monotonic() - started
 
 
-def wait_for_quiet_core(limit_s: float = 180.0) -> None:
+def wait_for_quiet_core(limit_s: float = QUIET_WAIT_S) -> None:
     """Before a window: wait (up to `limit_s`) until core 1 is idle, i.e. no other process
     (a test suite, a build) is using it while the systems under test are idle."""
     started = time.monotonic()

@@ -185,6 +185,13 @@ def llmrelay_config(
             models.append(_model(f"bench-{label}", [f"mock-{label}"], None, upstream_model))
     most = max(routed, default=0)
     for mode in modes:
+        if mode == "embeddings":  # nginx answers embeddings on the plain location
+            providers.append(_provider("mock-embeddings", upstream_port, "plain"))
+            models.append(
+                _model("bench-embeddings", ["mock-embeddings"], None, "text-embedding-3-small")
+                + "    embedding: true\n"
+            )
+            continue
         providers.append(_provider(f"mock-{mode}", upstream_port, mode))
         models.append(_model(f"bench-{mode}", [f"mock-{mode}"]))
         slugs = [f"mock-{mode}-r{i}" for i in range(most)]
@@ -244,6 +251,8 @@ def start_llmrelay(
     called += [translated_mode(m, api) for m in translated for api in TRANSLATION_ARMS]
     called += [limited_mode(m, arm) for m in limited for arm in LIMIT_ARMS]
     paths = dict.fromkeys(called, "/v1/chat/completions")
+    if "embeddings" in paths:
+        paths["embeddings"] = "/v1/embeddings"
     system = System(name, port, paths, folder / f"{name}.log")
     system.keys = {limited_mode(m, arm): key for m in limited for arm, key in _ARM_KEYS.items()}
     env = {
@@ -275,6 +284,8 @@ def start_bare(
     port = free_port()
     name = f"bare-{server}-{client}"
     paths = {m: f"/{m}/v1/chat/completions" for m in modes}
+    if "embeddings" in paths:
+        paths["embeddings"] = "/plain/v1/embeddings"
     system = System(name, port, paths, folder / f"{name}.log")
     upstream = f"http://127.0.0.1:{upstream_port}"
     options = f"--server {server} --client {client} --upstream {upstream} --port {port}"
@@ -295,6 +306,12 @@ def check_answers(system: System, modes: Sequence[str]) -> None:
         problem = None
         if status != 200:
             problem = f"status {status}: {body[:300]!r}"
+        elif mode == "embeddings":
+            answer = json.loads(body)
+            if answer.get("object") != "list" or not answer.get("data"):
+                problem = f"not an embeddings list: {body[:300]!r}"
+            elif system.name.startswith("llmrelay") and answer.get("model") != "bench-embeddings":
+                problem = f"model not renamed: {answer.get('model')!r}"
         elif not streams(mode):  # plain, plain-N (bench.routing), API-plain (translation)
             answer = json.loads(body)
             if answer.get("object") != "chat.completion" or not answer.get("choices"):

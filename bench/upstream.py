@@ -171,7 +171,10 @@ def streams(mode: str) -> bool:
 def answer_fragments(mode: str) -> list[str]:
     """What a correct chat answer of this mode carries, in this order, in compact JSON: the
     role, the text (each content delta of a stream), the finish reason and the token counts.
-    The same whichever provider's format nginx answered in."""
+    The same whichever provider's format nginx answered in. Embeddings: the vector and the
+    token count."""
+    if mode == "embeddings":
+        return ['"object":"embedding"', '"embedding":[0.25,-0.5,0.125,1.0]', '"prompt_tokens":8']
     pieces = WORDS if streams(mode) else (TEXT,)
     text = [f'"content":{json.dumps(piece)}' for piece in pieces]
     tokens = '"prompt_tokens":{},"completion_tokens":{}'.format(*tokens_of(mode))
@@ -195,7 +198,14 @@ def carries(body: bytes, fragments: Sequence[str]) -> bool:
     return True
 
 
+def answer_object(mode: str) -> str:
+    """The `object` a whole (not streamed) answer of this mode names."""
+    return "list" if mode == "embeddings" else "chat.completion"
+
+
 def request_body(mode: str) -> str:
+    if mode == "embeddings":
+        return _compact({"model": "bench-embeddings", "input": "Say hello, in one vector."})
     body: dict[str, Any] = {
         "model": f"bench-{mode}",
         "messages": [

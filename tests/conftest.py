@@ -128,6 +128,8 @@ SLOW_MODULES = (
     "tests/e2e/test_rotate_secret.py",
     "tests/console/test_pages_providers.py",
     "tests/console/test_pages_access.py",
+    "tests/console/test_pages_more.py",
+    "tests/console/test_pages_rough_edges.py",
 )
 
 

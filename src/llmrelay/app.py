@@ -20,10 +20,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from llmrelay.admin.cors import with_cors
 from llmrelay.admin.identity.bootstrap import ensure_bootstrap_admin
+from llmrelay.admin.sso.client import ProviderClient
+from llmrelay.admin.sso.config import SsoConfig
 from llmrelay.admin.state import AccountPolicy, AdminState, SessionPolicy
 from llmrelay.billing import webhook_route
 from llmrelay.billing.payments import Payments
 from llmrelay.billing.stripe_config import StripeConfig
+from llmrelay.gateway.cors import DataPlaneCors
 from llmrelay.gateway.endpoints import DataPlane
 from llmrelay.gateway.entry import GatewayApp, error_renderer
 from llmrelay.gateway.errors import GatewayError, NotFound
@@ -32,6 +35,7 @@ from llmrelay.jobs.probe import Prober
 from llmrelay.listeners import ListenerSplit
 from llmrelay.observability.health import Health
 from llmrelay.observability.logging import configure_logging
+from llmrelay.observability.loop_lag import LoopLagSampler
 from llmrelay.observability.metrics import Metrics
 from llmrelay.settings import Settings
 from llmrelay.stack import Stack
@@ -129,6 +133,9 @@ def create_app(settings: Settings) -> ASGIApp:
         sessions=SessionPolicy.from_settings(settings),
         accounts=AccountPolicy.from_settings(settings),
     )
+    sso = SsoConfig.from_settings(settings)  # a wrong role map stops the start, named
+    if sso is not None:
+        admin.sso, admin.sso_client = sso, ProviderClient(sso)
     stripe_webhook = webhook_route.StripeWebhookRoute()
     admin_app = _BuiltOnFirstUse(partial(_admin_app, admin, settings))
     routes: list[BaseRoute] = [
@@ -161,6 +168,7 @@ def create_app(settings: Settings) -> ASGIApp:
         engine, snapshots, recorder = stack.engine, stack.snapshots, stack.recorder
         tasks: list[asyncio.Task[None]] = []
         payments: Payments | None = None
+        lag: LoopLagSampler | None = None
         try:
             payments = Payments.from_config(
                 engine, stack.sealer, StripeConfig.from_settings(settings), metrics
@@ -191,9 +199,18 @@ def create_app(settings: Settings) -> ASGIApp:
             # PostgreSQL: the months ahead of request_records exist (now, then daily).
             tasks.append(asyncio.create_task(partitions.run(engine)))
             # Record and payload retention run as periodic jobs (jobs/retention.py).
+            if settings.loop_lag_sample_s > 0:
+                lag = LoopLagSampler(
+                    asyncio.get_running_loop(),
+                    metrics.event_loop_lag.observe,
+                    settings.loop_lag_sample_s,
+                )
+                lag.start()
             settle_garbage_collector()
             yield
         finally:
+            if lag is not None:
+                lag.stop()
             for task in tasks:  # their database work ends before the engine is disposed
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -222,14 +239,17 @@ def create_app(settings: Settings) -> ASGIApp:
         max_body_bytes=settings.max_body_bytes,
         prefixed=dataplane.prefixed(),
     )
+    served: ASGIApp = gateway
+    if settings.data_plane_origins:  # only then: none listed costs the data plane nothing
+        served = DataPlaneCors(gateway, settings.data_plane_origins)
     if admin_address is None:
-        return gateway
+        return served
     control_app = Starlette(
         routes=[*probes, *control],
         middleware=ingress,
         exception_handlers={HTTPException: _http_error},
     )
-    return ListenerSplit(gateway, control_app, admin_address[1])
+    return ListenerSplit(served, control_app, admin_address[1])
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -248,18 +268,27 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return Response(body, exc.status_code, media_type="application/json")
 
 
+#: The cyclic GC's thresholds after start-up (see settle_garbage_collector).
+GC_THRESHOLDS = (1000, 20, 100)
+
+
 def settle_garbage_collector() -> None:
     """Keep the cyclic GC off the request path as far as is safe.
 
     Everything built at start-up (modules, SQLAlchemy metadata, the snapshot) lives for the
     whole process; `gc.freeze()` takes it out of every later collection, so a collection only
-    walks what requests allocated. A larger first-generation threshold makes collections rarer;
-    request objects are freed by reference counting, so few reach the collector at all.
-    Measured: the collector was about a tenth of the CPU per request before (docs/performance.md).
+    walks what requests allocated (before it, full collections of the start-up heap took
+    65-80 ms each). Request objects are freed by reference counting; what a collection walks
+    is what is alive and young when it runs, so its pause grows with the first threshold:
+    measured by bench/stalls.py (CPU time, loaded machine, docs/performance.md "Stalls"), at
+    10,000 a young collection took 1.5-4.7 ms under load; at 1,000 it takes about 0.3 ms, ten
+    times as often (about the same CPU in all). The older generations are collected rarely
+    (every 20 young collections, and the whole heap every 100 of those): what reaches them
+    lives long, and a full collection of it is the longest pause of all.
     """
     gc.collect()
     gc.freeze()
-    gc.set_threshold(10_000, 20, 20)
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def app_from_env() -> ASGIApp:

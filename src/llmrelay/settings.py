@@ -72,6 +72,9 @@ class Settings(BaseSettings):
     #: listener"). Unset: everything on the one port. `serve --admin-listen` sets it too.
     admin_listen: str | None = None
     snapshot_poll_s: float = Field(default=2.0, gt=0)
+    #: How often the event loop's lag is sampled for `llmrelay_event_loop_lag_seconds`
+    #: (observability/loop_lag.py); 0 turns the sampler off.
+    loop_lag_sample_s: float = Field(default=0.1, ge=0)
     log_level: str = "info"
     record_queue_size: int = Field(default=50_000, gt=0)
     #: Where request records wait while the database is unreachable (see `spool_path`).
@@ -206,6 +209,15 @@ class Settings(BaseSettings):
     #: The console's base URL as users reach it (`https://gateway.example.com`): every link
     #: a mail carries starts with it. Required in production for mails with links.
     public_url: str | None = None
+    #: The model API's base URL as applications reach it (`https://api.example.com`, no
+    #: `/v1`): the console's Quickstart snippets and Playground use it. Unset: the address
+    #: the browser reached the console at (right unless LLMRELAY_ADMIN_LISTEN puts the
+    #: console on another port or host than the model API).
+    public_api_url: str | None = None
+    #: Browser origins allowed to call the model API (`/v1/*`) with CORS (comma-separated
+    #: `scheme://host[:port]`); unset: the console's origin (LLMRELAY_PUBLIC_URL) when
+    #: LLMRELAY_PUBLIC_API_URL names another origin, else none (no CORS headers at all).
+    data_plane_cors_origins: Annotated[tuple[str, ...] | None, NoDecode] = None
     #: Self-service sign-up (`POST /api/admin/signup`): off unless true. A new tenant's wallet
     #: is prepaid (requests need a balance) unless LLMRELAY_SIGNUP_PREPAID=false, and starts
     #: with LLMRELAY_SIGNUP_FREE_CREDIT_USD (a ledger adjustment; 0: none).
@@ -225,6 +237,26 @@ class Settings(BaseSettings):
     password_reset_ttl_s: float = Field(default=3600.0, gt=0)
     #: How often the low-balance and budget alerts look for wallets and budgets to mail about.
     alerts_interval_s: float = Field(default=60.0, gt=0)
+    #: Single sign-on with OpenID Connect (admin/sso/, docs/console.md "Single sign-on"):
+    #: the provider's issuer URL (its discovery document is read from it) and this gateway's
+    #: client there; unset: no single sign-on. The secret is left out for a public client.
+    oidc_issuer: str | None = None
+    oidc_client_id: str | None = None
+    oidc_client_secret: str | None = None
+    #: Scopes asked for besides `openid`.
+    oidc_scopes: str = "email profile groups"
+    #: The ID token claim that lists the person's groups.
+    oidc_groups_claim: str = "groups"
+    #: `group=role` or `group=tenant-slug:role`, comma-separated (`platform_admin` makes a
+    #: platform admin); a person's memberships follow them on every sign-in.
+    oidc_role_map: str = ""
+    #: The role, in the default tenant, of someone none of whose groups is mapped; unset:
+    #: such a person is refused.
+    oidc_default_role: str | None = None
+    #: The sign-in button says "Sign in with <this>".
+    oidc_name: str = "single sign-on"
+    #: Only these email domains may sign in by single sign-on (comma-separated; empty: any).
+    oidc_allowed_domains: str = ""
     #: The web console at `/` (console/); false: `/` and the console's pages answer the
     #: JSON 404 (an API-only gateway). The data plane never reaches it either way.
     console: bool = True
@@ -252,7 +284,16 @@ class Settings(BaseSettings):
         assert match is not None  # checked when the settings were read
         return match["host"].strip("[]"), int(match["port"])
 
-    @field_validator("smtp_url", "public_url", mode="before")
+    @field_validator(
+        "smtp_url",
+        "public_url",
+        "public_api_url",
+        "oidc_issuer",
+        "oidc_client_id",
+        "oidc_client_secret",
+        "oidc_default_role",
+        mode="before",
+    )
     @classmethod
     def _blank_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
@@ -279,6 +320,45 @@ class Settings(BaseSettings):
                 "no query or fragment"
             )
         return value
+
+    @field_validator("public_api_url")
+    @classmethod
+    def _check_public_api_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        value = value.strip().rstrip("/")
+        if value.endswith("/v1"):
+            value = value[: -len("/v1")]
+        if not _PUBLIC_URL.fullmatch(value):
+            raise ValueError(
+                "LLMRELAY_PUBLIC_API_URL: the model API's base URL, http(s)://host[:port][/path],"
+                " no query or fragment"
+            )
+        return value
+
+    @field_validator("data_plane_cors_origins", mode="before")
+    @classmethod
+    def _parse_data_plane_origins(cls, value: object) -> tuple[str, ...] | None:
+        if value is None:
+            return None
+        items = value.split(",") if isinstance(value, str) else list(value)  # type: ignore[call-overload]
+        found = tuple(str(item).strip().rstrip("/") for item in items if str(item).strip())
+        for origin in found:
+            if not _ORIGIN.fullmatch(origin):
+                raise ValueError(
+                    f"LLMRELAY_DATA_PLANE_CORS_ORIGINS: {origin!r} is not scheme://host[:port]"
+                )
+        return found
+
+    @property
+    def data_plane_origins(self) -> tuple[str, ...]:
+        """The origins the model API answers CORS requests from (see the setting)."""
+        if self.data_plane_cors_origins is not None:
+            return self.data_plane_cors_origins
+        if self.public_api_url is None or self.public_url is None:
+            return ()
+        console, api = _origin_of(self.public_url), _origin_of(self.public_api_url)
+        return (console,) if console != api else ()
 
     @field_validator("trusted_proxies", mode="before")
     @classmethod
@@ -422,3 +502,9 @@ def resolve_secret_key(settings: Settings) -> str:
     key_file.touch(mode=0o600)
     key_file.write_text(value + "\n")
     return value
+
+
+def _origin_of(url: str) -> str:
+    """`scheme://host[:port]` of a URL (a path dropped)."""
+    scheme, _, rest = url.partition("://")
+    return f"{scheme.lower()}://{rest.split('/', 1)[0].lower()}"

@@ -18,6 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.admin.access import Role
 from llmrelay.admin.app import create_admin
+from llmrelay.admin.sso.client import ProviderClient
+from llmrelay.admin.sso.config import SsoConfig
 from llmrelay.admin.state import AccountPolicy, AdminState
 from llmrelay.billing.payments import Payments
 from llmrelay.deadlines import Deadlines
@@ -36,6 +38,7 @@ from tests.admin.route_table import ANONYMOUS, CALLERS, TOKEN, Side, World, queu
 from tests.conftest import need_postgres
 from tests.support.databases import postgres_database, sqlite_url
 from tests.support.fake_stripe import FakeStripe, stripe_config
+from tests.support.oidc_provider import OidcProvider
 
 #: Sign-up on, and the account routes' throttles out of the way of the matrix's many calls
 #: from one client address.
@@ -181,10 +184,27 @@ async def build_world(engine: AsyncEngine) -> AsyncIterator[World]:
     state = AdminState(
         ADMIN_TOKEN, engine=engine, sealer=SEALER, passwords=FAST_PASSWORDS, accounts=OPEN
     )
-    async with _payments(engine) as payments:  # top-ups (billing) against a fake Stripe
-        state.payments = payments
-        async with _world(state, engine) as world:
-            yield world
+    oidc = OidcProvider().start()  # single sign-on against a real local provider
+    state.sso = SsoConfig(
+        issuer=oidc.issuer,
+        client_id=oidc.client_id,
+        client_secret=oidc.client_secret,
+        scopes=("openid", "email"),
+        groups_claim="groups",
+        role_map={"matrix": [(None, Role.VIEWER)]},
+        default_role=None,
+        name="Matrix IdP",
+        allowed_domains=(),
+    )
+    state.sso_client = ProviderClient(state.sso)
+    try:
+        async with _payments(engine) as payments:  # top-ups (billing) against a fake Stripe
+            state.payments = payments
+            async with _world(state, engine) as world:
+                world.oidc = oidc
+                yield world
+    finally:
+        oidc.stop()
 
 
 @asynccontextmanager

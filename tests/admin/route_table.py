@@ -13,6 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 from fastapi import FastAPI
@@ -77,6 +78,8 @@ class World:
     #: on its first call, which costs more than the call)
     app: FastAPI
     counter: itertools.count[int] = field(default_factory=itertools.count)
+    #: the identity provider single sign-on signs in with (tests/support/oidc_provider.py)
+    oidc: Any = None
 
     def n(self) -> int:
         return next(self.counter)
@@ -287,7 +290,13 @@ def _route_body(world: World, side: Side) -> dict[str, Any]:
 
 
 def _price_body(world: World, side: Side) -> dict[str, Any]:
-    return {"input_per_mtok": 1, "effective_from": f"2{world.n() + 100:03d}-01-01T00:00:00Z"}
+    """A scheduled price version at a moment of its own (a year and month per call: the
+    counter passes 900 in one run, so `2{n + 100}` once made a five-digit year)."""
+    n = world.n()
+    return {
+        "input_per_mtok": 1,
+        "effective_from": f"{2100 + n // 12}-{n % 12 + 1:02d}-01T00:00:00Z",
+    }
 
 
 # --- requests that need a setup by the same caller -------------------------------------
@@ -373,6 +382,34 @@ async def _signup(world: World, side: Side, api: httpx.AsyncClient) -> Call:
     return Call("POST", "/signup", body)
 
 
+async def _invited(world: World, side: Side) -> str:
+    """A pending invitation to the side's tenant (to be resent or revoked)."""
+    body = {"email": f"pending{world.n()}@example.com", "tenant_id": side.tenant, "role": "viewer"}
+    return await world.make("/invitations", body)
+
+
+CALLBACK = "http://console.example/sso/callback"
+
+
+async def _sso_begin(world: World, side: Side, api: httpx.AsyncClient) -> Call:
+    return Call("POST", "/auth/sso/begin", {"redirect_uri": CALLBACK, "next": "/dashboard"})
+
+
+async def _sso_finish(world: World, side: Side, api: httpx.AsyncClient) -> Call:
+    """A sign-in begun, and the identity provider's answer to it (its code and the state)."""
+    email = f"sso{world.n()}@example.com"  # an account in no tenant: its group adds one
+    user = await world.make("/users", {"email": email, "password": PASSWORD})
+    world.oidc.person = {"email": email, "groups": ["matrix"]}
+    begun = await world.admin.post("/auth/sso/begin", json={"redirect_uri": CALLBACK})
+    assert begun.status_code == 200, begun.text
+    async with httpx.AsyncClient() as browser:
+        authorized = await browser.get(begun.json()["authorize_url"])
+    assert authorized.status_code == 302, authorized.text
+    back = parse_qs(urlsplit(authorized.headers["location"]).query)
+    body = {"code": back["code"][0], "state": back["state"][0], "pending": begun.json()["pending"]}
+    return Call("POST", "/auth/sso/finish", body, target=user)
+
+
 # --- what a list shows -----------------------------------------------------------------
 
 
@@ -439,6 +476,20 @@ ROUTES: list[Route] = [
     Route("POST", "/auth/verify-email", None, "public", custom=_verify,
           action="user.verify_email"),
     Route("POST", "/signup", None, "public", custom=_signup, new=True, action="tenant.signup"),
+    Route("GET", "/settings/signup", "tenants:read", "global"),
+    # pending invitations, the mail outbox (tenant scoping: tests/admin/test_invitations.py)
+    Route("GET", "/invitations", "users:read", "global"),
+    Route("POST", "/invitations/{user_id}/resend", "users:write", make=_invited,
+          action="user.invite"),
+    Route("DELETE", "/invitations/{user_id}", "users:write", make=_invited,
+          action="user.revoke_invitation"),
+    Route("GET", "/mail/outbox", "users:read", "global"),
+    # single sign-on (OpenID Connect, against tests/support/oidc_provider.py)
+    Route("GET", "/auth/sso", None, "public"),
+    Route("POST", "/auth/sso/begin", None, "public", custom=_sso_begin, action="auth.sso_begin",
+          empty_diff=True),
+    Route("POST", "/auth/sso/finish", None, "public", custom=_sso_finish,
+          action="auth.sso_login"),
     # tenants, users, members
     _list("/tenants", "tenants:read", _ids()),
     Route("POST", "/tenants", "tenants:write", "global", platform_only=True, new=True,

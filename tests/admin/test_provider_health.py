@@ -113,7 +113,10 @@ async def test_a_test_marks_health_and_a_fixed_credential_brings_it_back(
         back = await admin.post(f"/providers/{revoked}/test")
         assert back.json()["status"] == "online" and back.json()["models"] == 4
         health = {p["slug"]: p for p in (await admin.get("/providers/health")).json()["data"]}
-        assert health["bad"]["status"] == "online" and health["bad"]["since"] is None
+        back_online = health["bad"]
+        assert back_online["status"] == "online" and back_online["reason"] is None
+        assert back_online["since"] and back_online["checked_at"]  # online again, from now
+        assert back_online["next_probe_at"] is None
 
         queued = await admin.post(f"/providers/{good}/discover")
         assert queued.status_code == 202, queued.text

@@ -57,6 +57,9 @@ models:
     routes: [{{provider: up, upstream_model: stall-after-3}}]
   - name: refused
     routes: [{{provider: up, upstream_model: status-401}}]
+  - name: embed
+    embedding: true
+    routes: [{{provider: up, upstream_model: echo-embedding}}]
 projects:
   - name: main
     keys:
@@ -178,11 +181,12 @@ def site(browser: Browser, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         },
     )
     gateway.env["LLMRELAY_PUBLIC_URL"] = gateway.url  # the links mails carry lead here
-    gateway.start()
+    gateway.start(timeout_s=90)  # a busy machine (CI beside other runs) starts it slowly
     try:
-        tenants = httpx.get(
+        tenants = httpx.get(  # the admin API is built on this first call: give it time
             f"{gateway.url}/api/admin/tenants",
             headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+            timeout=60,
         ).json()["data"]
         found = Site(gateway, upstream, browser, tenant_id=tenants[0]["id"], mail=mail)
         yield found

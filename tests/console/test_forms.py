@@ -54,7 +54,7 @@ def test_an_error_goes_next_to_its_field_or_above_the_form() -> None:
     }
     values = {"limits.rpm": "0", "csrf_token": "t"}
     state = FormState.failed(values, Answer(400, (), error))
-    assert state.errors == {"limits.rpm": "limits.rpm: too small"}
+    assert state.errors == {"limits.rpm": "too small"}  # the input is right there: no path
     assert state.values == {"limits.rpm": "0"}  # never the token
     elsewhere = {"error": {"message": "no", "type": "conflict", "field": "routes[0].provider"}}
     moved = FormState.failed(
@@ -64,3 +64,33 @@ def test_an_error_goes_next_to_its_field_or_above_the_form() -> None:
     unplaced = FormState.failed({"name": "x"}, Answer(403, (), {"error": {"message": "role"}}))
     assert unplaced.message == "role"
     assert unplaced.errors == {}
+
+
+def test_every_error_goes_to_its_field_in_plain_words() -> None:
+    """Several broken rules in one submit: each shown next to its input, none as the
+    schema's jargon; one naming no input of the form goes above it."""
+    error = {
+        "error": {
+            "message": "limits.rpm: Input should be a valid integer, unable to parse string",
+            "type": "invalid_request",
+            "field": "limits.rpm",
+            "errors": [
+                {"field": "limits.rpm", "message": "limits.rpm: Input should be a valid integer"},
+                {"field": "name", "message": "name: String should match pattern '^[a-z]+$'"},
+                {
+                    "field": "limits.tpm",
+                    "message": "limits.tpm: Input should be greater than or equal to 1",
+                },
+                {"field": "routes", "message": "routes: List should have at least 1 item"},
+            ],
+        }
+    }
+    values = {"limits.rpm": "lots", "limits.tpm": "0", "name": "A B"}
+    state = FormState.failed(values, Answer(400, (), error))
+    assert state.errors == {
+        "limits.rpm": "must be a whole number, like 60",
+        "name": "has characters that are not allowed here: use letters, digits and dashes",
+        "limits.tpm": "must be 1 or more",
+    }
+    assert state.message == "needs at least 1"
+    assert "Input should" not in str(state.errors)

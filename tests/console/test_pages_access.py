@@ -38,6 +38,7 @@ def test_invite_change_role_and_remove(site: Site) -> None:
     expect(page.get_by_role("heading", name="Audit log")).to_be_visible()
 
     row = admin_page.locator("tbody tr", has_text="invited@example.com")
+    row.locator("summary", has_text="Remove").click()
     row.get_by_role("button", name="Remove").click()
     page.goto("/audit")
     assert "/sign-in" in page.url  # removal ended the session

@@ -5,6 +5,8 @@ this gateway's real address and models; the catalogue lists prices."""
 
 from __future__ import annotations
 
+import json
+
 from playwright.sync_api import Request, expect
 
 from tests.console.conftest import KEY, Site
@@ -21,19 +23,19 @@ def test_the_playground_streams_with_a_key_held_in_the_page(site: Site) -> None:
     expect(page.locator("#pg-model option[value=story]")).to_have_count(1)
 
     # "story" streams three words, then stalls: they must show while the answer is open
-    page.get_by_label("Model").select_option("story")
+    page.get_by_label("Model", exact=True).select_option("story")
     page.get_by_label("Message").fill("one two three four five")
     page.get_by_role("button", name="Send (streaming)").click()
     expect(page.locator("#pg-output")).to_have_text("one two three ")
     expect(page.locator("#pg-output")).to_have_attribute("aria-busy", "true")
     expect(page.get_by_role("button", name="Stop")).to_be_enabled()
     page.get_by_role("button", name="Stop").click()
-    expect(page.locator("#pg-meta")).to_have_text("stopped")
+    expect(page.locator("#pg-status")).to_have_text("stopped")
 
-    page.get_by_label("Model").select_option("chat")
+    page.get_by_label("Model", exact=True).select_option("chat")
     page.get_by_label("Message").fill("hello streaming world")
     page.get_by_role("button", name="Send (streaming)").click()
-    expect(page.locator("#pg-meta")).to_contain_text("finished: stop")
+    expect(page.locator("#pg-status")).to_contain_text("finished: stop")
     expect(page.locator("#pg-output")).to_have_text("hello streaming world")
 
     for request in sent:
@@ -78,4 +80,45 @@ def test_the_catalogue_lists_list_prices(site: Site) -> None:
     row = page.locator("#catalogue tr", has_text="gpt-4o-mini").first
     expect(row).to_contain_text("$0.15")
     expect(row).to_contain_text("128,000")
+    page.close()
+
+
+def test_a_conversation_of_several_turns_in_markdown_and_two_models_side_by_side(
+    site: Site,
+) -> None:
+    page = site.signed_in("developer").new_page()
+    sent: list[str] = []
+    page.on("request", lambda r: sent.append(r.post_data or "") if r.method == "POST" else None)
+    page.goto("/playground")
+    page.get_by_label("API key").fill(KEY)
+    page.get_by_role("button", name="Load models").click()
+    expect(page.locator("#pg-model option[value=chat]")).to_have_count(1)
+    page.get_by_label("Model", exact=True).select_option("chat")
+    page.locator("summary", has_text="Parameters").click()
+    page.get_by_label("Temperature").fill("0.3")
+    page.get_by_label("Message").fill("**bold** and `code`\n\n- one\n- two")
+    page.get_by_role("button", name="Send (streaming)").click()
+    answer = page.locator("#pg-output")
+    expect(answer.locator("strong")).to_have_text("bold")  # drawn as markdown once done
+    expect(answer.locator("code")).to_have_text("code")
+    expect(answer.locator("li")).to_have_count(2)
+    page.get_by_label("Message").fill("a second turn")
+    page.get_by_role("button", name="Send (streaming)").click()
+    expect(page.locator("#pg-output")).to_have_text("a second turn")
+    expect(page.locator("#pg-transcript .turn")).to_have_count(4)
+    body = json.loads(sent[-1])
+    assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
+    assert body["temperature"] == 0.3
+
+    page.get_by_role("button", name="New conversation").click()
+    expect(page.locator("#pg-transcript .turn")).to_have_count(0)
+    page.get_by_label("Compare with a second model").check()
+    page.locator("#pg-model-b").select_option("story")
+    page.get_by_label("Message").fill("alpha beta gamma delta")
+    page.get_by_role("button", name="Send (streaming)").click()
+    expect(page.locator("#pg-output")).to_have_text("alpha beta gamma delta")
+    expect(page.locator("#pg-output-b")).to_have_text("alpha beta gamma ")  # "story" stalls
+    expect(page.locator("#pg-pane-title-b")).to_have_text("story")
+    page.get_by_role("button", name="Stop").click()
+    expect(page.locator("#pg-status-b")).to_have_text("stopped")
     page.close()

@@ -45,6 +45,8 @@ def test_a_key_created_in_the_console_serves_a_request(site: Site, closing: Clos
     site.key_answers(secret, 401)
 
     page.get_by_role("link", name="Go to the key").click()
+    page.locator("summary", has_text="Revoke for good").click()  # asks first
+    expect(page.get_by_text("a revoked key never works again")).to_be_visible()
     page.get_by_role("button", name="Revoke for good").click()
     expect(page.locator("h1 .badge")).to_have_text("revoked")
     site.key_answers(rotated, 401)
@@ -100,7 +102,7 @@ def test_a_wrong_limit_is_shown_next_to_its_field_with_the_input_kept(site: Site
     field = page.locator(".field.invalid")
     expect(field).to_have_count(1)
     expect(field.get_by_label("Requests a minute")).to_have_value("lots")
-    expect(field.locator(".note.error")).to_contain_text("integer")
+    expect(field.locator(".note.error")).to_have_text("must be a whole number, like 60")
     expect(page.get_by_label("IP allowlist")).to_have_value("10.0.0.0/8, 192.168.1.1")
     expect(page.get_by_label("Name")).to_have_value("bad-limits")
     with site.admin() as admin:

@@ -32,6 +32,13 @@ PAGES = [
     ("/jobs", "jobs:read", "Jobs"),
     ("/audit", "audit:read", "Audit log"),
     ("/account", None, None),
+    ("/spend", "usage:read", "Spend and budgets"),
+    ("/routing", "policies:read", "Routing policies"),
+    ("/guardrails", "guardrails:read", "Guardrails"),
+    ("/billing/adjustments", "billing:write", "Refunds and adjustments"),
+    ("/settings", "tenants:read", "Sign-up and preferences"),
+    ("/webhooks", "projects:read", "Webhooks"),
+    ("/mail", "users:read", "Mail"),
 ]
 #: (page, button name, the permission that shows it)
 BUTTONS = [
@@ -41,6 +48,8 @@ BUTTONS = [
     ("/models", "Add model", "models:write"),
     ("/users", "Invite", "users:write"),
     ("/tenants", "Create tenant", "platform"),
+    ("/routing", "Create policy", "policies:write"),
+    ("/guardrails", "Create policy", "guardrails:write"),
 ]
 
 
@@ -90,6 +99,7 @@ def test_every_page_for_every_role(
         if allowed(role, permission):
             if answer.status != 200:
                 wrong.append(f"{path}: {answer.status} {heading}")
+            wrong.extend(f"{path}: {problem}" for problem in page.evaluate(_MARKUP_PROBLEMS))
         elif answer.status != 403 or heading != "Not allowed":
             wrong.append(f"{path}: {answer.status} {heading}, expected the 403 page")
         else:  # the browser reports the refused document itself as an error: expected
@@ -111,6 +121,24 @@ def test_every_page_for_every_role(
             wrong.append(f"{path} button {button!r} shown={shown}")
     assert not wrong, "\n".join(wrong)
     assert not view.errors, view.errors
+
+
+#: Ids used twice, and inputs, selects and text areas no label names (issue 33: a filter and
+#: a form on /keys once shared `f-project_id`, leaving a select without its label).
+_MARKUP_PROBLEMS = """() => {
+  const problems = [];
+  const seen = new Set();
+  for (const element of document.querySelectorAll("[id]")) {
+    if (seen.has(element.id)) { problems.push("duplicate id " + element.id); }
+    seen.add(element.id);
+  }
+  for (const control of document.querySelectorAll("input, select, textarea")) {
+    if (control.type === "hidden") { continue; }
+    const named = control.labels.length || control.getAttribute("aria-label");
+    if (!named) { problems.push("no label: " + (control.name || control.id)); }
+  }
+  return problems;
+}"""
 
 
 def path_permission(path: str) -> str:

@@ -45,7 +45,7 @@ def test_a_project_is_created_without_javascript(site: Site) -> None:
     page.get_by_role("button", name="Create project").click()
     invalid = page.locator(".field.invalid")
     expect(invalid.get_by_label("Concurrent requests")).to_have_value("0")
-    expect(invalid.locator(".note.error")).to_contain_text("greater than or equal to 1")
+    expect(invalid.locator(".note.error")).to_have_text("must be 1 or more")
 
     # a stale change (another admin saved first) is refused, not applied over theirs
     page.goto(f"/projects/{made['id']}")

@@ -83,7 +83,9 @@ async def test_what_each_answer_means_and_the_health_it_leaves(
             good = await prober.probe(ids["good"])
             assert good is not None and good.result.status == "online"
             assert good.result.models == 4 and good.next_probe_at is None
-            assert await _row(engine, ids["good"]) is None  # online: no row
+            online = await _row(engine, ids["good"])  # online: when it was checked, kept
+            assert online is not None and (online.status, online.failures) == ("online", 0)
+            assert online.checked_at is not None and online.next_probe_at is None
             assert await _generation(engine) == start
 
             before = time.time()
@@ -145,7 +147,8 @@ async def test_what_each_answer_means_and_the_health_it_leaves(
             back = await prober.probe(ids["revoked"])
             assert back is not None and back.result.status == "online"
             assert back.previous == "unavailable" and back.generation is not None
-            assert await _row(engine, ids["revoked"]) is None
+            restored = await _row(engine, ids["revoked"])
+            assert restored is not None and (restored.status, restored.failures) == ("online", 0)
             assert announced.generations[-1] == back.generation
     finally:
         upstream.refused_keys.clear()
@@ -199,7 +202,8 @@ async def test_the_probe_job_runs_again_until_the_provider_is_back(
             job = await _job(engine, job_id)
             assert job.status == "succeeded" and job.result["status"] == "online"
             assert job.dedupe_key is None  # free for the next probe
-            assert await _row(engine, revoked) is None
+            back = await _row(engine, revoked)
+            assert back is not None and back.status == "online"  # out of the denylist
     finally:
         upstream.refused_keys.clear()
 

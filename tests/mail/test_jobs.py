@@ -168,6 +168,11 @@ async def test_without_smtp_mails_wait_then_the_sweep_sends_them(
     await runner(engine, SEALER, mail_settings(None)).run_until_idle()
     assert {r["status"] for r in await stored(engine)} == {"pending"}
     assert all(r["attempts"] == 0 for r in await stored(engine))
+    async with engine.connect() as conn:  # the send jobs say what happened: nothing was sent
+        sends = (
+            await conn.execute(text("SELECT status, error FROM jobs WHERE kind = 'send_mail'"))
+        ).all()
+    assert sends and all(s.status == "failed" and "no SMTP server" in s.error for s in sends)
 
     # later: an SMTP server is configured; one mail is past the age limit
     async with engine.begin() as conn:

@@ -10,8 +10,11 @@ from llmrelay.admin.accounts import endpoints as accounts
 from llmrelay.admin.audit import AuditMiddleware
 from llmrelay.admin.audit_log import endpoints as audit_log
 from llmrelay.admin.identity import endpoints as identity
+from llmrelay.admin.invitations import endpoints as invitations
+from llmrelay.admin.outbox import endpoints as outbox
 from llmrelay.admin.preferences import endpoints as preferences
 from llmrelay.admin.signup import endpoints as signup
+from llmrelay.admin.sso import endpoints as sso
 from llmrelay.admin.state import AdminState
 from llmrelay.admin.tenants import endpoints as tenants
 from llmrelay.admin.users import endpoints as users
@@ -19,8 +22,11 @@ from llmrelay.admin.users import endpoints as users
 
 def include(app: FastAPI, state: AdminState) -> None:
     for router in (
+        sso.router,  # before identity: /auth/sso is not an identity route
         identity.router,
+        invitations.router,  # before accounts: GET /invitations is its own
         accounts.router,
+        outbox.router,
         signup.router,
         tenants.router,
         preferences.router,

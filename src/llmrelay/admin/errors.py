@@ -6,7 +6,7 @@ to it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -20,11 +20,18 @@ from starlette.responses import Response
 from llmrelay.admin.admin_error import AdminError as AdminError  # its home; raised everywhere
 
 
+class FieldError(BaseModel):
+    field: str | None = None
+    message: str
+
+
 class ErrorDetail(BaseModel):
     message: str
     type: str
     #: the query parameter, body field or header that failed, when one did
     field: str | None = None
+    #: every failed field, when more than one did (the first is `field` and `message`)
+    errors: list[FieldError] | None = None
 
 
 class ErrorBody(BaseModel):
@@ -59,10 +66,13 @@ def error_response(
     kind: str,
     field: str | None = None,
     headers: Mapping[str, str] | None = None,
+    errors: Sequence[tuple[str | None, str]] = (),
 ) -> Response:
     body: dict[str, Any] = {"message": message, "type": kind}
     if field is not None:
         body["field"] = field
+    if len(errors) > 1:
+        body["errors"] = [{"field": f, "message": m} for f, m in errors]
     return Response(
         orjson.dumps({"error": body}),
         status_code=status,
@@ -78,13 +88,16 @@ async def _admin_error(_request: Request, exc: Exception) -> Response:
 
 async def _validation_error(_request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
-    first = exc.errors()[0] if exc.errors() else {}
-    location = [str(part) for part in first.get("loc", ()) if part not in ("query", "body", "path")]
-    field = ".".join(location) or None
-    message = str(first.get("msg", "invalid request"))
-    if field:
-        message = f"{field}: {message}"
-    return error_response(400, message, "invalid_request", field)
+    found: list[tuple[str | None, str]] = []
+    for error in exc.errors() or ({},):
+        location = [
+            str(part) for part in error.get("loc", ()) if part not in ("query", "body", "path")
+        ]
+        field = ".".join(location) or None
+        message = str(error.get("msg", "invalid request"))
+        found.append((field, f"{field}: {message}" if field else message))
+    field, message = found[0]
+    return error_response(400, message, "invalid_request", field, errors=found)
 
 
 _KINDS = {401: "authentication_error", 403: "permission_error", 404: "not_found"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -65,6 +65,9 @@ class AccountPolicy:
     invitation_ttl_s: float = 7 * 86400.0
     verification_ttl_s: float = 2 * 86400.0
     password_reset_ttl_s: float = 3600.0
+    #: Whether an SMTP server is configured (LLMRELAY_SMTP_URL): without one, mails wait in
+    #: the outbox, and the answers that queue one say so.
+    mail_configured: bool = False
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AccountPolicy:
@@ -82,6 +85,7 @@ class AccountPolicy:
             invitation_ttl_s=settings.invitation_ttl_s,
             verification_ttl_s=settings.verification_ttl_s,
             password_reset_ttl_s=settings.password_reset_ttl_s,
+            mail_configured=settings.smtp_url is not None,
         )
 
 
@@ -108,6 +112,9 @@ class AdminState:
     payments: Payments | None = None
     #: Invitations, verification and password-reset mails, sign-up (admin/accounts, signup).
     accounts: AccountPolicy = field(default_factory=AccountPolicy)
+    #: Single sign-on (admin/sso/config.SsoConfig; None: off) and its provider's client.
+    sso: Any = None
+    sso_client: Any = None
 
     def database(self) -> AsyncEngine:
         if self.engine is None:

@@ -62,6 +62,21 @@ class Answer:
         return str(found) if found else None
 
     @property
+    def errors(self) -> list[tuple[str | None, str]]:
+        """Every (field, message) the admin API named: its `errors` list when the input
+        broke several rules, else the one error."""
+        listed = self.error.get("errors")
+        if isinstance(listed, list) and listed:
+            return [
+                (str(e["field"]) if e.get("field") else None, str(e.get("message", "")))
+                for e in listed
+                if isinstance(e, dict)
+            ]
+        if not self.error:
+            return [(None, self.message)]
+        return [(self.field, self.message)]
+
+    @property
     def data(self) -> list[Any]:
         """The rows of a list answer (`{"data": [...]}`)."""
         if self.ok and isinstance(self.body, dict) and isinstance(self.body.get("data"), list):

@@ -3,7 +3,7 @@ built on its first request, as the admin API is)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
@@ -22,12 +22,17 @@ from llmrelay.console.pages import (
     auth,
     billing,
     dashboard,
+    guardrails,
     guides,
     jobs,
     keys,
     models,
+    money,
+    operations,
     projects,
     providers,
+    routing,
+    sso,
     usage,
 )
 from llmrelay.console.security import SecurityHeaders
@@ -36,7 +41,11 @@ from llmrelay.console.web import (
     CSRF_COOKIE,
     SESSION_COOKIE,
     Console,
+    PageRefused,
+    SignInNeeded,
+    Visit,
     render,
+    visit,
 )
 from llmrelay.settings import Settings
 from llmrelay.store.crypto import Sealer
@@ -50,7 +59,16 @@ def _templates(static: StaticFiles) -> Environment:
         lstrip_blocks=True,
     )
     env.globals.update(static=static.url, version=__version__, fmt=charts.fmt)
+    env.filters["lookup"] = _lookup
     return env
+
+
+def _lookup(ids: object, names: Mapping[str, str]) -> list[str]:
+    """Ids as the names a page shows (`{{ ids | lookup(project_names) }}`); an id the page
+    has no name for (a row the user cannot see) as "another"."""
+    if not isinstance(ids, list | tuple):
+        return []
+    return [names.get(str(i), "another") for i in ids]
 
 
 def create_console(
@@ -65,9 +83,18 @@ def create_console(
         return RedirectResponse("/sign-in", status_code=303)
 
     async def not_found(request: Request, exc: Exception) -> Response:
+        """404 and 405, with the navigation when the browser is signed in."""
         status = exc.status_code if isinstance(exc, HTTPException) else 404
         message = "no such page" if status == 404 else "this method is not allowed here"
-        return render(console, request, "error.html", status, message=message, status=status)
+        signed_in: Visit | None = None
+        if request.cookies.get(SESSION_COOKIE):
+            try:
+                signed_in = await visit(console, request)
+            except (SignInNeeded, PageRefused):
+                signed_in = None
+        return render(
+            console, request, "error.html", status, visit=signed_in, message=message, status=status
+        )
 
     routes = [
         Route("/", home, methods=["GET"]),
@@ -85,9 +112,20 @@ def create_console(
         *activity.routes(console),
         *guides.routes(console),
         *jobs.routes(console),
+        *routing.routes(console),
+        *guardrails.routes(console),
+        *operations.routes(console),
+        *money.routes(console),
+        *sso.routes(console),
     ]
     app = Starlette(
         routes=routes,
         exception_handlers={HTTPException: not_found},
     )
-    return SecurityHeaders(app)
+    api = settings.public_api_url
+    return SecurityHeaders(app, _origin(api) if api else None)
+
+
+def _origin(url: str) -> str:
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://{rest.split('/', 1)[0]}"

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from llmrelay.console.admin_client import Answer
+from llmrelay.console.messages import plain
 
 Kind = Literal["text", "list", "bool", "lines"]
 _SPLIT = re.compile(r"[\s,]+")
@@ -71,13 +72,18 @@ class FormState:
     def failed(
         cls, values: Mapping[str, str], answer: Answer, names: Mapping[str, str] | None = None
     ) -> FormState:
-        """`names` maps an admin field path to the form's input name when they differ."""
+        """Every error the admin API named, next to its input in plain words (`names` maps
+        an admin field path to the form's input name when they differ); one that names no
+        input of the form goes above it. The input is kept (the CSRF token never)."""
         state = cls(values={k: v for k, v in values.items() if k != "csrf_token"})
-        place = answer.field
-        if place is not None and names:
-            place = names.get(place, place)
-        if place is not None and place in values:
-            state.errors[place] = answer.message
-        else:
-            state.message = answer.message
+        above: list[str] = []
+        for place, message in answer.errors:
+            if place is not None and names:
+                place = names.get(place, place)
+            if place is not None and place in values:
+                state.errors.setdefault(place, plain(message, place))
+            else:
+                above.append(plain(message) if place else message)
+        if above:
+            state.message = "; ".join(dict.fromkeys(above))
         return state

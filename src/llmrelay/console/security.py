@@ -41,8 +41,13 @@ class SecurityHeaders:
     """Adds HEADERS to every answer; pages (not static files) are never cached, since they
     show one user's data and sometimes a secret shown once."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, api_origin: str | None = None) -> None:
         self.app = app
+        self.headers = dict(HEADERS)
+        if api_origin:  # the Playground calls the model API there (LLMRELAY_PUBLIC_API_URL)
+            self.headers["content-security-policy"] = CONTENT_SECURITY_POLICY.replace(
+                "connect-src 'self'", f"connect-src 'self' {api_origin}"
+            )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -53,7 +58,7 @@ class SecurityHeaders:
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = MutableHeaders(scope=message)
-                for name, value in HEADERS.items():
+                for name, value in self.headers.items():
                     headers[name] = value
                 if not static:
                     headers["cache-control"] = "no-store"

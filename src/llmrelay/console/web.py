@@ -17,8 +17,10 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from llmrelay.admin.access import PERMISSIONS, ROLE_PERMISSIONS, Role
+from llmrelay.console import flash
 from llmrelay.console.admin_client import AdminClient, Answer
 from llmrelay.console.base_url import public_base_url
+from llmrelay.console.forms import FormState
 from llmrelay.console.security import same_origin
 from llmrelay.settings import Settings
 from llmrelay.store.crypto import Sealer
@@ -74,6 +76,14 @@ class Visit:
     csrf: str
     #: Tenants (id -> role) where the user's role is withheld until two-factor is on.
     locked: dict[str, str] = field(default_factory=dict)
+    #: Whether this page showed the flash meant for it (its cookie is then deleted).
+    flash_taken: bool = False
+
+    def take_flash(self) -> dict[str, Any] | None:
+        """What the form whose redirect led here handed to this page (once), or None."""
+        found = flash.read_flash(self.request, self.console.sealer)
+        self.flash_taken = self.flash_taken or found is not None
+        return found
 
     def can(self, permission: str) -> bool:
         return permission in self.permissions
@@ -86,6 +96,13 @@ class Visit:
     def email(self) -> str:
         user = self.me.get("user") or {}
         return str(user.get("email") or "")
+
+    def tenant_name(self, tenant_id: str | None) -> str:
+        """A tenant's name as the user knows it (its memberships carry the names)."""
+        for membership in self.me.get("memberships") or ():
+            if membership.get("tenant_id") == tenant_id and membership.get("tenant_name"):
+                return str(membership["tenant_name"])
+        return "another tenant"
 
     @property
     def platform_admin(self) -> bool:
@@ -121,6 +138,17 @@ class Visit:
 
     def base_url(self) -> str:
         return public_base_url(self.request, self.console.settings.trusted_proxies)
+
+    def api_base_url(self) -> str:
+        """Where applications reach the model API: LLMRELAY_PUBLIC_API_URL, else the address
+        the browser reached the console at."""
+        return self.console.settings.public_api_url or self.base_url()
+
+    @property
+    def api_elsewhere_unknown(self) -> bool:
+        """The console is on the admin listener and nobody said where the model API is."""
+        settings = self.console.settings
+        return settings.admin_listen is not None and settings.public_api_url is None
 
 
 def permissions_of(me: Mapping[str, Any]) -> tuple[frozenset[str], dict[str, str]]:
@@ -193,11 +221,19 @@ def sign_in_redirect(next_path: str) -> RedirectResponse:
     return RedirectResponse(f"/sign-in?next={quote(next_path, safe='')}", status_code=303)
 
 
-def see_other(path: str, visit: Visit | None = None) -> RedirectResponse:
-    """POST, then redirect (a reload does not post again); cookies the admin API set ride along."""
+def see_other(
+    path: str, visit: Visit | None = None, handed: Mapping[str, Any] | None = None
+) -> RedirectResponse:
+    """POST, then redirect (a reload does not post again); cookies the admin API set ride
+    along, and `handed` is what the page at `path` shows once (a secret, a result)."""
     response = RedirectResponse(path, status_code=303)
     if visit is not None:
         pass_cookies(response, visit.admin)
+        if handed is not None:
+            target = path.split("?", 1)[0]
+            flash.set_flash(
+                response, visit.console.settings, visit.console.sealer(), target, handed
+            )
     return response
 
 
@@ -224,7 +260,34 @@ def render(
     response = HTMLResponse(html, http_status)
     if visit_ is not None:
         pass_cookies(response, visit_.admin)
+        if visit_.flash_taken:
+            flash.clear_flash(response)
     return response
+
+
+#: A request of static/live.js for a part of a page: a session that ended is a 401 it shows
+#: as a notice, never the sign-in page pasted into the part.
+FRAGMENT_HEADER = "x-console-fragment"
+
+
+async def _signed_out(console: Console, request: Request, next_path: str) -> Response:
+    """A page reached without a (live) session: to the sign-in page and back. A form's
+    input is kept, sealed, through the sign-in, to be sent again after it."""
+    if request.headers.get(FRAGMENT_HEADER):
+        return Response("signed out", 401, media_type="text/plain")
+    if request.method != "POST":
+        return sign_in_redirect(next_path)
+    fields = await read_form(request)
+    sealer = console.sealer()
+    draft = ""
+    if sealer is not None:
+        kept = flash.draft_of(request.url.path, fields)
+        draft = flash.seal(sealer, "/resume", kept, flash.DRAFT_S)
+    form = FormState(
+        message="Your session ended before this form was sent. Sign in again: what you "
+        "typed is kept and shown to you to send again."
+    )
+    return render(console, request, "sign_in.html", 401, next="/dashboard", form=form, draft=draft)
 
 
 Handler = Callable[[Console, Request], Awaitable[Response]]
@@ -240,7 +303,7 @@ def page(console: Console, path: str, handler: Handler, methods: Sequence[str] =
                 raise PageRefused(403, "this form was sent from another site: refused")
             return await handler(console, request)
         except SignInNeeded as stop:
-            return sign_in_redirect(stop.next_path)
+            return await _signed_out(console, request, stop.next_path)
         except PageRefused as stop:
             return render(
                 console,

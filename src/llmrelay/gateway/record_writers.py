@@ -1,22 +1,32 @@
 """How a batch of record rows reaches the database: the SQL, and who runs it.
 
-SQLite: the recorder's own stdlib `sqlite3` connection, run on the event loop in slices of a
-few milliseconds. Measured under load (docs/performance.md), the same inserts sent through
-aiosqlite's worker thread cost about three times their own CPU: every statement hands the GIL
-between that thread and the event loop, and on a busy loop each hand-over is a contended
-wake-up. The connection never waits for a lock on the loop (busy timeout 0; a locked database
-is retried after a pause), and WAL checkpoints, which may wait on the disk, run on the
-engine's thread instead of after a commit here.
+A batch is never handed over whole: `InsertSql.chunks` makes its statements one small chunk
+of rows at a time (each row put in the database's form only when its chunk is made), so the
+event loop never spends more than a fraction of a millisecond on one batch before requests
+get their turn (docs/performance.md, "Stalls beside the request path").
 
-PostgreSQL: asyncpg already runs on the event loop and pipelines an executemany.
+SQLite: the recorder's own stdlib `sqlite3` connection. The inserts run on the event loop in
+slices of at most SLICE_S (statements of at most 32 rows, about 0.2 ms each); measured under
+load, the same inserts sent through aiosqlite's worker thread cost about three times their own
+CPU: every statement hands the GIL between that thread and the event loop, and on a busy loop
+each hand-over is a contended wake-up. The COMMIT, which writes the whole batch's pages to the
+WAL (about half a millisecond for a thousand rows), and the periodic WAL checkpoint, which may
+wait on the disk, run on a thread of the writer's own: sqlite3 releases the GIL while SQLite
+works, so the loop goes on serving meanwhile. The connection never waits for a lock on the
+loop (busy timeout 0; a locked database is retried after a pause).
+
+PostgreSQL: asyncpg runs on the event loop and pipelines an executemany; a batch is sent as
+executemanys of PG_CHUNK_ROWS rows in one transaction, so no single one encodes a whole batch.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from itertools import chain
 from typing import Any, Final, Protocol
@@ -27,15 +37,19 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 #: Rows per SQLite statement, largest first: a batch is cut greedily into these sizes, so
 #: only this many distinct statements exist (each distinct SQL text is a prepared statement in
 #: sqlite3's cache, and one with thousands of parameters is big: one text per batch size once
-#: cost about 100 MB of memory). 256 rows take about a millisecond to insert.
-SQLITE_STATEMENT_ROWS: Final = (256, 64, 16, 4, 1)
-#: The longest the SQLite writer runs before it lets the event loop serve requests again.
-SLICE_S: Final = 0.002
+#: cost about 100 MB of memory). 32 rows take about 0.2 ms to insert, and cost per row what
+#: 256 do (measured: 6.7 against 7.1 us a row); smaller ones cost more per row.
+SQLITE_STATEMENT_ROWS: Final = (32, 8, 2, 1)
+#: Rows per PostgreSQL executemany (one transaction holds them all).
+PG_CHUNK_ROWS: Final = 128
+#: The SQLite writer's budget for one slice on the event loop: it yields to requests before a
+#: statement that would take the slice past this (judged by the longest statement so far).
+SLICE_S: Final = 0.0004
 #: How long a locked database (another process applying config, say) is waited for, in
 #: pauses that leave the event loop free, before the batch counts as failed.
 LOCKED_WAIT_S = 30.0
 _LOCKED_PAUSE_S: Final = 0.05
-#: Rows written between two WAL checkpoints (on the engine's thread).
+#: Rows written between two WAL checkpoints (on the writer's thread).
 CHECKPOINT_ROWS = 8192
 
 Statement = tuple[str, Any]
@@ -127,18 +141,32 @@ class InsertSql:
         return [(*row[:at], convert(row[at]), *row[at + 1 :]) for row in rows]
 
     def statements(self, rows: list[tuple[Any, ...]]) -> list[Statement]:
-        """SQLite: multi-row INSERTs covering `rows`, sized from SQLITE_STATEMENT_ROWS.
-        PostgreSQL: one executemany."""
+        """SQLite: multi-row INSERTs covering `rows` (already prepared), sized from
+        SQLITE_STATEMENT_ROWS. PostgreSQL: one executemany."""
         if not self.multi_row:
             return [(self.sql, rows)] if rows else []
-        out: list[Statement] = []
+        return list(self._multi_row(rows, prepared=True))
+
+    def chunks(self, rows: list[tuple[Any, ...]]) -> Iterator[Statement]:
+        """The statements that insert `rows` (as queued: `created_at` a Unix timestamp), made
+        one at a time as they are asked for, each chunk of rows prepared only then: however
+        large the batch, no step takes long on the event loop. SQLite: multi-row INSERTs
+        sized from SQLITE_STATEMENT_ROWS; PostgreSQL: executemanys of PG_CHUNK_ROWS rows."""
+        if self.multi_row:
+            yield from self._multi_row(rows, prepared=False)
+            return
+        for start in range(0, len(rows), PG_CHUNK_ROWS):
+            yield (self.sql, self.prepare(rows[start : start + PG_CHUNK_ROWS]))
+
+    def _multi_row(self, rows: list[tuple[Any, ...]], *, prepared: bool) -> Iterator[Statement]:
         start = 0
         for size in SQLITE_STATEMENT_ROWS:
             while len(rows) - start >= size:
                 part = rows[start : start + size]
-                out.append((self._statement_for(size), tuple(chain.from_iterable(part))))
+                if not prepared:
+                    part = self.prepare(part)
+                yield (self._statement_for(size), tuple(chain.from_iterable(part)))
                 start += size
-        return out
 
     @property
     def statement_shapes(self) -> int:
@@ -153,8 +181,9 @@ class InsertSql:
 
 
 class BatchWriter(Protocol):
-    async def write(self, statements: list[Statement], rows: int) -> None:
-        """Run `statements` in one transaction (all or nothing); raise on failure."""
+    async def write(self, statements: Iterable[Statement], rows: int) -> None:
+        """Run `statements` in one transaction (all or nothing); raise on failure. They may
+        be made lazily (InsertSql.chunks): each is taken only when it is about to run."""
 
     async def drain(self) -> None:
         """Finish background work (before the engine is disposed)."""
@@ -168,7 +197,7 @@ class EngineWriter:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
 
-    async def write(self, statements: list[Statement], rows: int) -> None:
+    async def write(self, statements: Iterable[Statement], rows: int) -> None:
         async with self._engine.begin() as conn:
             for sql, params in statements:
                 await conn.exec_driver_sql(sql, params)
@@ -181,43 +210,64 @@ class EngineWriter:
 
 
 class SqliteWriter:
-    """The recorder's own connection to the SQLite file, used on the event loop."""
+    """The recorder's own connection to the SQLite file: statements on the event loop in
+    short slices, COMMIT and checkpoints on the writer's own thread (never two at once:
+    the recorder awaits each write before the next)."""
 
     def __init__(self, engine: AsyncEngine, path: str) -> None:
-        self._engine = engine
         self._path = path
         self._db: sqlite3.Connection | None = None
         self._since_checkpoint = 0
-        self._checkpoint: asyncio.Task[None] | None = None
+        #: One thread, made on the first commit: the commits and checkpoints, in order.
+        self._committer: ThreadPoolExecutor | None = None
 
     def _connection(self) -> sqlite3.Connection:
         if self._db is None:
-            db = sqlite3.connect(self._path, isolation_level=None, timeout=0)
+            # Used by the loop's thread and the writer's, never at the same time.
+            db = sqlite3.connect(
+                self._path, isolation_level=None, timeout=0, check_same_thread=False
+            )
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA wal_autocheckpoint=0")
             self._db = db
         return self._db
 
-    async def write(self, statements: list[Statement], rows: int) -> None:
+    async def write(self, statements: Iterable[Statement], rows: int) -> None:
         db = self._connection()
         await self._begin(db)
         try:
-            resumed = time.perf_counter()
+            resumed = last = time.perf_counter()
+            step = 0.0  # the longest statement so far, with making it (InsertSql.chunks)
             for sql, params in statements:
                 db.execute(sql, params)
-                if time.perf_counter() - resumed >= SLICE_S:
+                now = time.perf_counter()
+                step = max(step, now - last)
+                last = now
+                if now - resumed + step > SLICE_S:  # the next one would overrun the slice
                     await asyncio.sleep(0)  # let requests through; the transaction stays open
-                    resumed = time.perf_counter()
-            db.execute("COMMIT")
+                    resumed = last = time.perf_counter()
+            self._since_checkpoint += rows
+            checkpoint = self._since_checkpoint >= CHECKPOINT_ROWS
+            if checkpoint:
+                self._since_checkpoint = 0
+            await self._off_loop(_commit, db, checkpoint)
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
-        self._since_checkpoint += rows
-        if self._since_checkpoint >= CHECKPOINT_ROWS and self._checkpoint is None:
-            self._since_checkpoint = 0
-            self._checkpoint = asyncio.create_task(self._run_checkpoint())
+
+    async def _off_loop(self, work: Callable[..., None], *args: Any) -> None:
+        """`work` on the writer's thread. Not cancelled halfway: a cancelled write (at
+        shutdown) still waits for its COMMIT, which cannot be taken back once begun."""
+        if self._committer is None:
+            self._committer = ThreadPoolExecutor(1, thread_name_prefix="llmrelay-records")
+        done = asyncio.get_running_loop().run_in_executor(self._committer, work, *args)
+        try:
+            await asyncio.shield(done)
+        except asyncio.CancelledError:
+            await asyncio.wait((done,))
+            raise
 
     async def _begin(self, db: sqlite3.Connection) -> None:
         """BEGIN IMMEDIATE (the write lock now, not halfway through), waiting for a lock
@@ -232,24 +282,26 @@ class SqliteWriter:
                     raise
             await asyncio.sleep(_LOCKED_PAUSE_S)
 
-    async def _run_checkpoint(self) -> None:
-        try:
-            async with self._engine.connect() as conn:
-                await conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
-        except Exception:  # noqa: BLE001 - the next checkpoint will try again
-            self._since_checkpoint = CHECKPOINT_ROWS
-        finally:
-            self._checkpoint = None
-
     async def drain(self) -> None:
-        """Wait for a checkpoint in progress (before the engine is disposed)."""
-        if self._checkpoint is not None:
-            await asyncio.shield(self._checkpoint)
+        """Nothing runs on the writer's thread between two writes."""
 
     def close(self) -> None:
+        if self._committer is not None:
+            self._committer.shutdown(wait=True)
+            self._committer = None
         if self._db is not None:
             self._db.close()
             self._db = None
+
+
+def _commit(db: sqlite3.Connection, checkpoint: bool) -> None:
+    """On the writer's thread: the transaction's COMMIT, then, every CHECKPOINT_ROWS rows, a
+    passive WAL checkpoint (it copies what no reader still needs into the database file and
+    may wait on the disk; a failed one is tried again at the next)."""
+    db.execute("COMMIT")
+    if checkpoint:
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
 
 def _is_locked(exc: sqlite3.OperationalError) -> bool:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -68,6 +68,9 @@ MAX_QUEUED_PAYLOAD_BYTES = 64 * 1024 * 1024
 _RETRY_DELAYS_S: Final[tuple[float, ...]] = (0.5,)
 #: A batch: record rows, attempt rows, payload rows, hit rows.
 Batch = tuple[list[Row], list[Row], list[Row], list[Row]]
+#: Rows of a batch taken at a time while its statements are made (a multiple of the largest
+#: statement, so only the batch's last piece has a remainder in smaller statements).
+_PIECE_ROWS: Final = 256
 #: How often the spool is replayed while it holds anything.
 _REPLAY_EVERY_S: Final = 1.0
 #: The longest one write to a network database may take before it counts as failed: a lost
@@ -273,28 +276,46 @@ class Recorder:
         hits: Sequence[Row] = (),
     ) -> None:
         """One transaction for the records, attempt rows, payload rows and hit rows; raises
-        when it failed."""
-        statements = self._records.statements(self._records.prepare(batch))
+        when it failed. The statements are made as the writer takes them (`_statements`)."""
+        rows = len(batch) + len(attempts) + len(payloads) + len(hits)
+        statements = self._statements(batch, attempts, payloads, hits)
+        async with asyncio.timeout(self._write_timeout_s):
+            await self._writer.write(statements, rows)
+        await self._touch_keys()
+
+    def _statements(
+        self,
+        batch: list[Row],
+        attempts: list[Row],
+        payloads: Sequence[Row],
+        hits: Sequence[Row],
+    ) -> Iterator[Statement]:
+        """The batch's statements, each made only when the writer asks for the next, so a
+        batch of thousands of rows never holds the event loop for more than a slice. The
+        keys' last use and the hours to roll up are noted piece by piece on the way."""
+        hours: set[int] = set()
+        for start in range(0, len(batch), _PIECE_ROWS):
+            piece = batch[start : start + _PIECE_ROWS]
+            self._key_use.note(piece)
+            for row in piece:
+                hours.add(int(row[_CREATED_AT] // 3600))
+            yield from self._records.chunks(piece)
         if attempts:
-            statements += self._attempt_rows.statements(self._attempt_rows.prepare(attempts))
+            yield from self._attempt_rows.chunks(attempts)
         if payloads:
-            statements += self._payload_statements(payloads)
+            yield from self._payload_statements(payloads)
         if hits:
-            statements += self._hit_rows.statements(self._hit_rows.prepare(list(hits)))
+            yield from self._hit_rows.chunks(list(hits))
         # The hours these records fall in need their rollups recomputed (store/rollups.py):
         # marked in the same transaction, so a recompute can never miss a committed record.
         convert = self._records.convert_time
-        for hour in sorted({int(row[_CREATED_AT] // 3600) for row in batch}):
-            statements.append((self._mark_sql, (convert(hour * 3600.0), 1, 1)))
-        rows = len(batch) + len(attempts) + len(payloads) + len(hits)
-        async with asyncio.timeout(self._write_timeout_s):
-            await self._writer.write(statements, rows)
-        await self._touch_keys(batch)
+        for hour in sorted(hours):
+            yield (self._mark_sql, (convert(hour * 3600.0), 1, 1))
 
-    async def _touch_keys(self, batch: list[Row]) -> None:
+    async def _touch_keys(self) -> None:
         """After the batch's commit, its keys' last_used_at; best effort (a failure keeps
         the times for the next batch and never sends the records to the spool)."""
-        statements = self._key_use.statements(batch)
+        statements = self._key_use.statements()  # noted while the batch was written
         if not statements:
             return
         try:
@@ -305,14 +326,15 @@ class Recorder:
             return
         self._key_use.written()
 
-    def _payload_statements(self, payloads: Sequence[Row]) -> list[Statement]:
+    def _payload_statements(self, payloads: Sequence[Row]) -> Iterator[Statement]:
         """SQLite: one statement per payload row, so the writer can let requests through
-        between two bodies of up to a few MiB each; PostgreSQL: one executemany."""
+        between two bodies of up to a few MiB each; PostgreSQL: executemanys."""
         insert = self._payload_rows
-        rows = insert.prepare(list(payloads))
         if not insert.multi_row:
-            return insert.statements(rows)
-        return [statement for row in rows for statement in insert.statements([row])]
+            yield from insert.chunks(list(payloads))
+            return
+        for row in payloads:
+            yield from insert.chunks([row])
 
     async def _to_spool(
         self,

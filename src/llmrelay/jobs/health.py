@@ -1,11 +1,12 @@
 """The provider health summary (table provider_health): what a probe found, written the one
 way the probe job and the admin API's "test" both use.
 
-The table is sparse: a provider that is online has no row (a probe that finds it online
-deletes the row), so the snapshot's denylist is one small query. A row holds the status
-("degraded" or "unavailable"), why (`reason`), the provider's message with credential-looking
-text masked (`detail`), how many probes in a row found it so (`failures`), since when it has
-had that status, when it was last checked and when the next probe runs.
+A provider never probed has no row (and counts as online). A probed one has the status it
+was found in ("online", "degraded" or "unavailable"), why when not online (`reason`; empty
+when online), the provider's message with credential-looking text masked (`detail`), how many
+probes in a row found it failing (`failures`), since when it has had that status, when it was
+last checked and, when not online, when the next probe runs. The snapshot's denylist reads
+the "unavailable" rows only: one small query.
 
 Routing reads only "unavailable" (the denylist). So a probe that moves a provider into or out
 of it bumps the config generation in the same transaction, and the caller announces it after
@@ -19,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
@@ -79,15 +79,30 @@ async def record(
         generation = None
         if (previous == UNAVAILABLE) != (result.status == UNAVAILABLE):
             generation = await bump_generation(session)
-        if result.status == ONLINE:
-            if held is not None:
-                await session.execute(
-                    delete(ProviderHealth).where(ProviderHealth.provider_id == provider_id)
-                )
-            return HealthChange(result, previous, 0, None, generation)
-        failures = (held.failures if held is not None else 0) + 1
-        next_probe_at = now + fixed_schedule(delays_s)(failures)
         checked = utc(now)
+        if result.status == ONLINE:  # kept too: when it was checked, online since when
+            values = {
+                "provider_id": provider_id,
+                "tenant_id": tenant_id,
+                "status": ONLINE,
+                "reason": "",
+                "detail": result.detail,
+                "failures": 0,
+                "since": held.since if held is not None and held.status == ONLINE else checked,
+                "checked_at": checked,
+                "next_probe_at": None,
+            }
+            await session.execute(
+                _insert(session)
+                .values(**values)
+                .on_conflict_do_update(
+                    index_elements=["provider_id"],
+                    set_={k: v for k, v in values.items() if k != "provider_id"},
+                )
+            )
+            return HealthChange(result, previous, 0, None, generation)
+        failures = (held.failures if held is not None and held.status != ONLINE else 0) + 1
+        next_probe_at = now + fixed_schedule(delays_s)(failures)
         values = {
             "provider_id": provider_id,
             "tenant_id": tenant_id,

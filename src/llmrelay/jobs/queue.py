@@ -11,12 +11,13 @@ other's rows; SQLite has one writer at a time, and the claim is one UPDATE state
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Table, and_, delete, func, or_, select, update
+from sqlalchemy import Table, and_, bindparam, delete, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
@@ -124,7 +125,7 @@ async def claim(
     """Claim up to `limit` due jobs of `kinds`, oldest due first."""
     if limit <= 0 or not kinds:
         return []
-    if not await _any(engine, _due(kinds, now)):
+    if not await _any(engine, _due_probe(tuple(kinds)), now):
         return []  # an idle queue costs a read, never a write transaction
     due = select(jobs.c.id).where(_due(kinds, now)).order_by(jobs.c.run_at).limit(limit)
     if engine.dialect.name == "postgresql":
@@ -172,18 +173,36 @@ async def claim(
 
 async def any_due(engine: AsyncEngine, kinds: Sequence[str], now: float) -> bool:
     """Whether a job of `kinds` is queued and due at `now` (a plain read: no lock skipped)."""
-    return bool(kinds) and await _any(engine, _due(kinds, now))
+    return bool(kinds) and await _any(engine, _due_probe(tuple(kinds)), now)
 
 
 def _due(kinds: Sequence[str], now: float) -> Any:
     return and_(jobs.c.status == QUEUED, jobs.c.run_at <= utc(now), jobs.c.kind.in_(kinds))
 
 
-async def _any(engine: AsyncEngine, condition: Any) -> bool:
-    """Whether a row matches: a plain read (on SQLite it takes no write lock, so the idle
-    polls of every runner never queue behind, or hold up, the recorder's writes)."""
+@functools.lru_cache(maxsize=16)
+def _due_probe(kinds: tuple[str, ...]) -> Any:
+    """ "Is a job of `kinds` due at :now?", built once per set of kinds: the idle runner asks
+    it every few seconds, and building a statement costs the event loop more than running
+    it (bench/stalls.py)."""
+    due = and_(jobs.c.status == QUEUED, jobs.c.run_at <= bindparam("now"), jobs.c.kind.in_(kinds))
+    return select(jobs.c.id).where(due).limit(1)
+
+
+#: "Has a running job's lease expired by :now?", asked at every housekeeping round.
+_EXPIRED_PROBE = (
+    select(jobs.c.id)
+    .where(jobs.c.status == RUNNING, jobs.c.lease_until < bindparam("now"))
+    .limit(1)
+)
+
+
+async def _any(engine: AsyncEngine, probe: Any, now: float) -> bool:
+    """Whether a row matches `probe` (a prebuilt select with a :now parameter) at `now`: a
+    plain read (on SQLite it takes no write lock, so the idle polls of every runner never
+    queue behind, or hold up, the recorder's writes)."""
     async with engine.connect() as conn:
-        found = await conn.execute(select(jobs.c.id).where(condition).limit(1))
+        found = await conn.execute(probe, {"now": utc(now)})
         return found.first() is not None
 
 
@@ -356,7 +375,7 @@ async def repair_expired(engine: AsyncEngine, *, now: float) -> tuple[int, int]:
     are left, else failed. The counts (requeued, failed). The next claim moves the epoch, so
     the old worker, should it wake up, is fenced out."""
     expired = and_(jobs.c.status == RUNNING, jobs.c.lease_until < utc(now))
-    if not await _any(engine, expired):
+    if not await _any(engine, _EXPIRED_PROBE, now):
         return 0, 0
     async with engine.begin() as conn:
         requeued = await conn.execute(

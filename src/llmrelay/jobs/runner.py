@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import secrets
 import socket
 import time
@@ -171,7 +172,9 @@ class JobRunner:
                 continue  # more may be due
             self._wake.clear()
             try:
-                await asyncio.wait_for(self._wake.wait(), idle_s)
+                # +-10 %: apart from the process's other periodic work (the snapshot poll)
+                wait_s = idle_s * random.uniform(0.9, 1.1)
+                await asyncio.wait_for(self._wake.wait(), wait_s)
                 idle_s = options.poll_s
             except TimeoutError:
                 pass

@@ -71,7 +71,13 @@ async def send_mail(context: JobContext) -> dict[str, Any] | None:
         if settings.mail_log and settings.env is Environment.DEVELOPMENT:
             body = outbox.open_body(_sealer(context), mail.id, mail.body_sealed)
             log.warning("mail_logged", to=mail.to, subject=mail.subject, text=body.text)
-        return {"status": PENDING, "reason": "no SMTP server configured"}
+        # Not a success: nothing was sent. The job fails saying why; the mail stays pending
+        # in the outbox, and the sweep queues a new send once a server is configured.
+        raise GiveUp(
+            "not sent: no SMTP server is configured (LLMRELAY_SMTP_URL); the mail waits in "
+            "the outbox and goes out once one is",
+            {"status": PENDING, "reason": "no SMTP server configured"},
+        )
     try:
         body = outbox.open_body(_sealer(context), mail.id, mail.body_sealed)
     except CredentialError as exc:  # sealed under a key this process does not have

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from llmrelay.observability.request_stats import RequestStats
+
+#: From a tenth of a millisecond (a loop that keeps up) to seconds (one that is stuck).
+LOOP_LAG_BUCKETS_S = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0,
+)  # fmt: skip
 
 
 class Metrics:
@@ -198,6 +203,15 @@ class Metrics:
             "Stripe webhook deliveries, by outcome (credited, ignored, duplicate, mismatch, "
             "failed, expired, bad_signature).",
             ("outcome",),
+            registry=self.registry,
+        )
+
+        self.event_loop_lag = Histogram(
+            "llmrelay_event_loop_lag_seconds",
+            "How long the event loop made work wait: a marker posted at random moments (about "
+            "every LLMRELAY_LOOP_LAG_SAMPLE_S) until the loop ran it. Anything over a "
+            "millisecond delays every request and stream of the process by as much.",
+            buckets=LOOP_LAG_BUCKETS_S,
             registry=self.registry,
         )
 

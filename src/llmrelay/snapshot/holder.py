@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
 from collections.abc import Callable
 
@@ -102,9 +103,11 @@ class SnapshotHolder:
             listener(generation, error)
 
     async def poll(self, interval_s: float) -> None:
-        """Backstop for missed change signals: check the generation every `interval_s`."""
+        """Backstop for missed change signals: check the generation about every `interval_s`
+        (each wait drawn within +-10 %, so this timer drifts apart from the process's other
+        periodic work instead of landing on the same turn of the event loop as it)."""
         while True:
-            await asyncio.sleep(interval_s)
+            await asyncio.sleep(interval_s * random.uniform(0.9, 1.1))
             # Shielded: cancelled in the middle of a query (at shutdown), the query still ends
             # and its connection goes back to the pool; a connection left checked out keeps
             # the driver's thread (aiosqlite's is not a daemon) and the process alive.

@@ -64,15 +64,21 @@ class KeyUse:
         #: key id -> the newest created-at not yet written (a failed write leaves them here).
         self.pending: dict[str, float] = {}
 
-    def statements(self, batch: Sequence[Sequence[Any]]) -> list[Statement]:
-        """Take the newest record time of each key in `batch`; the UPDATEs for every key
-        with a time to write, in key order (two replicas lock the rows in the same order)."""
+    def note(self, rows: Sequence[Sequence[Any]]) -> None:
+        """Take the newest record time of each key in `rows` (a part of a batch: the recorder
+        notes a batch piece by piece as it writes it, never all at once on the event loop)."""
         newest: dict[Any, float] = self.pending
         key_at, time_at = self._key_at, self._time_at
-        for row in batch:
+        for row in rows:
             key, at = row[key_at], row[time_at]
             if at > newest.get(key, 0.0):
                 newest[key] = at
+
+    def statements(self, batch: Sequence[Sequence[Any]] = ()) -> list[Statement]:
+        """Note `batch`; the UPDATEs for every key with a time to write, in key order (two
+        replicas lock the rows in the same order)."""
+        self.note(batch)
+        newest: dict[Any, float] = self.pending
         newest.pop(None, None)  # records of requests no key was found for
         if not newest:
             return []

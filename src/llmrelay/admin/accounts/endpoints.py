@@ -65,8 +65,9 @@ async def invite(
         tenant_id=membership.tenant_id if membership else None,
         role=membership.role if membership else None,
         expires_at=invited.expires_at,
+        mail="queued" if admin.accounts.mail_configured else "no_smtp",
     )
-    after = out.model_dump(mode="json", exclude={"id", "expires_at"})
+    after = out.model_dump(mode="json", exclude={"id", "expires_at", "mail"})
     audit.note(request, "user.invite", "user", out.id, None, after, out.tenant_id)
     await commit(session)
     return out

@@ -4,6 +4,7 @@ is accepted, never returned, and never written to the audit log."""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,6 +43,9 @@ class InvitationOut(BaseModel):
     role: str | None
     #: When the invitation link stops working; null: an existing account, only told.
     expires_at: datetime | None
+    #: The mail: `queued` (an SMTP server is configured: the send job delivers it) or
+    #: `no_smtp` (none is: it waits in the outbox, pending, until one is configured).
+    mail: Literal["queued", "no_smtp"] = "queued"
 
 
 class AcceptIn(BaseModel):

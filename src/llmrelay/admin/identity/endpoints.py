@@ -32,6 +32,8 @@ async def _me(session: AsyncSession, actor: Actor) -> schemas.MeOut:
     user = await repository.user_by_id(session, actor.user_id)
     if user is None:
         raise AdminError(401, "the account is gone", "authentication_error")
+    held = await repository.memberships(session, user.id)
+    names = await repository.tenant_names(session, [m.tenant_id for m, _ in held])
     return schemas.MeOut(
         kind=actor.kind,
         user=user_out(user),
@@ -39,11 +41,12 @@ async def _me(session: AsyncSession, actor: Actor) -> schemas.MeOut:
         memberships=[
             schemas.MembershipOut(
                 tenant_id=m.tenant_id,
+                tenant_name=names.get(m.tenant_id),
                 role=m.role,
                 project_ids=m.project_ids,
                 two_factor_required=required and not user.totp_enabled,
             )
-            for m, required in await repository.memberships(session, user.id)
+            for m, required in held
         ],
     )
 

@@ -38,6 +38,16 @@ async def memberships(session: AsyncSession, user_id: str) -> Sequence[tuple[Mem
     return [(membership, bool(required)) for membership, required in rows]
 
 
+async def tenant_names(session: AsyncSession, tenant_ids: Sequence[str]) -> dict[str, str]:
+    """id -> name of these tenants (for the caller's own memberships)."""
+    if not tenant_ids:
+        return {}
+    rows = await session.execute(
+        select(Tenant.id, Tenant.name).where(Tenant.id.in_(list(tenant_ids)))
+    )
+    return {tenant_id: name for tenant_id, name in rows}
+
+
 async def session_with_user(
     session: AsyncSession, token_digest: str
 ) -> tuple[ConsoleSession, User] | None:

@@ -16,6 +16,8 @@ class LoginIn(BaseModel):
 
 class MembershipOut(BaseModel):
     tenant_id: str
+    #: The tenant's name, for showing (its own members may not hold tenants:read).
+    tenant_name: str | None = None
     role: str
     project_ids: list[str] | None
     #: The tenant requires two-factor and this user has not turned it on: no access there yet.

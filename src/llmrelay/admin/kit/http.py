@@ -107,7 +107,7 @@ async def tenant_for_create(
 
 async def _service_error(_request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ServiceError)
-    return error_response(exc.status, exc.message, exc.kind, exc.field)
+    return error_response(exc.status, exc.message, exc.kind, exc.field, errors=exc.errors)
 
 
 async def _stale(_request: Request, _exc: Exception) -> Response:

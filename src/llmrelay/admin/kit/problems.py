@@ -5,6 +5,7 @@ them into the admin API's error body."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -15,10 +16,18 @@ class ServiceError(Exception):
     status = 400
     kind = "invalid_request"
 
-    def __init__(self, message: str, field: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        field: str | None = None,
+        errors: list[tuple[str | None, str]] | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.field = field
+        #: Every failed field when the input broke more than one rule (the first is
+        #: `field`/`message`): a form shows each next to its input.
+        self.errors = errors or []
 
 
 class Invalid(ServiceError):
@@ -63,25 +72,34 @@ def _strip(path: str, prefix: str) -> str:
     return path
 
 
-def from_validation(exc: ValidationError, prefix: str = "") -> Invalid:
-    """The first error of a Pydantic validation, as the config loader words it."""
-    errors = exc.errors()
-    if not errors:
-        return Invalid(str(exc))
-    first = errors[0]
-    field = _strip(format_path(first["loc"]), prefix) or None
-    message = str(first["msg"])
-    if first["type"] == "extra_forbidden":
+def _one(error: Any, prefix: str) -> tuple[str | None, str]:
+    field = _strip(format_path(error["loc"]), prefix) or None
+    message = str(error["msg"])
+    if error["type"] == "extra_forbidden":
         message = "unknown field"
     elif message.startswith("Value error, "):
         message = message[len("Value error, ") :]
-    return Invalid(f"{field}: {message}" if field else message, field)
+    return field, f"{field}: {message}" if field else message
+
+
+def from_validation(exc: ValidationError, prefix: str = "") -> Invalid:
+    """A Pydantic validation's errors as the config loader words them: the first as the
+    error, all of them in `errors`."""
+    found = [_one(error, prefix) for error in exc.errors()]
+    if not found:
+        return Invalid(str(exc))
+    field, message = found[0]
+    return Invalid(message, field, found if len(found) > 1 else None)
 
 
 def from_problems(problems: Iterable[Problem], prefix: str = "") -> Invalid | None:
-    """The first problem the config's reference checks found (paths relative to `prefix`,
-    for example `projects[0]`), or None when there is none."""
+    """The problems the config's reference checks found (paths relative to `prefix`, for
+    example `projects[0]`): the first as the error, all in `errors`; None when none."""
+    found: list[tuple[str | None, str]] = []
     for problem in problems:
         field = _strip(problem.path, prefix) or None
-        return Invalid(f"{field}: {problem.message}" if field else problem.message, field)
-    return None
+        found.append((field, f"{field}: {problem.message}" if field else problem.message))
+    if not found:
+        return None
+    field, message = found[0]
+    return Invalid(message, field, found if len(found) > 1 else None)

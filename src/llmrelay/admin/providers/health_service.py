@@ -66,7 +66,7 @@ async def page(
             slug=provider.slug,
             tenant_id=provider.tenant_id,
             status=health.status if health is not None else ONLINE,
-            reason=health.reason if health is not None else None,
+            reason=health.reason or None if health is not None else None,
             detail=health.detail if health is not None else None,
             since=health.since if health is not None else None,
             checked_at=health.checked_at if health is not None else None,

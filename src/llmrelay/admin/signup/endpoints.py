@@ -2,20 +2,37 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from sqlalchemy.exc import IntegrityError
 
 from llmrelay.admin import audit
+from llmrelay.admin.access import require
 from llmrelay.admin.accounts import mails
 from llmrelay.admin.errors import documented
 from llmrelay.admin.identity.credentials import normalize_email
 from llmrelay.admin.kit.http import Session, state
 from llmrelay.admin.kit.problems import Conflict
 from llmrelay.admin.signup import service
-from llmrelay.admin.signup.schemas import SignupIn, SignupOut
+from llmrelay.admin.signup.schemas import SignupIn, SignupOut, SignupSettingsOut
 from llmrelay.store.bootstrap import bump_generation
 
 router = APIRouter(tags=["signup"])
+
+
+@router.get("/settings/signup", dependencies=[Depends(require("tenants:read"))])
+async def signup_settings(request: Request) -> SignupSettingsOut:
+    """Self-service sign-up as the environment sets it (read only)."""
+    policy = state(request).accounts
+    return SignupSettingsOut(
+        enabled=policy.signup_enabled,
+        prepaid=policy.signup_prepaid,
+        free_credit_usd=policy.signup_free_credit_micros / 1_000_000,
+        max_per_ip=policy.signup_max_per_ip,
+        window_s=policy.signup_window_s,
+        mail_configured=policy.mail_configured,
+        public_url=policy.public_url,
+        verification_ttl_s=policy.verification_ttl_s,
+    )
 
 
 @router.post(

@@ -33,3 +33,19 @@ class SignupOut(BaseModel):
     prepaid: bool
     balance_usd: float
     message: str
+
+
+class SignupSettingsOut(BaseModel):
+    """How self-service sign-up is set (LLMRELAY_SIGNUP_*: environment settings, read here
+    so the console can show them; changed by the operator's deployment, not at run time)."""
+
+    enabled: bool
+    #: A signed-up tenant's wallet is prepaid (requests need a balance).
+    prepaid: bool
+    free_credit_usd: float
+    max_per_ip: int
+    window_s: float
+    #: Whether mails can go out (verification links need them) and where links lead.
+    mail_configured: bool
+    public_url: str | None
+    verification_ttl_s: float

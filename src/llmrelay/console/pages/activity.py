@@ -53,7 +53,14 @@ async def requests(console: Console, request: Request) -> Response:
 async def request_detail(console: Console, request: Request) -> Response:
     found = await visit(console, request, "usage:read")
     record = await found.read(f"/requests/{request.path_params['request_id']}")
-    return found.render("request.html", record=record)
+    key_name = project_name = None
+    if record.get("key_id") and found.can("keys:read"):
+        key = await found.admin.get(f"/keys/{record['key_id']}")
+        key_name = key.body.get("name") if key.ok else None
+    if record.get("project_id") and found.can("projects:read"):
+        project = await found.admin.get(f"/projects/{record['project_id']}")
+        project_name = project.body.get("name") if project.ok else None
+    return found.render("request.html", record=record, key_name=key_name, project_name=project_name)
 
 
 async def audit(console: Console, request: Request) -> Response:

@@ -12,8 +12,11 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from llmrelay.console import flash
 from llmrelay.console.forms import FormState
+from llmrelay.console.messages import plain
 from llmrelay.console.pages.accounts import DONE
+from llmrelay.console.qr import totp_qr
 from llmrelay.console.web import (
     CSRF_COOKIE,
     CSRF_FIELD,
@@ -25,6 +28,7 @@ from llmrelay.console.web import (
     pass_cookies,
     read_form,
     render,
+    see_other,
     visit,
 )
 from llmrelay.settings import Environment
@@ -84,6 +88,12 @@ def set_csrf_cookie(console: Console, response: Response, token: str) -> None:
     )
 
 
+async def sso_name(console: Console, request: Request) -> str | None:
+    """The single sign-on button's name, when the admin API has single sign-on on."""
+    answer = await client_for(console, request).get("/auth/sso")
+    return str(answer.body["name"]) if answer.ok and answer.body.get("enabled") else None
+
+
 async def sign_in_page(console: Console, request: Request) -> Response:
     return render(
         console,
@@ -92,6 +102,7 @@ async def sign_in_page(console: Console, request: Request) -> Response:
         next=_next(request.query_params.get("next")),
         form=FormState(),
         done=DONE.get(request.query_params.get("done", "")),
+        sso=await sso_name(console, request),
     )
 
 
@@ -99,11 +110,18 @@ async def sign_in(console: Console, request: Request) -> Response:
     fields = await read_form(request)
     next_path = _next(fields.get("next"))
     pending = fields.get("pending", "")
+    # The input of a form sent after the session ended (web._signed_out), sealed: kept
+    # through both steps, then shown on /resume to be sent again.
+    draft = fields.get("draft", "")
+    if flash.unseal(console.sealer(), draft) is None:
+        draft = ""
     if pending:
         opened = _open(console, pending)
         if opened is None:
             form = FormState(message="the sign-in took too long: start again")
-            return render(console, request, "sign_in.html", 400, next=next_path, form=form)
+            return render(
+                console, request, "sign_in.html", 400, next=next_path, form=form, draft=draft
+            )
         email, password = opened
     else:
         email, password = fields.get("email", "").strip(), fields.get("password", "")
@@ -115,9 +133,19 @@ async def sign_in(console: Console, request: Request) -> Response:
     admin = client_for(console, request)
     answer = await admin.call("POST", "/auth/login", body=body)
     if answer.ok:
-        redirect = RedirectResponse(next_path, status_code=303)
+        redirect = RedirectResponse("/resume" if draft else next_path, status_code=303)
         pass_cookies(redirect, admin)
         set_csrf_cookie(console, redirect, str(answer.body["csrf_token"]))
+        if draft:  # the sealed draft itself is the flash for /resume
+            redirect.set_cookie(
+                flash.FLASH_COOKIE,
+                draft,
+                max_age=flash.DRAFT_S,
+                path="/",
+                secure=console.settings.env is Environment.PRODUCTION,
+                httponly=True,
+                samesite="lax",
+            )
         return redirect
     if answer.error.get("type") == "totp_required" or (pending and answer.status == 401):
         step = FormState(message=answer.message if pending else None)
@@ -129,10 +157,13 @@ async def sign_in(console: Console, request: Request) -> Response:
             next=next_path,
             pending=_seal(console, email, password),
             form=step,
+            draft=draft,
         )
     form = FormState(values={"email": email}, message=answer.message)
     status = answer.status if answer.status in (400, 401, 403, 429) else 502
-    response = render(console, request, "sign_in.html", status, next=next_path, form=form)
+    response = render(
+        console, request, "sign_in.html", status, next=next_path, form=form, draft=draft
+    )
     if answer.header("retry-after"):
         response.headers["retry-after"] = answer.header("retry-after") or ""
     return response
@@ -150,9 +181,40 @@ async def sign_out(console: Console, request: Request) -> Response:
     return response
 
 
+#: Fields whose value the resume page shows masked (still sent again as typed).
+_SECRET_HINTS = ("password", "secret", "api_key", "code", "token")
+
+
+async def resume(console: Console, request: Request) -> Response:
+    """The input of a form that reached an ended session, after signing in again: shown to
+    check, and sent again with one button (with this session's CSRF token)."""
+    found = await visit(console, request)
+    draft = found.take_flash()
+    if not draft or not isinstance(draft.get("fields"), dict):
+        return see_other("/dashboard", found)
+    fields = {str(k): str(v) for k, v in draft["fields"].items()}
+    shown = [
+        (name, "••••••" if any(h in name for h in _SECRET_HINTS) and value else value)
+        for name, value in fields.items()
+        if name not in ("version", "etag")
+    ]
+    return found.render(
+        "resume.html", action=_next(str(draft.get("action", ""))), fields=fields, shown=shown
+    )
+
+
 async def account(console: Console, request: Request) -> Response:
     found = await visit(console, request)
-    return found.render("account.html", form=FormState())
+    handed = found.take_flash() or {}
+    setup = handed.get("setup")
+    return found.render(
+        "account.html",
+        form=FormState(),
+        notice=handed.get("notice"),
+        setup=setup,
+        qr=totp_qr(str(setup.get("otpauth_uri", ""))) if isinstance(setup, dict) else None,
+        recovery_codes=handed.get("recovery_codes"),
+    )
 
 
 async def change_password(console: Console, request: Request) -> Response:
@@ -172,7 +234,7 @@ async def change_password(console: Console, request: Request) -> Response:
     if not answer.ok:
         failed = FormState.failed({"current_password": "", "new_password": ""}, answer)
         return found.render("account.html", answer.status, form=failed)
-    response = found.render("account.html", form=form, notice="password changed")
+    response = see_other("/account", found, {"notice": "password changed"})
     set_csrf_cookie(console, response, str(answer.body["csrf_token"]))
     return response
 
@@ -182,7 +244,8 @@ async def totp_setup(console: Console, request: Request) -> Response:
     answer = await found.admin.call("POST", "/auth/totp/setup")
     if not answer.ok:
         return found.render("account.html", answer.status, form=FormState(message=answer.message))
-    return found.render("account.html", form=FormState(), setup=answer.body)
+    setup = {n: answer.body.get(n) for n in ("secret", "otpauth_uri")}
+    return see_other("/account", found, {"setup": setup})
 
 
 async def totp_enable(console: Console, request: Request) -> Response:
@@ -192,12 +255,11 @@ async def totp_enable(console: Console, request: Request) -> Response:
     )
     if not answer.ok:
         setup = {"secret": fields.get("secret", ""), "otpauth_uri": fields.get("otpauth_uri", "")}
-        form = FormState(errors={"code": answer.message})
-        return found.render("account.html", answer.status, form=form, setup=setup)
-    found.me = (await found.admin.get("/auth/me")).body or found.me
-    return found.render(
-        "account.html", form=FormState(), recovery_codes=answer.body["recovery_codes"]
-    )
+        form = FormState(errors={"code": plain(answer.message)})
+        return found.render(
+            "account.html", answer.status, form=form, setup=setup, qr=totp_qr(setup["otpauth_uri"])
+        )
+    return see_other("/account", found, {"recovery_codes": answer.body["recovery_codes"]})
 
 
 async def totp_disable(console: Console, request: Request) -> Response:
@@ -208,8 +270,7 @@ async def totp_disable(console: Console, request: Request) -> Response:
     answer = await found.admin.call("POST", "/auth/totp/disable", body=body)
     if not answer.ok:
         return found.render("account.html", answer.status, form=FormState(message=answer.message))
-    found.me = (await found.admin.get("/auth/me")).body or found.me
-    return found.render("account.html", form=FormState(), notice="two-factor is off")
+    return see_other("/account", found, {"notice": "two-factor is off"})
 
 
 def routes(console: Console) -> list[Route]:
@@ -217,6 +278,7 @@ def routes(console: Console) -> list[Route]:
         page(console, "/sign-in", sign_in_page),
         page(console, "/sign-in", sign_in, ["POST"]),
         page(console, "/sign-out", sign_out, ["POST"]),
+        page(console, "/resume", resume),
         page(console, "/account", account),
         page(console, "/account/password", change_password, ["POST"]),
         page(console, "/account/totp/setup", totp_setup, ["POST"]),

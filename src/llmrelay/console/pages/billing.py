@@ -1,6 +1,6 @@
 """Billing (prepaid wallets): a tenant's balance, its ledger and top-up orders, a top-up
 through Stripe Checkout, and the prepaid and auto top-up settings. Low-balance mails link
-here. Refunds, adjustments and reconciling a reservation stay in the admin API."""
+here. Refunds, adjustments and reconciling a reservation: pages/money.py."""
 
 from __future__ import annotations
 
@@ -21,19 +21,19 @@ _USD_FIELDS = {
 }
 
 
-async def _tenants(found: Visit) -> list[dict[str, Any]]:
+async def billing_tenants(found: Visit) -> list[dict[str, Any]]:
     """The tenants whose billing the user may read: (id, name), in a stable order."""
     if found.platform_admin or found.can("tenants:read"):
         rows = (await found.admin.get("/tenants", {"limit": 500})).data
         allowed = set(found.tenants_for("billing:read"))
         return [t for t in rows if found.platform_admin or t["id"] in allowed]
-    return [{"id": t, "name": t} for t in found.tenants_for("billing:read")]
+    return [{"id": t, "name": found.tenant_name(t)} for t in found.tenants_for("billing:read")]
 
 
 async def _show(
     found: Visit, tenant_id: str | None, form: FormState, status: int = 200, **extra: Any
 ) -> Response:
-    tenants = await _tenants(found)
+    tenants = await billing_tenants(found)
     if tenant_id is None:
         tenant_id = tenants[0]["id"] if tenants else None
     if tenant_id is None:
@@ -62,7 +62,14 @@ async def _show(
 
 async def billing(console: Console, request: Request) -> Response:
     found = await visit(console, request, "billing:read")
-    return await _show(found, request.query_params.get("tenant_id") or None, FormState())
+    handed = found.take_flash() or {}
+    return await _show(
+        found,
+        request.query_params.get("tenant_id") or None,
+        FormState(),
+        order=handed.get("order"),
+        notice=handed.get("notice"),
+    )
 
 
 async def settings(console: Console, request: Request) -> Response:
@@ -98,7 +105,8 @@ async def top_up(console: Console, request: Request) -> Response:
         return await _show(
             found, tenant_id, FormState.failed(fields, answer, _USD_FIELDS), answer.status
         )
-    return await _show(found, tenant_id, FormState(), order=answer.body)
+    order = {n: answer.body.get(n) for n in ("id", "amount_usd", "checkout_url")}
+    return see_other(f"/billing?tenant_id={tenant_id}", found, {"order": order})
 
 
 def routes(console: Console) -> list[Route]:

@@ -10,6 +10,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from llmrelay.console.forms import FormState, Kind, body_of, text
+from llmrelay.console.listing import Column, field, listing
 from llmrelay.console.pages.dashboard import health
 from llmrelay.console.web import (
     Console,
@@ -54,18 +55,48 @@ async def _breakers(found: Visit) -> dict[str, Any]:
     return {"breakers": states, "live_breakers": probe is not None}
 
 
+async def _inventory(found: Visit) -> list[tuple[str, str]]:
+    """(provider slug, model id) of every provider's discovered inventory, offered when a
+    route is added (the upstream model field's suggestions)."""
+    if not found.can("providers:read"):
+        return []
+    offered: list[tuple[str, str]] = []
+    for provider in (await found.admin.get("/providers", {"limit": 500})).data:
+        listed = await found.admin.get(f"/providers/{provider['id']}/models")
+        for model in (listed.body.get("models") or []) if listed.ok else []:
+            offered.append((provider["slug"], str(model["id"])))
+    return sorted(set(offered))
+
+
 async def _slugs(found: Visit) -> list[str]:
     if not found.can("providers:read"):
         return []
     return sorted({p["slug"] for p in (await found.admin.get("/providers", {"limit": 500})).data})
 
 
+MODEL_COLUMNS = (
+    Column("name", "Model", field("name")),
+    Column("strategy", "Strategy", field("strategy")),
+    Column("routes", "Routes", lambda m: len(m.get("routes") or ())),
+    Column("price", "Price in force", lambda m: (m.get("price") or {}).get("input_per_mtok")),
+)
+
+
 async def _list(found: Visit, form: FormState, status: int = 200) -> Response:
     rows = (await found.read("/models", {"limit": 500}))["data"]
+    shown = listing(
+        rows,
+        found.request.query_params,
+        MODEL_COLUMNS,
+        ("name", "strategy", "routes", "fallbacks"),
+        "name",
+    )
     return found.render(
         "models.html",
         status,
-        models=rows,
+        models=shown.rows,
+        listing=shown,
+        inventory=await _inventory(found),
         **await _breakers(found),
         form=form,
         strategies=STRATEGIES,
@@ -110,6 +141,7 @@ async def _detail(found: Visit, model_id: str, form: FormState, status: int = 20
         status,
         model=model,
         prices=prices,
+        inventory=await _inventory(found),
         **await _breakers(found),
         form=form,
         strategies=STRATEGIES,

@@ -9,7 +9,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from llmrelay.console.forms import FormState, Kind, body_of, text
+from llmrelay.console.forms import FormState, Kind, body_of, text, words
+from llmrelay.console.listing import Column, field, listing
+from llmrelay.console.pages.money import month_spend
 from llmrelay.console.web import (
     Console,
     Visit,
@@ -29,12 +31,28 @@ LIMITS: dict[str, Kind] = {
 }
 
 
+PROJECT_COLUMNS = (
+    Column("name", "Name", field("name")),
+    Column("budget", "Monthly budget", field("monthly_budget_micros")),
+    Column("policy", "Routing policy", field("routing_policy")),
+    Column("created", "Created", field("created_at")),
+)
+
+
 async def _list(found: Visit, form: FormState, status: int = 200) -> Response:
     rows = (await found.read("/projects", {"limit": 500}))["data"]
+    shown = listing(
+        rows,
+        found.request.query_params,
+        PROJECT_COLUMNS,
+        ("name", "models", "routing_policy"),
+        "name",
+    )
     return found.render(
         "projects.html",
         status,
-        projects=rows,
+        projects=shown.rows,
+        listing=shown,
         form=form,
         tenants=await tenant_choices(found, "projects:write"),
     )
@@ -71,8 +89,22 @@ async def _detail(found: Visit, project_id: str, form: FormState, status: int = 
             "limits.tpm": str(limits["tpm"] or ""),
             "limits.concurrency": str(limits["concurrency"] or ""),
             "monthly_budget_usd": str(project["monthly_budget_usd"] or ""),
+            "guardrails": ", ".join(project.get("guardrails") or []),
         }
-    return found.render("project.html", status, project=project, keys=keys, form=form)
+    tenant_name = found.tenant_name(project["tenant_id"])
+    if found.platform_admin and tenant_name == "another tenant":
+        tenant = await found.admin.get(f"/tenants/{project['tenant_id']}")
+        tenant_name = str(tenant.body.get("name")) if tenant.ok else tenant_name
+    spend = await month_spend(found, project, "project")
+    return found.render(
+        "project.html",
+        status,
+        project=project,
+        keys=keys,
+        form=form,
+        tenant_name=tenant_name,
+        spend=spend,
+    )
 
 
 async def project(console: Console, request: Request) -> Response:
@@ -83,11 +115,11 @@ async def project(console: Console, request: Request) -> Response:
 async def change(console: Console, request: Request) -> Response:
     found, fields = await form_visit(console, request, "projects:write")
     project_id = request.path_params["project_id"]
+    body = body_of(fields, PROJECT, clear_empty=True)
+    if "guardrails" in fields and found.can("guardrails:write"):  # needs its own permission
+        body["guardrails"] = words(fields["guardrails"])
     answer = await found.admin.call(
-        "PATCH",
-        f"/projects/{project_id}",
-        body=body_of(fields, PROJECT, clear_empty=True),
-        if_match=fields.get("version"),
+        "PATCH", f"/projects/{project_id}", body=body, if_match=fields.get("version")
     )
     if not answer.ok:
         return await _detail(found, project_id, FormState.failed(fields, answer), answer.status)
@@ -119,10 +151,22 @@ async def delete(console: Console, request: Request) -> Response:
     return see_other("/projects", found)
 
 
+TENANT_COLUMNS = (
+    Column("slug", "Slug", field("slug")),
+    Column("name", "Name", field("name")),
+    Column("created", "Created", field("created_at")),
+)
+
+
+async def _tenants(found: Visit, form: FormState, status: int = 200) -> Response:
+    rows = (await found.read("/tenants", {"limit": 500}))["data"]
+    shown = listing(rows, found.request.query_params, TENANT_COLUMNS, ("slug", "name"), "slug")
+    return found.render("tenants.html", status, tenants=shown.rows, listing=shown, form=form)
+
+
 async def tenants(console: Console, request: Request) -> Response:
     found = await visit(console, request, "tenants:read")
-    rows = (await found.read("/tenants", {"limit": 500}))["data"]
-    return found.render("tenants.html", tenants=rows, form=FormState())
+    return await _tenants(found, FormState())
 
 
 async def create_tenant(console: Console, request: Request) -> Response:
@@ -134,9 +178,7 @@ async def create_tenant(console: Console, request: Request) -> Response:
     }
     answer = await found.admin.call("POST", "/tenants", body=body)
     if not answer.ok:
-        rows = (await found.read("/tenants", {"limit": 500}))["data"]
-        form = FormState.failed(fields, answer)
-        return found.render("tenants.html", answer.status, tenants=rows, form=form)
+        return await _tenants(found, FormState.failed(fields, answer), answer.status)
     return see_other("/tenants", found)
 
 
@@ -148,9 +190,7 @@ async def change_tenant(console: Console, request: Request) -> Response:
         "PATCH", f"/tenants/{tenant_id}", body=body, if_match=fields.get("version")
     )
     if not answer.ok:
-        rows = (await found.read("/tenants", {"limit": 500}))["data"]
-        form = FormState(message=answer.message)
-        return found.render("tenants.html", answer.status, tenants=rows, form=form)
+        return await _tenants(found, FormState(message=answer.message), answer.status)
     return see_other("/tenants", found)
 
 

@@ -10,6 +10,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from llmrelay.console.forms import FormState, Kind, body_of, text
+from llmrelay.console.listing import Column, field, listing
 from llmrelay.console.pages.dashboard import health
 from llmrelay.console.web import (
     Console,
@@ -47,16 +48,34 @@ def _headers(value: str | None) -> dict[str, str] | None:
     return found
 
 
+PROVIDER_COLUMNS = (
+    Column("slug", "Slug", field("slug")),
+    Column("type", "Type", field("type")),
+    Column("region", "Region", field("region")),
+    Column("health", "Health", field("health")),
+)
+
+
 async def _list(found: Visit, form: FormState, status: int = 200) -> Response:
     rows = (await found.read("/providers", {"limit": 500}))["data"]
     states = {}
     probe = await health(found)
     if probe is not None:
         states = {row["provider_id"]: row for row in probe.get("data", [])}
+    for row in rows:
+        row["health"] = states.get(row["id"], {}).get("status")
+    shown = listing(
+        rows,
+        found.request.query_params,
+        PROVIDER_COLUMNS,
+        ("slug", "type", "base_url", "region", "preset", "health"),
+        "slug",
+    )
     return found.render(
         "providers.html",
         status,
-        providers=rows,
+        providers=shown.rows,
+        listing=shown,
         states=states,
         form=form,
         types=TYPES,
@@ -116,7 +135,10 @@ async def _detail(
 
 async def provider(console: Console, request: Request) -> Response:
     found = await visit(console, request, "providers:read")
-    return await _detail(found, request.path_params["provider_id"], FormState())
+    handed = found.take_flash() or {}
+    return await _detail(
+        found, request.path_params["provider_id"], FormState(), tested=handed.get("tested")
+    )
 
 
 async def change(console: Console, request: Request) -> Response:
@@ -167,12 +189,21 @@ async def inventory(console: Console, request: Request) -> Response:
 
 
 async def test(console: Console, request: Request) -> Response:
+    """Probe now; when the provider listed models and its inventory was never filled, a
+    discovery follows (a test only counts the models, discovery keeps them)."""
     found, _ = await form_visit(console, request, "providers:write")
     provider_id = request.path_params["provider_id"]
     answer = await found.admin.call("POST", f"/providers/{provider_id}/test")
     if not answer.ok:
         return await _detail(found, provider_id, FormState(message=answer.message), answer.status)
-    return await _detail(found, provider_id, FormState(), tested=answer.body)
+    target = f"/providers/{provider_id}"
+    if answer.body.get("models"):
+        inventory = await found.admin.get(f"/providers/{provider_id}/models")
+        if inventory.ok and inventory.body.get("models") is None:
+            queued = await found.admin.call("POST", f"/providers/{provider_id}/discover")
+            if queued.ok:
+                target += f"?job={queued.body['job_id']}"
+    return see_other(target, found, {"tested": answer.body})
 
 
 async def discover(console: Console, request: Request) -> Response:

@@ -69,11 +69,22 @@ def _query(params: Mapping[str, str], period: periods.Period) -> dict[str, Any]:
     )
 
 
-def _totals(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per group (or one "all" group): the sums over the period."""
+#: The row of requests that have no value for the grouping, in plain words (never "all").
+NO_GROUP = {
+    "model": "No model (refused before one was chosen)",
+    "provider": "No provider (never sent to one)",
+    "project": "No project (unauthenticated)",
+    "key": "No key (unauthenticated)",
+}
+ALL = "All requests"
+
+
+def _totals(points: list[dict[str, Any]], group_by: str | None) -> dict[str, dict[str, Any]]:
+    """Per group (or one row for all requests): the sums over the period."""
     found: dict[str, dict[str, Any]] = {}
+    missing = NO_GROUP.get(group_by or "", ALL)
     for point in points:
-        group = str(point.get("group") or "all")
+        group = str(point.get("group") or missing) if group_by else ALL
         row = found.setdefault(group, dict.fromkeys(SUMMED, 0))
         for name in SUMMED:
             row[name] += point[name]
@@ -114,7 +125,9 @@ async def usage(console: Console, request: Request) -> Response:
         values["error"] = answer.message
         return found.render("usage.html", answer.status, **values)
     before = await found.read("/usage/timeseries", query | period.previous.query())
-    now_totals, before_totals = _totals(answer.body["data"]), _totals(before["data"])
+    group_by = query["group_by"]
+    now_totals = _totals(answer.body["data"], group_by)
+    before_totals = _totals(before["data"], group_by)
     summary_now = await found.read(
         "/usage/summary", {k: query[k] for k in (*FILTERS, "since", "until")}
     )
@@ -126,12 +139,14 @@ async def usage(console: Console, request: Request) -> Response:
     for point in answer.body["data"]:
         moment = periods.parse(point["start"])
         per_start[moment] = per_start.get(moment, 0.0) + point["requests"]
-    label = "%m-%d %H:00" if period.bucket == "hour" else "%m-%d"
     requests_chart = chart(
         "Requests",
         "",
-        [s.strftime(label) for s in starts],
+        starts,
+        period.bucket,
         [("requests", [per_start.get(s, 0.0) for s in starts])],
+        "No requests in this period",
+        whole=True,
     )
     groups = sorted(
         set(now_totals) | set(before_totals),

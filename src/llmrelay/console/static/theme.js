@@ -2,6 +2,7 @@
 // localStorage (a preference, not a secret). Loaded in <head> so the page never flashes.
 (function () {
   "use strict";
+  document.documentElement.classList.add("js"); // the narrow layout hides the menu behind its button
   var stored = null;
   try { stored = window.localStorage.getItem("llmrelay-theme"); } catch (e) { stored = null; }
   if (stored === "dark" || stored === "light") {
