@@ -192,7 +192,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.write_line(bar, red=True, bold=True)
     terminalreporter.write_line(f"SKIPPED tests that need: {names}", red=True, bold=True)
     terminalreporter.write_line(
-        "Start or install them (see README, 'Running the tests') or run .ci/run, which does and "
+        "Start or install them (see README, 'Run the tests') or run .ci/run, which does and "
         "sets LLMRELAY_TEST_REQUIRE_SERVICES=1, LLMRELAY_TEST_REQUIRE_BROWSER=1 and "
         "LLMRELAY_TEST_REQUIRE_AGENTS=1 so such tests fail instead of skipping (the coding "
         "agents: `make agents`).",
