@@ -26,9 +26,10 @@ long as the client likes; and httptools buffers a request head of any size. This
   its scope (`SLOW_READER_CUT`) so the data plane records it as `client_too_slow`.
 
 Timers are armed only while a head or a body is incomplete after a read, or while writes are
-paused, so a request that arrives in one read and a client that keeps up cost no timer. The limits are class attributes set once per serving
-process from its settings (`configure`, called where the app is built): uvicorn's workers
-are separate processes that import this class by name.
+paused, so a request that arrives in one read and a client that keeps up cost no timer. The
+limits are class attributes set once per serving process from its settings (`configure`,
+called where the app is built): uvicorn's workers are separate processes that import this
+class by name.
 """
 
 from __future__ import annotations
@@ -197,7 +198,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         cycle = self.cycle
         answering = self._answering()
         if answering and cycle is not None:
-            cycle.scope[SLOW_READER_CUT] = True
+            scope: dict[str, object] = cycle.scope  # type: ignore[assignment]
+            scope[SLOW_READER_CUT] = True  # an extension key: the data plane reads it
         log.warning(
             "slow_reader_cut",
             client=f"{self.client[0]}:{self.client[1]}" if self.client else None,

@@ -362,6 +362,15 @@ class BreakerMachine(RuleBasedStateMachine):
         if held.ticket is model.trial:
             model.trial = None
 
+    @rule(route_id=st.sampled_from(ROUTES))
+    def close(self, route_id: str) -> None:
+        """A health probe found the route's provider online."""
+        model = self.model[route_id]
+        closed = self.breakers.close(route_id)
+        assert closed == (model.state != "closed")
+        if closed:
+            self._expect_transition(route_id, model.state, "closed")
+
     @rule(seconds=st.one_of(st.sampled_from([0.5, 1.0, 2.0, 4.0, 6.0]), st.floats(0, 8)))
     def advance(self, seconds: float) -> None:
         self.clock.now += seconds

@@ -31,7 +31,6 @@ from typing import Any, Final, TypeVar
 
 from llmrelay.gateway.call import CallRecord
 from llmrelay.gateway.capabilities import Needs, capable
-from llmrelay.gateway.trials import BreakerTrials
 from llmrelay.gateway.errors import (
     GatewayError,
     InvalidRequest,
@@ -39,6 +38,7 @@ from llmrelay.gateway.errors import (
     UpstreamFailed,
     UpstreamTimeout,
 )
+from llmrelay.gateway.trials import BreakerTrials
 from llmrelay.protocols.openai import upstream_error_message
 from llmrelay.protocols.translation import TranslationError
 from llmrelay.providers.base import Operation, UnsupportedOperation, UpstreamResponse

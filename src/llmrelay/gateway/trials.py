@@ -133,7 +133,9 @@ class BreakerTrials:
             raise
         except (UnsupportedProvider, UnsupportedOperation, TranslationError) as unsendable:
             breakers.abandon(ticket)  # the next request takes the trial, as without a timer
-            log.info("breaker_trial", route=route.id, provider=slug, outcome=f"unsent: {unsendable}")
+            log.info(
+                "breaker_trial", route=route.id, provider=slug, outcome=f"unsent: {unsendable}"
+            )
             return
         except UpstreamError as failed:
             breakers.failed(ticket)
