@@ -38,7 +38,7 @@ from llmrelay.observability.logging import configure_logging
 from llmrelay.observability.loop_lag import LoopLagSampler
 from llmrelay.observability.metrics import Metrics
 from llmrelay.settings import Settings
-from llmrelay.stack import Stack
+from llmrelay.stack import Stack, provider_online
 from llmrelay.store import partitions, rollups
 
 Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
@@ -189,6 +189,7 @@ def create_app(settings: Settings) -> ASGIApp:
                 stack.registry,
                 delays_s=settings.probe_delays_s,
                 publisher=stack.live_reload.publisher,
+                on_online=provider_online(stack),
             )
             admin.breakers = stack.runtime.executor.breakers
             admin.wake_jobs = stack.runner.wake if stack.runner is not None else None
@@ -301,6 +302,10 @@ def app_from_env() -> ASGIApp:
     install()
     settings = Settings()
     server_protocol.configure(
-        settings.header_timeout_s, settings.body_timeout_s, settings.max_header_bytes
+        settings.header_timeout_s,
+        settings.body_timeout_s,
+        settings.max_header_bytes,
+        slow_reader_timeout_s=settings.slow_reader_timeout_s,
+        write_buffer_bytes=settings.client_write_buffer_bytes,
     )
     return create_app(settings)

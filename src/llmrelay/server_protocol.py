@@ -16,11 +16,20 @@ long as the client likes; and httptools buffers a request head of any size. This
   second after its limit closes the connection. The data plane enforces the same limit
   itself a second earlier with an answer in the route's protocol (gateway/asgi.py); this
   is for every other route and for bodies nobody reads (a request already answered 401).
+- **slow reader** (LLMRELAY_CLIENT_WRITE_BUFFER_BYTES, LLMRELAY_SLOW_READER_TIMEOUT_S): what
+  waits to be written to the client is buffered up to the first setting (the transport's
+  high-water mark; a quarter of it is the low-water mark). Past it the transport pauses the
+  writer: uvicorn's `send` waits, so the relay stops reading the provider and the provider's
+  connection fills up in turn (back-pressure, with a bounded buffer at every hop). A
+  connection whose writes stay paused for the second setting (the client has not read the
+  buffer down to its low-water mark) is aborted; an answer still being written is marked in
+  its scope (`SLOW_READER_CUT`) so the data plane records it as `client_too_slow`.
 
-Timers are armed only while a head or a body is incomplete after a read, so a request that
-arrives in one read costs no timer. The limits are class attributes set once per serving
-process from its settings (`configure`, called where the app is built): uvicorn's workers
-are separate processes that import this class by name.
+Timers are armed only while a head or a body is incomplete after a read, or while writes are
+paused, so a request that arrives in one read and a client that keeps up cost no timer. The
+limits are class attributes set once per serving process from its settings (`configure`,
+called where the app is built): uvicorn's workers are separate processes that import this
+class by name.
 """
 
 from __future__ import annotations
@@ -28,9 +37,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any, ClassVar
 
+import structlog
 from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
+
+from llmrelay.gateway.asgi import SLOW_READER_CUT
+
+log = structlog.get_logger(__name__)
 
 #: How much later than the data plane's own body deadline the connection is closed.
 BODY_BACKSTOP_GRACE_S = 1.0
@@ -40,6 +54,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     header_timeout_s: ClassVar[float] = 10.0
     body_timeout_s: ClassVar[float] = 60.0
     max_header_bytes: ClassVar[int] = 64 * 1024
+    slow_reader_timeout_s: ClassVar[float] = 60.0
+    write_buffer_bytes: ClassVar[int] = 64 * 1024
 
     def __init__(
         self,
@@ -51,6 +67,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().__init__(config, server_state, app_state, _loop)
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
+        self._write_timer: asyncio.TimerHandle | None = None
         #: Bytes read while no request body was being read (a bound on the head's size).
         self._head_bytes = 0
         self._head_started = False
@@ -61,6 +78,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        transport.set_write_buffer_limits(high=self.write_buffer_bytes)
         self._head_timer = self.loop.call_later(self.header_timeout_s, self._head_timed_out)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -85,6 +103,19 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 self._refuse(431, "Request header fields too large.")
             elif self._head_timer is None:
                 self._head_timer = self.loop.call_later(self.header_timeout_s, self._head_timed_out)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._write_timer is None:
+            self._write_timer = self.loop.call_later(
+                self.slow_reader_timeout_s, self._reader_too_slow
+            )
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
 
     # -- parser callbacks ----------------------------------------------------------------
 
@@ -160,6 +191,25 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._refused = True
         self.transport.close()
 
+    def _reader_too_slow(self) -> None:
+        """Writes stayed paused for the limit: the client is not reading. Abort (a close
+        would wait for the buffer to drain, which it will not)."""
+        self._write_timer = None
+        cycle = self.cycle
+        answering = self._answering()
+        if answering and cycle is not None:
+            scope: dict[str, object] = cycle.scope  # type: ignore[assignment]
+            scope[SLOW_READER_CUT] = True  # an extension key: the data plane reads it
+        log.warning(
+            "slow_reader_cut",
+            client=f"{self.client[0]}:{self.client[1]}" if self.client else None,
+            buffered=self.transport.get_write_buffer_size(),
+            limit_s=self.slow_reader_timeout_s,
+            answering=answering,
+        )
+        self._refused = True
+        self.transport.abort()
+
     def _refuse(self, status: int, message: str) -> None:
         """Answer a plain-text error and close: nothing more is read on this connection."""
         self._refused = True
@@ -188,10 +238,22 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self._body_timer is not None:
             self._body_timer.cancel()
             self._body_timer = None
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
 
 
-def configure(header_timeout_s: float, body_timeout_s: float, max_header_bytes: int) -> None:
+def configure(
+    header_timeout_s: float,
+    body_timeout_s: float,
+    max_header_bytes: int,
+    *,
+    slow_reader_timeout_s: float = 60.0,
+    write_buffer_bytes: int = 64 * 1024,
+) -> None:
     """Set this process's limits (before it accepts a connection)."""
     GuardedHttpToolsProtocol.header_timeout_s = header_timeout_s
     GuardedHttpToolsProtocol.body_timeout_s = body_timeout_s
     GuardedHttpToolsProtocol.max_header_bytes = max_header_bytes
+    GuardedHttpToolsProtocol.slow_reader_timeout_s = slow_reader_timeout_s
+    GuardedHttpToolsProtocol.write_buffer_bytes = write_buffer_bytes

@@ -66,6 +66,13 @@ class Settings(BaseSettings):
     header_timeout_s: float = Field(default=10.0, gt=0)
     body_timeout_s: float = Field(default=60.0, gt=0)
     max_header_bytes: int = Field(default=64 * 1024, ge=1024)
+    #: Slow readers (server_protocol.py): an answer waiting to be written to a client is
+    #: buffered up to LLMRELAY_CLIENT_WRITE_BUFFER_BYTES per connection; past it the gateway
+    #: stops reading the provider (back-pressure) until the client has read most of it, and a
+    #: client that leaves it full for LLMRELAY_SLOW_READER_TIMEOUT_S is cut (its request
+    #: recorded, status 499 `client_too_slow`).
+    slow_reader_timeout_s: float = Field(default=60.0, gt=0)
+    client_write_buffer_bytes: int = Field(default=64 * 1024, ge=4096)
     #: A second listener, `host:port` (`[v6 address]:port`), for the control plane: the
     #: admin API, the console and /metrics are served there and not on the data-plane port,
     #: which keeps the model API and the health endpoints (docs/operations.md, "Admin

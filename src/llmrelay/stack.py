@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO
 
@@ -24,6 +25,7 @@ from llmrelay.gateway.dispatch import Dispatcher, Runtime
 from llmrelay.gateway.durable import DurableJobs
 from llmrelay.gateway.executor import Executor
 from llmrelay.gateway.recorder import Recorder
+from llmrelay.gateway.trials import BreakerTrials
 from llmrelay.gateway.watch import ClientWatches
 from llmrelay.jobs.probe_trigger import ProbeTrigger
 from llmrelay.jobs.runner import JobRunner, RunnerOptions
@@ -177,6 +179,8 @@ class Stack:
         if self.probe_trigger is not None:
             await self.probe_trigger.close()
         await self.live_reload.stop()
+        if self.runtime.executor.trials is not None:
+            await self.runtime.executor.trials.close()
         await self.recorder.stop(timeout_s=left())
         await self.prepaid.stop(timeout_s=left())
         await self.limiter.close()
@@ -215,8 +219,16 @@ def _runner(stack: Stack, dispatcher: Dispatcher, metrics: Metrics) -> JobRunner
         stack.registry,
         publisher=stack.live_reload.publisher,
         wake=runner.wake,
+        provider_online=provider_online(stack),
     )
     return runner
+
+
+def provider_online(stack: Stack) -> Callable[[str], None] | None:
+    """What a health probe that found a provider online calls: this process's breakers of
+    the provider's routes close (gateway/trials.py)."""
+    trials = stack.runtime.executor.trials
+    return None if trials is None else trials.provider_online
 
 
 def _submissions(stack: Stack) -> DurableJobs:
@@ -271,6 +283,10 @@ def _executor(registry: ProviderRegistry, snapshots: SnapshotHolder, metrics: Me
         metrics.breaker_transitions.labels(route, from_state, to_state).inc()
 
     breakers = Breakers(snapshots.current.breaker, on_transition=count)
+    trials = BreakerTrials(
+        registry, breakers, lambda: snapshots.current, asyncio.get_running_loop()
+    )
+    breakers.on_open = trials.schedule
     router = Router()
     metrics.watch_breakers(breakers.states)
 
@@ -294,4 +310,6 @@ def _executor(registry: ProviderRegistry, snapshots: SnapshotHolder, metrics: Me
         router.latency.forget(routes)
 
     snapshots.listeners.append(follow)
-    return Executor(registry, breakers, router)
+    executor = Executor(registry, breakers, router)
+    executor.trials = trials
+    return executor

@@ -11,7 +11,7 @@ from llmrelay.config.loader import (
     load_config,
     parse_config,
 )
-from llmrelay.config.schema import ProviderType, Strategy
+from llmrelay.config.schema import BreakerConfig, ProviderType, Strategy
 
 GOOD = """
 providers:
@@ -267,3 +267,11 @@ def test_a_policy_strategy_and_fields_are_checked() -> None:
     problems = _problems(text)
     assert any(p.startswith("gw.yaml: routing.policies[0].strategy:") for p in problems)
     assert "gw.yaml: routing.policies[1].models: unknown field" in problems
+
+
+def test_the_breaker_cooldown_is_capped_at_30_seconds_unless_the_first_is_longer() -> None:
+    assert BreakerConfig().max_cooldown_s == 30.0
+    assert BreakerConfig(cooldown_s=45).max_cooldown_s == 45.0  # valid before: still valid
+    assert BreakerConfig(cooldown_s=5, max_cooldown_s=120).max_cooldown_s == 120.0
+    with pytest.raises(ValueError, match="max_cooldown_s must be at least cooldown_s"):
+        BreakerConfig(cooldown_s=20, max_cooldown_s=10)

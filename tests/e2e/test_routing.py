@@ -95,6 +95,12 @@ models:
       - {{provider: up2, upstream_model: echo-429, priority: 1}}
   - name: throttled-once
     routes: [{{provider: up, upstream_model: throttle-first-1-once}}]
+  - name: past-deadline
+    deadline_s: 20
+    retry: {{attempts: 3, backoff_ms: 10}}
+    routes:
+      - {{provider: up, upstream_model: retry-after-100, priority: 0}}
+      - {{provider: up2, upstream_model: echo-past-deadline, priority: 1}}
   - name: hurried
     deadline_s: 1
     routes: [{{provider: up, upstream_model: slow-60000}}]
@@ -206,6 +212,19 @@ def test_retry_after_from_the_provider_is_honoured(
     assert completion.choices[0].message.content == "patience"
     assert _sent(upstream, "throttle-first-1") == 2
     assert time.monotonic() - started >= 1.0
+
+
+def test_a_retry_after_past_the_deadline_moves_to_the_next_route_at_once(
+    client: openai.OpenAI, upstream: MockUpstream
+) -> None:
+    started = time.monotonic()
+    response = _ask(client, "past-deadline")
+    took = time.monotonic() - started
+    assert response.status_code == 200 and response.headers["x-llmrelay-provider"] == "up2"
+    # Retry-After: 100 with 20 s of deadline left: not waited for, though 2 retries remain
+    # and the route's breaker is still closed (one failure of two).
+    assert took < 10.0, took
+    assert _sent(upstream, "retry-after-100") == 1
 
 
 def test_the_breaker_opens_after_failures_and_the_route_is_skipped(

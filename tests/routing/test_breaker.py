@@ -183,6 +183,70 @@ def test_update_settings_applies_new_threshold_and_caps_open_windows() -> None:
     assert breakers.retry_after("other") == 2.0
 
 
+def test_by_default_failed_trials_grow_the_cooldown_to_30_seconds_at_most() -> None:
+    clock = FakeClock()
+    breakers = Breakers(BreakerSettings(), clock)
+    _trip(breakers)
+    for window in (10.0, 20.0, 30.0, 30.0):
+        assert breakers.retry_after(ROUTE) == window
+        clock.now += window
+        breakers.failed(_admit(breakers))
+    assert breakers.retry_after(ROUTE) == 30.0
+
+
+def test_a_maximum_under_the_first_cooldown_never_shortens_it() -> None:
+    clock = FakeClock()
+    breakers = Breakers(BreakerSettings(cooldown_s=45.0, max_cooldown_s=30.0), clock)
+    _trip(breakers)
+    clock.now += 45.0
+    breakers.failed(_admit(breakers))
+    assert breakers.retry_after(ROUTE) == 45.0
+
+
+def test_close_ends_an_open_or_half_open_breaker_and_its_cooldown_starts_over() -> None:
+    clock = FakeClock()
+    transitions: list[tuple[str, str, str]] = []
+    breakers = _breakers(clock, transitions)
+    assert not breakers.close(ROUTE)  # never seen: nothing to close
+    _trip(breakers)
+    clock.now += 10.0
+    trial = _admit(breakers)
+    breakers.failed(trial)  # open for 20 s now
+    clock.now += 20.0
+    stale = _admit(breakers)  # half-open: a trial in flight
+    assert breakers.close(ROUTE)
+    assert breakers.state(ROUTE) == "closed" and not breakers.close(ROUTE)
+    breakers.failed(stale)  # the trial from before the close reports: ignored
+    assert breakers.state(ROUTE) == "closed"
+    _trip(breakers)
+    assert breakers.retry_after(ROUTE) == 10.0
+    assert [t[1:] for t in transitions] == [
+        ("closed", "open"),
+        ("open", "half_open"),
+        ("half_open", "open"),
+        ("open", "half_open"),
+        ("half_open", "closed"),
+        ("closed", "open"),
+    ]
+
+
+def test_on_open_is_told_every_opening_with_its_cooldown() -> None:
+    clock = FakeClock()
+    breakers = _breakers(clock)
+    told: list[tuple[str, float]] = []
+    breakers.on_open = lambda route, cooldown: told.append((route, cooldown))
+    for _ in range(2):
+        breakers.failed(_admit(breakers))
+    assert told == []  # closed: no timer for a route still closed
+    breakers.failed(_admit(breakers))
+    clock.now += 10.0
+    breakers.failed(_admit(breakers))
+    assert told == [(ROUTE, 10.0), (ROUTE, 20.0)]
+    # A reload that shortens the open cooldown tells it again (the trial is due sooner).
+    breakers.update_settings(BreakerSettings(failures=3, cooldown_s=2.0, max_cooldown_s=4.0))
+    assert told[-1] == (ROUTE, 4.0) and breakers.retry_after(ROUTE) == 4.0
+
+
 def test_forget_drops_old_routes_and_their_tickets() -> None:
     breakers = _breakers(FakeClock())
     old = _admit(breakers, "gone")
@@ -297,6 +361,15 @@ class BreakerMachine(RuleBasedStateMachine):
         self.breakers.abandon(held.ticket)
         if held.ticket is model.trial:
             model.trial = None
+
+    @rule(route_id=st.sampled_from(ROUTES))
+    def close(self, route_id: str) -> None:
+        """A health probe found the route's provider online."""
+        model = self.model[route_id]
+        closed = self.breakers.close(route_id)
+        assert closed == (model.state != "closed")
+        if closed:
+            self._expect_transition(route_id, model.state, "closed")
 
     @rule(seconds=st.one_of(st.sampled_from([0.5, 1.0, 2.0, 4.0, 6.0]), st.floats(0, 8)))
     def advance(self, seconds: float) -> None:

@@ -21,9 +21,19 @@ query). The behaviour is chosen by the upstream model name the gateway sends (se
     redirect           answer 307 to another path (a gateway must not follow it)
     fail-first-N       answer 503 to the first N requests for this model, then echo
     throttle-first-N   answer 429 with `Retry-After: 1` to the first N requests, then echo
+    retry-after-S      answer 503 with `Retry-After: S` (seconds), always
+    flood-N            stream N MiB of content as fast as the gateway takes it (`flooded`
+                       counts the bytes written so far): a reader that does not keep up
+                       holds the writes back
     no-usage           echo, but report no usage (no `usage` in the answer, no usage chunk)
     cached             echo, with half the prompt tokens reported as cached and one of the
                        completion tokens as reasoning (OpenAI's usage details)
+
+Any model put in `down` answers 503 (every protocol) until it is taken out: a route that
+fails and then recovers. A breaker's trial call (header `x-llmrelay-trial`, sent by the
+gateway's timer, not by a client) is kept in `trials` instead of `requests` and does not
+count towards fail-first and throttle-first, so a trial arriving between two steps of a test
+changes neither what the test reads nor what the upstream answers it.
 
 The same server and port also speak three more providers' wire formats, so a gateway's
 adapters meet the real thing; their base URL is the host root (`root_url`):
@@ -98,6 +108,12 @@ class MockUpstream:
     #: Credentials refused on every route (a revoked key), and how many requests were.
     refused_keys: set[str] = field(default_factory=set)
     refusals: int = 0
+    #: Upstream models that answer 503 while they are listed here.
+    down: set[str] = field(default_factory=set)
+    #: Breaker trial calls from the gateway (header x-llmrelay-trial), apart from `requests`.
+    trials: list[ReceivedRequest] = field(default_factory=list)
+    #: flood-N: bytes of the answer written so far, per upstream model.
+    flooded: dict[str, int] = field(default_factory=dict)
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
     _runner: web.AppRunner | None = None
@@ -182,7 +198,8 @@ class MockUpstream:
     async def _receive(self, request: web.Request) -> dict[str, Any]:
         body: dict[str, Any] = orjson.loads(await request.read())
         headers, query = dict(request.headers), dict(request.query)
-        self.requests.append(ReceivedRequest(request.path, headers, body, query))
+        received = ReceivedRequest(request.path, headers, body, query)
+        (self.trials if _is_trial(request) else self.requests).append(received)
         return body
 
     async def _admit(
@@ -191,18 +208,25 @@ class MockUpstream:
         """The failures every protocol shares (status, fail-first, throttle-first, slow), worded
         by `error`; None lets the answer go on. `overloaded` is what fail-first answers."""
         kind, arg = _behaviour(model)
+        if model in self.down:
+            return error(503)
         if kind == "status":
             return error(arg)
-        if kind in ("fail-first", "throttle-first"):
+        if kind == "retry-after":
+            return error(503, retry_after=str(arg))
+        if kind in ("fail-first", "throttle-first") and not _is_trial(request):
             self.seen[model] = self.seen.get(model, 0) + 1
             if self.seen[model] <= arg:
                 return error(overloaded) if kind == "fail-first" else error(429, retry_after="1")
         if kind == "slow" and not await _wait_unless_gone(request, arg / 1000):
-            self.abandoned.append(model)
+            if not _is_trial(request):
+                self.abandoned.append(model)
             return web.Response(status=499)
         return None
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
+        if _is_trial(request):  # not a client's call: not counted in flight
+            return await self._answer_chat(request, await self._receive(request))
         self.in_flight += 1
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         try:
@@ -239,6 +263,8 @@ class MockUpstream:
             await response.write(_burst(model, words, body, reply))
             await response.write_eof()
             return response
+        if kind == "flood":
+            return await self._flood(request, response, body, arg)
         await response.write(_event(_chunk(model, {"role": "assistant", "content": ""})))
         for i, word in enumerate(words):
             if kind == "reset" and i == arg:
@@ -276,6 +302,28 @@ class MockUpstream:
         await response.write_eof()
         return response
 
+    async def _flood(
+        self, request: web.Request, response: web.StreamResponse, body: dict[str, Any], mib: int
+    ) -> web.StreamResponse:
+        """flood-N: N MiB of content events, each write waiting only for the connection."""
+        name = str(body.get("model"))
+        model = reported_model(body)
+        event = _event(_chunk(model, {"content": "x" * 4000}))
+        self.flooded[name] = 0
+        try:
+            while self.flooded[name] < mib * 1024 * 1024:
+                await response.write(event)
+                self.flooded[name] += len(event)
+            await response.write(_event(_chunk(model, {}, "stop")))
+            if (body.get("stream_options") or {}).get("include_usage"):
+                usage = _usage(body, "flood")
+                await response.write(_event({**_chunk(model, {}), "choices": [], "usage": usage}))
+            await response.write(b"data: [DONE]\n\n")
+            await response.write_eof()
+        except (ConnectionError, RuntimeError):  # the gateway let go of the stream
+            self.abandoned.append(name)
+        return response
+
     async def _trickle(
         self, request: web.Request, data: bytes, pause_ms: int, model: str
     ) -> web.StreamResponse:
@@ -283,7 +331,8 @@ class MockUpstream:
         await response.prepare(request)
         for start in range(0, len(data), 16):
             if not await _wait_unless_gone(request, pause_ms / 1000):
-                self.abandoned.append(model)
+                if not _is_trial(request):
+                    self.abandoned.append(model)
                 return response
             await response.write(data[start : start + 16])
         await response.write_eof()
@@ -294,6 +343,8 @@ class MockUpstream:
 
     def _answer_embeddings(self, body: dict[str, Any]) -> web.Response:
         kind, arg = _behaviour(str(body.get("model", "")))
+        if body.get("model") in self.down:
+            return _error(503)
         if kind == "status":
             return _error(arg)
         if kind in ("fail-first", "throttle-first"):
@@ -332,6 +383,10 @@ async def _wait_unless_gone(request: web.Request, seconds: float) -> bool:
     return True
 
 
+def _is_trial(request: web.Request) -> bool:
+    return "x-llmrelay-trial" in request.headers
+
+
 def _reset(request: web.Request) -> None:
     """Close the connection with a TCP RST (SO_LINGER 0), as a crashed peer or a middlebox
     does, rather than the orderly FIN of `drop`."""
@@ -362,6 +417,8 @@ def _behaviour(model: str) -> tuple[str, int]:
         ("error-after-", "error"),
         ("fail-first-", "fail-first"),
         ("throttle-first-", "throttle-first"),
+        ("retry-after-", "retry-after"),
+        ("flood-", "flood"),
     ):
         if model.startswith(prefix):  # the number, then anything (to tell routes apart)
             digits = re.match(r"\d+", model[len(prefix) :])

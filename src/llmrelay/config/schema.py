@@ -308,10 +308,26 @@ class ProjectConfig(_Strict):
     _guardrails = field_validator("guardrails")(_unique_names)
 
 
+#: The longest breaker cooldown when the config names none: a route that came back is
+#: tried again within this long (docs/api.md, "Circuit breakers").
+DEFAULT_MAX_COOLDOWN_S = 30.0
+
+
 class BreakerConfig(_Strict):
     failures: Annotated[int, Field(ge=1, le=1000)] = 3
     cooldown_s: PositiveSeconds = 10.0
-    max_cooldown_s: PositiveSeconds = 60.0
+    max_cooldown_s: PositiveSeconds = DEFAULT_MAX_COOLDOWN_S
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_max(cls, data: object) -> object:
+        """No `max_cooldown_s`: the default, or `cooldown_s` when that is longer (a config
+        valid before the default came down from 60 s stays valid)."""
+        if isinstance(data, dict) and data.get("max_cooldown_s") is None:
+            cooldown = data.get("cooldown_s")
+            if isinstance(cooldown, int | float) and cooldown > DEFAULT_MAX_COOLDOWN_S:
+                data = {**data, "max_cooldown_s": cooldown}
+        return data
 
     @model_validator(mode="after")
     def _ordered(self) -> Self:

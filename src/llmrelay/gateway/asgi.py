@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from types import MappingProxyType
 from typing import Final
 
-from starlette.types import Receive, Send
+from starlette.types import Receive, Scope, Send
 
 from llmrelay.deadlines import Deadlines
 from llmrelay.gateway.errors import ClientDisconnected, PayloadTooLarge, RequestTimeout
@@ -29,6 +29,9 @@ def too_large(limit: int) -> PayloadTooLarge:
 
 
 _CLOSE: Final = MappingProxyType({"Connection": "close"})
+#: The scope key the server sets (True) on a request whose answer it cut because the client
+#: stopped reading (server_protocol.py).
+SLOW_READER_CUT: Final = "llmrelay.slow_reader_cut"
 
 
 async def read_body(receive: Receive, limit: int, timeout_s: float, deadlines: Deadlines) -> bytes:
@@ -97,6 +100,7 @@ async def send_sse(
     headers: Iterable[tuple[bytes, bytes]],
     watches: ClientWatches,
     head: tuple[tuple[bytes, bytes], ...] | None = None,
+    scope: Scope | None = None,
 ) -> None:
     """Stream the relay's events to the client as they come; stop the moment the client
     disconnects. The relay is always closed here, so its cleanup runs at once. `head`: the
@@ -109,7 +113,12 @@ async def send_sse(
     record is finished, so the capture queued with the record is whole.
 
     A stream that priming already read to its end (`StreamRelay.whole`) goes out as one body,
-    with no event loop over it and no watch."""
+    with no event loop over it and no watch.
+
+    A client that stops reading holds the stream back (the server's write buffer is bounded:
+    `send` waits, and the provider is not read meanwhile); one that stays stopped is cut by
+    the server (server_protocol.py), which marks the request's `scope`: the call is then
+    recorded as `client_too_slow` rather than `client_disconnected`."""
     start = {
         "type": "http.response.start",
         "status": 200,
@@ -135,6 +144,8 @@ async def send_sse(
                     await send({"type": "http.response.body", "body": part, "more_body": True})
         await send({"type": "http.response.body", "body": last, "more_body": False})
     except (ClientDisconnected, OSError):
-        pass  # nothing more can reach the client
+        # Nothing more can reach the client.
+        if scope is not None and scope.get(SLOW_READER_CUT):
+            relay.abandon("client_too_slow")
     finally:
         relay.abandon()  # nothing, once the stream is over

@@ -170,7 +170,7 @@ class DataPlane(Dispatcher):
                 record.stream = streaming = True
                 served, relay = await self.answer(call, receive, snapshot, model, pinned)
                 self.served_headers(headers, served, record)
-                await send_sse(receive, send, relay, headers, runtime.client_watches)
+                await send_sse(receive, send, relay, headers, runtime.client_watches, scope=scope)
                 return
             served, answer = await self.answer(call, receive, snapshot, model, pinned)
             record.take_usage(answer.body.get("usage"))

@@ -5,7 +5,9 @@ The contract's rules (docs/api.md, "Failover"):
 - connection errors, 429 and 5xx: retried on the same route while `retry.attempts` allows,
   waiting for the provider's `Retry-After` when it fits the request's deadline, else an
   exponential backoff with full jitter (never less than MIN_RETRY_GAP_S: a failing route gets
-  a few attempts per second at most); then the next route;
+  a few attempts per second at most); then the next route. The breaker is asked before any
+  wait: when the failure opened it (or it was the half-open trial that failed), the next
+  route is tried at once, and a `Retry-After` past the deadline is not waited for either;
 - timeouts (connect, first byte, first token): the next route at once, never the same one;
 - 401/403/404: the route is misconfigured: its breaker opens at once, next route, and never a
   401 to the client; a 401 or 403 also tells `on_credentials_refused` (the process queues
@@ -36,6 +38,7 @@ from llmrelay.gateway.errors import (
     UpstreamFailed,
     UpstreamTimeout,
 )
+from llmrelay.gateway.trials import BreakerTrials
 from llmrelay.protocols.openai import upstream_error_message
 from llmrelay.protocols.translation import TranslationError
 from llmrelay.providers.base import Operation, UnsupportedOperation, UpstreamResponse
@@ -187,6 +190,8 @@ class Executor:
         #: Called with a provider's id when it refuses the gateway's credentials (401/403);
         #: it must return at once (it queues a probe off the request path).
         self.on_credentials_refused: Callable[[str], None] | None = None
+        #: Sends the breakers' trials when their cooldowns end (stack.py sets it).
+        self.trials: BreakerTrials | None = None
 
     def usable(self, route_id: str) -> bool:
         """Whether a route's breaker is closed (a session is kept only on a healthy route)."""
@@ -247,11 +252,13 @@ class Executor:
                     hint = again.wait_s if again.wait_s is not None else hint
                     if attempt >= model.retry_attempts:
                         break
+                    if self.breakers.state(route.id) != "closed":
+                        break  # a failed trial, or the failure that opened it: move on at once
                     wait = again.wait_s
                     if wait is None:
                         wait = backoff_s(attempt, model.retry_backoff_ms / 1000, self._rng)
                     if self.clock() + wait >= deadline_at:
-                        break  # no time left to wait for this route: the next one
+                        break  # a wait past the deadline (a long Retry-After): the next route
                     await asyncio.sleep(wait)
                     ticket = self.breakers.admit(route.id)  # it may have opened meanwhile
                     if ticket is None:

@@ -197,7 +197,7 @@ class GeminiRoutes:
                 if query.get("alt") != "sse":
                     relay.as_array()  # Google's default framing: one JSON array
                     head = _ARRAY_HEAD
-                await send_sse(receive, send, relay, headers, runtime.client_watches, head)
+                await send_sse(receive, send, relay, headers, runtime.client_watches, head, scope)
                 return
             served, answer = await dispatcher.answer(call, receive, snapshot, model, pinned)
             answered = answer.body

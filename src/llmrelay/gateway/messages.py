@@ -94,7 +94,7 @@ class MessagesRoutes:
                 record.stream = streaming = True
                 served, relay = await dispatcher.answer(call, receive, snapshot, model, pinned)
                 dispatcher.served_headers(headers, served, record)
-                await send_sse(receive, send, relay, headers, runtime.client_watches)
+                await send_sse(receive, send, relay, headers, runtime.client_watches, scope=scope)
                 return
             served, answer = await dispatcher.answer(call, receive, snapshot, model, pinned)
             answered = answer.body

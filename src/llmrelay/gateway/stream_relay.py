@@ -200,15 +200,15 @@ class StreamRelay:
             self._close()
             raise
 
-    def abandon(self) -> None:
-        """The client will take no more (it left, or a write to it failed): the call ends
-        as a client disconnect, unless the stream had already failed, and is closed. Does
-        nothing once the stream is over."""
+    def abandon(self, code: str = "client_disconnected") -> None:
+        """The client will take no more (it left, a write to it failed, or it read too
+        slowly: `code` says which): the call ends as a client disconnect, unless the stream
+        had already failed, and is closed. Does nothing once the stream is over."""
         state = self._state
         if state == _OVER:
             return
         if state != _FAILED:
-            self._record.fail(CLIENT_CLOSED_REQUEST, "client_disconnected")
+            self._record.fail(CLIENT_CLOSED_REQUEST, code)
         self._state = _OVER
         self._close()
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import structlog
@@ -101,12 +101,16 @@ class Prober:
         *,
         delays_s: Sequence[float],
         publisher: ConfigPublisher | None = None,
+        on_online: Callable[[str], None] | None = None,
     ) -> None:
         self.engine = engine
         self.sealer = sealer
         self.registry = registry
         self.delays_s = tuple(delays_s)
         self.publisher = publisher
+        #: Told the provider's id when a probe finds it online (this process's breakers of
+        #: its routes close: gateway/trials.py).
+        self.on_online = on_online
 
     @classmethod
     def from_services(cls, services: Services) -> Prober:
@@ -116,6 +120,7 @@ class Prober:
             services.registry,
             delays_s=services.settings.probe_delays_s,
             publisher=services.publisher,
+            on_online=services.provider_online,
         )
 
     async def check(self, provider: ProviderSnap) -> ProbeResult:
@@ -153,6 +158,8 @@ class Prober:
             return None
         if change.generation is not None and self.publisher is not None:
             await self.publisher.publish(change.generation)
+        if result.status == ONLINE and self.on_online is not None:
+            self.on_online(provider_id)
         event = "provider_health_changed" if change.previous != result.status else "provider_probed"
         (log.warning if result.status != ONLINE else log.info)(
             event,

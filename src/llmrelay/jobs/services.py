@@ -29,3 +29,6 @@ class Services:
     publisher: ConfigPublisher | None = None
     #: Looks for due jobs now (a job queued a follow-up to run at once).
     wake: Callable[[], None] | None = None
+    #: Told a provider's id when its health probe finds it online: this process's circuit
+    #: breakers of its routes close (gateway/trials.py).
+    provider_online: Callable[[str], None] | None = None

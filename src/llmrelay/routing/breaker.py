@@ -6,9 +6,13 @@ A route (provider + credential + upstream model) is named by an opaque route id.
 
 - closed -> open after `failures` consecutive retryable failures, or at once on a misconfigured
   failure (the provider answered 401/403/404: retrying the same credential cannot help).
-- open -> half_open lazily, on the first `admit` after the cooldown; that caller gets the trial.
+- open -> half_open on the first `admit` after the cooldown; that caller gets the trial. The
+  caller is whoever comes first: a request, or the process's trial timer (gateway/trials.py),
+  which `on_open` tells when each cooldown ends, so a route recovers with no request paying.
 - half_open -> closed when the trial succeeds (the cooldown resets to `cooldown_s`);
-  half_open -> open when it fails, with the cooldown doubled up to `max_cooldown_s`.
+  half_open -> open when it fails, with the cooldown doubled up to `max_cooldown_s` (never
+  under `cooldown_s`).
+- open or half_open -> closed by `close`: a health probe found the route's provider online.
 
 Every admission returns a `Ticket` carrying the breaker's epoch. The epoch moves on every
 transition and on every trial claim, and a report whose ticket is from another epoch is ignored:
@@ -45,6 +49,8 @@ HALF_OPEN: Final[State] = "half_open"
 
 #: `on_transition(route_id, from_state, to_state)`; called after the state has changed.
 TransitionHook = Callable[[str, str, str], None]
+#: `on_open(route_id, cooldown_s)`: the route just opened; a trial may be claimed after that.
+OpenHook = Callable[[str, float], None]
 
 _NEVER: Final = float("-inf")
 
@@ -95,6 +101,8 @@ class Breakers:
         self._clock = clock
         self._on_transition = on_transition
         self._breakers: dict[str, _Breaker] = {}
+        #: Told each time a route opens (the trial timer); called on failures only.
+        self.on_open: OpenHook | None = None
 
     def admit(self, route_id: str) -> Ticket | None:
         """A ticket for one attempt on the route, or None: skip the route for now."""
@@ -123,7 +131,19 @@ class Breakers:
             if misconfigured or breaker.failures >= self._settings.failures:
                 self._open(breaker, self._settings.cooldown_s)
         elif breaker.state is HALF_OPEN:
-            self._open(breaker, min(breaker.window * 2, self._settings.max_cooldown_s))
+            settings = self._settings
+            longest = max(settings.max_cooldown_s, settings.cooldown_s)
+            self._open(breaker, min(breaker.window * 2, longest))
+
+    def close(self, route_id: str) -> bool:
+        """Close an open or half-open breaker (its provider's health probe succeeded); its
+        cooldown starts again from `cooldown_s`. Whether it was not closed."""
+        breaker = self._breakers.get(route_id)
+        if breaker is None or breaker.state is CLOSED:
+            return False
+        breaker.window = self._settings.cooldown_s
+        self._move(breaker, CLOSED)
+        return True
 
     def abandon(self, ticket: Ticket) -> None:
         """The attempt will never report (cancelled); a trial's slot goes to the next caller."""
@@ -149,10 +169,15 @@ class Breakers:
     def update_settings(self, settings: BreakerSettings) -> None:
         """Apply reloaded settings; open windows longer than the new maximum are shortened."""
         self._settings = settings
-        latest = self._clock() + settings.max_cooldown_s
+        now = self._clock()
+        longest = max(settings.max_cooldown_s, settings.cooldown_s)
+        latest = now + longest
         for breaker in self._breakers.values():
-            breaker.window = min(breaker.window, settings.max_cooldown_s)
-            breaker.reopen_at = min(breaker.reopen_at, latest)
+            breaker.window = min(breaker.window, longest)
+            if breaker.state is OPEN and breaker.reopen_at > latest:
+                breaker.reopen_at = latest
+                if self.on_open is not None:  # its trial is due sooner than it was told
+                    self.on_open(breaker.route_id, longest)
             breaker.trial_until = min(breaker.trial_until, latest)
 
     def forget(self, keep: Iterable[str]) -> None:
@@ -180,6 +205,8 @@ class Breakers:
         breaker.window = window
         breaker.reopen_at = self._clock() + window
         self._move(breaker, OPEN)
+        if self.on_open is not None:
+            self.on_open(breaker.route_id, window)
 
     def _move(self, breaker: _Breaker, to_state: State) -> None:
         from_state = breaker.state

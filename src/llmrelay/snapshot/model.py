@@ -163,7 +163,8 @@ class KeySnap:
 class BreakerSettings:
     failures: int = 3
     cooldown_s: float = 10.0
-    max_cooldown_s: float = 60.0
+    #: Never under `cooldown_s` where it is used (routing/breaker.py).
+    max_cooldown_s: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)
