@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmrelay.protocols.chat_anthropic import anthropic_request_to_chat, chat_request_to_anthropic
+from llmrelay.protocols.anthropic_request import anthropic_request_to_chat
+from llmrelay.protocols.chat_anthropic import chat_request_to_anthropic
 from llmrelay.protocols.translation import TranslationError
 
 
