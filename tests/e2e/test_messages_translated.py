@@ -104,6 +104,9 @@ def test_claude_codes_request_is_translated_and_the_dropped_fields_named(
     if model == "gemini":
         expected.append("metadata.user_id")  # Gemini has no user id
     assert dropped == expected
+    received = [r for r in upstream.requests if "GenerateContent" in r.path or "/chat/" in r.path]
+    beta = {k.lower() for k in received[-1].headers} & {"anthropic-beta", "anthropic-version"}
+    assert not beta  # Anthropic's headers mean nothing to another provider
     if model == "compat":
         sent = _upstream_body(upstream, "/chat/completions")
         assert sent["reasoning_effort"] == "high"
