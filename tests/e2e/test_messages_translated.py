@@ -128,7 +128,12 @@ def test_a_model_that_does_not_reason_gets_no_effort_and_the_header_says_so(
     response = httpx.post(f"{gateway.url}/v1/messages", headers=headers, json=body, timeout=15)
     assert response.status_code == 200, response.text
     dropped = response.headers["x-llmrelay-dropped"].split(",")
-    assert dropped == ["context_management", "cache_control", "tools.defer_loading", "output_config.effort"]
+    assert dropped == [
+        "context_management",
+        "cache_control",
+        "tools.defer_loading",
+        "output_config.effort",
+    ]
     sent = _upstream_body(upstream, "/chat/completions")
     assert sent["model"] == "gpt-4.1" and "reasoning_effort" not in sent
 
@@ -184,13 +189,17 @@ def _first_turn(client: anthropic.Anthropic, model: str, stream: bool) -> list[A
 
 def _second_turn(
     client: anthropic.Anthropic, model: str, content: list[Any], stream: bool
-) -> tuple[str, httpx.Headers]:
+) -> tuple[str, Any]:
     use = next(b for b in content if b["type"] == "tool_use")
     result = {"type": "tool_result", "tool_use_id": use["id"], "content": "a.txt"}
     kwargs: dict[str, Any] = {
         "model": model,
         "max_tokens": 200,
-        "messages": [ASK, {"role": "assistant", "content": content}, {"role": "user", "content": [result]}],
+        "messages": [
+            ASK,
+            {"role": "assistant", "content": content},
+            {"role": "user", "content": [result]},
+        ],
         "tools": [TOOL],
         "thinking": {"type": "adaptive"},
     }

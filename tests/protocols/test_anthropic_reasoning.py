@@ -128,7 +128,7 @@ def accumulate(events: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]
     blocks: dict[int, dict[str, Any]] = {}
     partial: dict[int, str] = {}
     for _, event in events:
-        index = event.get("index")
+        index: int = event.get("index", -1)
         if event["type"] == "content_block_start":
             blocks[index] = dict(event["content_block"])
         elif event["type"] == "content_block_delta":

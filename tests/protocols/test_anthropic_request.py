@@ -161,7 +161,9 @@ def test_images_a_tool_returned_follow_its_result_as_a_user_message() -> None:
         "content": [{"type": "text", "text": "the image:"}, image],
     }
     body, _ = to_chat(
-        request(USER, {"role": "assistant", "content": [use]}, {"role": "user", "content": [result]})
+        request(
+            USER, {"role": "assistant", "content": [use]}, {"role": "user", "content": [result]}
+        )
     )
     assert body["messages"][2] == {"role": "tool", "tool_call_id": "t1", "content": "the image:"}
     assert body["messages"][3] == {

@@ -203,7 +203,7 @@ def test_thinking_blocks_of_earlier_turns_are_dropped() -> None:
         {
             "type": "tool_result",
             "tool_use_id": "t1",
-            "content": [{"type": "image", "source": {"type": "url", "url": "https://x/y.png"}}],
+            "content": [{"type": "search_result", "source": "https://x", "content": []}],
         },
     ],
 )

@@ -101,14 +101,18 @@ class ThinkingUpstream:
                 "type": "function",
                 "function": {"name": name, "arguments": orjson.dumps(ARGUMENTS).decode()},
             }
-            delta, finish = {"content": None, "tool_calls": [call]}, "tool_calls"
+            delta = {"content": None, "tool_calls": [call]}
+            finish = "tool_calls"
         if not body.get("stream"):
             message = {"role": "assistant", "reasoning_content": THOUGHT, **delta}
             choice = {"index": 0, "message": message, "finish_reason": finish}
             answer = {"id": "chatcmpl-t", "object": "chat.completion", "choices": [choice]}
             return web.json_response({**answer, "usage": usage}, dumps=_dumps)
         head = {"id": "chatcmpl-t", "object": "chat.completion.chunk", "model": body["model"]}
-        chunks = [{"role": "assistant", "content": ""}, {"reasoning_content": THOUGHT}]
+        chunks: list[dict[str, Any]] = [
+            {"role": "assistant", "content": ""},
+            {"reasoning_content": THOUGHT},
+        ]
         if "tool_calls" in delta:
             chunks.append({"tool_calls": [{"index": 0, **delta["tool_calls"][0]}]})
         else:
@@ -146,7 +150,10 @@ class ThinkingUpstream:
             return web.json_response(answer, dumps=_dumps)
         first = {"candidates": [{"content": {"role": "model", "parts": parts[:1]}}]}
         rest = {**candidate, "content": {"role": "model", "parts": parts[1:]}}
-        data = [sse_data(orjson.dumps(first)), sse_data(orjson.dumps({**answer, "candidates": [rest]}))]
+        data = [
+            sse_data(orjson.dumps(first)),
+            sse_data(orjson.dumps({**answer, "candidates": [rest]})),
+        ]
         return await _sse(request, data)
 
 

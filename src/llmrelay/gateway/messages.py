@@ -4,8 +4,9 @@ A Messages request goes to the same routes as a chat request for the same model.
 anthropic provider gets the body as it came (only `model` rewritten; `anthropic-version` and
 `anthropic-beta` passed on); other providers get it through chat (providers.messages_bridge).
 A translated answer names the request's fields it left out in `x-llmrelay-dropped`
-(gateway/dropped.py). Every answer, errors included, is in Anthropic's shape: `{"type":"error","error":{"type",
-"message"},"request_id"}` with the status the OpenAI routes would give.
+(gateway/dropped.py). Every answer, errors included, is in Anthropic's shape:
+`{"type":"error","error":{"type","message"},"request_id"}` with the status the OpenAI routes
+would give.
 """
 
 from __future__ import annotations

@@ -190,6 +190,4 @@ def reasoning_effort(payload: dict[str, Any], dropped: list[str]) -> str | None:
         return "low" if budget <= 1024 else "medium" if budget <= 8192 else "high"
     if kind in ("adaptive", "disabled"):
         return None
-    raise TranslationError(
-        "thinking.type must be enabled, adaptive or disabled", param="thinking"
-    )
+    raise TranslationError("thinking.type must be enabled, adaptive or disabled", param="thinking")

@@ -91,6 +91,7 @@ _CHAT_ONLY_DEFAULT: Final[dict[str, tuple[Any, str]]] = {
     "modalities": (["text"], "only text output is supported by this model"),
 }
 
+
 def chat_request_to_anthropic(
     payload: dict[str, Any], *, upstream_model: str
 ) -> tuple[dict[str, Any], list[str]]:

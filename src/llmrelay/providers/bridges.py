@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from llmrelay.providers.base import Adapter, Operation, UnsupportedOperation, UpstreamRequest
-from llmrelay.providers.headers import of_kind
 from llmrelay.providers.gemini_bridge import gemini_embed_over_openai, gemini_over_chat
+from llmrelay.providers.headers import of_kind
 from llmrelay.providers.messages_bridge import messages_over_chat
 from llmrelay.providers.presets import speaks_responses
 from llmrelay.providers.responses_bridge import responses_over_chat

@@ -40,7 +40,5 @@ def of_kind(forwarded: dict[str, str], protocol: str) -> dict[str, str]:
     own (`x-request-id`) stay."""
     own = _OWN_KIND.get(protocol, frozenset())
     return {
-        name: value
-        for name, value in forwarded.items()
-        if name in own or name not in FORWARDED
+        name: value for name, value in forwarded.items() if name in own or name not in FORWARDED
     }
