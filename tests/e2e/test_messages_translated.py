@@ -239,7 +239,7 @@ def test_geminis_thought_signature_round_trips_through_thinking_blocks(
     assert kinds[0] == "thinking" and "tool_use" in kinds
     text, _ = _second_turn(client, "think-gemini", content, stream)
     assert text.startswith("The tool said: ")
-    model_turn = thinking.last("GenerateContent")["contents"][1]
+    model_turn = thinking.last("/v1beta/models/")["contents"][1]
     assert model_turn["role"] == "model"
     call = next(p for p in model_turn["parts"] if "functionCall" in p)
     assert call["thoughtSignature"] == SIGNATURE  # Gemini's own, not the skip placeholder

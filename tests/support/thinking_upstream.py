@@ -4,9 +4,10 @@ thought parts and a `thoughtSignature` on the function call, as Gemini 2.5 and 3
 streamed and not, so a gateway's reasoning round trips are tested against the wire formats.
 
 One tool step per conversation: without a tool result in the request, it thinks (THOUGHT)
-and calls the first declared tool with `{"command": "ls"}`; with one, it answers
-"The tool said: <result>". Every request body is kept in `requests` (path, body); the Gemini
-signature it hands out is SIGNATURE, so a test sees whether the next turn carried it back.
+and calls the shell tool (a tool named as a client's shell tool, else the first declared)
+with `{"command": "echo thinking-ok"}`; with one, it answers "The tool said: <result>".
+Every request body is kept in `requests` (path, body); the Gemini signature it hands out is
+SIGNATURE, so a test sees whether the next turn carried it back.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from tests.support.ports import free_port
 
 THOUGHT: Final = "The user wants the files listed; call the tool."
 SIGNATURE: Final = "Z2VtaW5pLXRob3VnaHQtc2lnbmF0dXJl"
-ARGUMENTS: Final = {"command": "ls"}
+ARGUMENTS: Final = {"command": "echo thinking-ok"}
+#: Tool names taken for the shell tool (Claude Code's, opencode's...).
+SHELL: Final = ("Bash", "bash", "shell")
 
 
 @dataclass
@@ -95,7 +98,8 @@ class ThinkingUpstream:
             delta: dict[str, Any] = {"content": f"The tool said: {results[-1] if results else ''}"}
             finish = "stop"
         else:
-            name = tools[0]["function"]["name"]
+            names = [t["function"]["name"] for t in tools]
+            name = next((n for n in names if n in SHELL), names[0])
             call = {
                 "id": "call_think1",
                 "type": "function",
@@ -141,7 +145,8 @@ class ThinkingUpstream:
             said = orjson.dumps(responses[-1]).decode() if responses else ""
             parts: list[dict[str, Any]] = [thought, {"text": f"The tool said: {said}"}]
         else:
-            call = {"name": declarations[0]["name"], "args": ARGUMENTS}
+            names = [d["name"] for d in declarations]
+            call = {"name": next((n for n in names if n in SHELL), names[0]), "args": ARGUMENTS}
             parts = [thought, {"functionCall": call, "thoughtSignature": SIGNATURE}]
         usage = {"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15}
         candidate = {"content": {"role": "model", "parts": parts}, "finishReason": "STOP"}
