@@ -49,6 +49,7 @@ def gateway(
     config = f"""
 providers:
   - {{slug: compat, type: openai_compatible, base_url: "{upstream.base_url}", api_key: {SECRET}}}
+  - {{slug: claude, type: anthropic, base_url: "{root}", api_key: {SECRET}}}
   - {{slug: google, type: gemini, base_url: "{root}", api_key: {SECRET}}}
   - {{slug: openai, type: openai, base_url: "{upstream.base_url}", api_key: {SECRET}}}
   - {{slug: think-compat, type: openai_compatible, base_url: "{think}/v1", api_key: {SECRET}}}
@@ -56,6 +57,7 @@ providers:
   - {{slug: think-google, type: gemini, base_url: "{think}", api_key: {SECRET}}}
 models:
   - {{name: compat, routes: [{{provider: compat, upstream_model: echo}}]}}
+  - {{name: claude, routes: [{{provider: claude, upstream_model: claude-test}}]}}
   - {{name: gemini, routes: [{{provider: google, upstream_model: gemini-test}}]}}
   - {{name: gpt41, routes: [{{provider: openai, upstream_model: gpt-4.1}}]}}
   - {{name: think-compat, routes: [{{provider: think-compat, upstream_model: r1}}]}}
@@ -256,3 +258,21 @@ def test_openais_own_api_gets_no_reasoning_fields_and_the_header_says_so(
     assistant = thinking.last("/chat/completions")["messages"][1]
     assert "reasoning_content" not in assistant
     assert headers["x-llmrelay-dropped"] == "messages.content.thinking"
+
+
+def test_a_conversation_moved_to_an_anthropic_model_leaves_llmrelays_thinking_out(
+    client: anthropic.Anthropic, upstream: MockUpstream
+) -> None:
+    """A client that switches models mid-conversation (Claude Code's /model): Anthropic would
+    refuse the signatures of thinking blocks llmrelay made, so they are taken out."""
+    first = client.messages.create(model="think-compat", max_tokens=50, messages=[ASK])
+    content = [block.model_dump(exclude_none=True) for block in first.content]
+    assert [b["type"] for b in content] == ["thinking", "text"]
+    history: list[Any] = [ASK, {"role": "assistant", "content": content}]
+    raw = client.messages.with_raw_response.create(
+        model="claude", max_tokens=50, messages=[*history, {"role": "user", "content": "more"}]
+    )
+    assert raw.http_response.status_code == 200
+    assert raw.headers["x-llmrelay-dropped"] == "messages.content.thinking"
+    sent = _upstream_body(upstream, "/v1/messages")
+    assert sent["messages"][1]["content"] == [content[1]]

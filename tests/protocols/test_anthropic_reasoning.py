@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from llmrelay.protocols.anthropic_chat_stream import ChatStreamToAnthropic
-from llmrelay.protocols.anthropic_reasoning import PREFIX, unpack
+from llmrelay.protocols.anthropic_reasoning import PREFIX, unpack, without_own_thinking
 from llmrelay.protocols.anthropic_request import anthropic_request_to_chat
 from llmrelay.protocols.chat_anthropic import chat_response_to_anthropic
 
@@ -197,3 +197,26 @@ def test_a_stream_without_reasoning_has_no_thinking_block() -> None:
     assert content == [{"type": "text", "text": "hi"}]
     off = run([chunk({"reasoning_content": "x"}), chunk({"content": "hi"}, "stop")], thinking=False)
     assert accumulate(off) == [{"type": "text", "text": "hi"}]
+
+
+def test_an_anthropic_provider_gets_no_thinking_llmrelay_signed() -> None:
+    message = {"role": "assistant", "content": "ok", "reasoning_content": "mine"}
+    ours = chat_response_to_anthropic(completion(message), model="v")["content"]
+    theirs = {"type": "thinking", "thinking": "t", "signature": "EqQBCkYIBxgCKkA"}
+    payload = {
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": "a"},
+            {"role": "assistant", "content": ours},
+            {"role": "user", "content": "b"},
+            {"role": "assistant", "content": [theirs, {"type": "text", "text": "x"}]},
+            {"role": "user", "content": "c"},
+        ],
+    }
+    before = copy.deepcopy(payload)
+    stripped = without_own_thinking(payload)
+    assert stripped is not None
+    assert stripped["messages"][1]["content"] == [{"type": "text", "text": "ok"}]
+    assert stripped["messages"][3] is payload["messages"][3]  # Anthropic's own: kept
+    assert payload == before  # a later attempt on a translated route still has them
+    assert without_own_thinking(stripped) is None

@@ -191,3 +191,34 @@ def reasoning_effort(payload: dict[str, Any], dropped: list[str]) -> str | None:
     if kind in ("adaptive", "disabled"):
         return None
     raise TranslationError("thinking.type must be enabled, adaptive or disabled", param="thinking")
+
+
+def without_own_thinking(payload: dict[str, Any]) -> dict[str, Any] | None:
+    """For an Anthropic provider: `payload` without the thinking blocks llmrelay signed (a
+    conversation that began on a translated route, or a client that switched models), which
+    Anthropic would refuse as badly signed; None when it has none. The payload itself is not
+    changed: a later attempt on a translated route still needs them."""
+    messages = payload.get("messages")
+    if type(messages) is not list:
+        return None
+    kept: list[Any] | None = None
+    for position, message in enumerate(messages):
+        if type(message) is not dict or message.get("role") != "assistant":
+            continue
+        content = message.get("content")
+        if type(content) is not list:
+            continue
+        blocks = [b for b in content if not _own_thinking(b)]
+        if len(blocks) == len(content):
+            continue
+        if kept is None:
+            kept = list(messages)
+        kept[position] = {**message, "content": blocks}
+    return None if kept is None else {**payload, "messages": kept}
+
+
+def _own_thinking(block: Any) -> bool:
+    if type(block) is not dict or block.get("type") != "thinking":
+        return False
+    signature = block.get("signature")
+    return isinstance(signature, str) and signature.startswith(PREFIX)
