@@ -188,3 +188,14 @@ def test_what_cannot_be_said_is_refused_naming_the_field(
     with pytest.raises(TranslationError) as caught:
         to_chat(request(**fields))
     assert caught.value.param == param
+
+
+def test_a_tool_choice_naming_a_server_tool_left_out_goes_with_it() -> None:
+    tools = [
+        {"type": "web_search_20250305", "name": "web_search"},
+        {"name": "Bash", "input_schema": {"type": "object"}},
+    ]
+    choice = {"type": "tool", "name": "web_search"}
+    body, dropped = to_chat(request(tools=tools, tool_choice=choice))
+    assert "tool_choice" not in body and len(body["tools"]) == 1
+    assert dropped == ["web_search", "tool_choice"]

@@ -172,10 +172,12 @@ def _tools(payload: dict[str, Any], body: dict[str, Any], dropped: list[str]) ->
     if not isinstance(tools, list):
         raise TranslationError("tools must be a list", param="tools")
     kept = []
+    left_out: set[str] = set()
     for tool in tools:
         server = _server_tool(tool)
         if server is not None:
             note(dropped, server)
+            left_out.add(str(tool.get("name")))
             continue
         if isinstance(tool, dict):
             for key in ("defer_loading", "strict", "input_examples", "eager_input_streaming"):
@@ -187,8 +189,12 @@ def _tools(payload: dict[str, Any], body: dict[str, Any], dropped: list[str]) ->
             note(dropped, "tool_choice")
         return
     body["tools"] = anthropic_tools_to_chat(kept, dropped)
-    if payload.get("tool_choice") is not None:
-        choice, parallel = anthropic_tool_choice_to_chat(payload["tool_choice"])
+    choice = payload.get("tool_choice")
+    if isinstance(choice, dict) and choice.get("type") == "tool" and choice.get("name") in left_out:
+        note(dropped, "tool_choice")  # it named a server tool that was left out
+        return
+    if choice is not None:
+        choice, parallel = anthropic_tool_choice_to_chat(choice)
         body["tool_choice"] = choice
         if not parallel:
             body["parallel_tool_calls"] = False
