@@ -160,7 +160,7 @@ def wants_thinking(payload: dict[str, Any]) -> bool:
     return not (isinstance(thinking, dict) and thinking.get("type") == "disabled")
 
 
-def reasoning_effort(payload: dict[str, Any], dropped: list[str]) -> str | None:
+def reasoning_effort(payload: dict[str, Any]) -> str | None:
     """chat's reasoning_effort for `output_config.effort` and `thinking`: the effort when
     given; else a budget by the bands Google documents for its OpenAI-compatible endpoint
     (up to 1K low, up to 8K medium, more high); adaptive or disabled thinking alone leaves

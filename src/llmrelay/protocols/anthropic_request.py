@@ -73,7 +73,7 @@ def anthropic_request_to_chat(
             raise TranslationError(_REFUSED[field], param=field)
         # top_k, service_tier, context_management and unknown extensions.
         note(dropped, field)
-    effort = anthropic_reasoning.reasoning_effort(payload, dropped)
+    effort = anthropic_reasoning.reasoning_effort(payload)
     raw_messages = payload.get("messages")
     if not isinstance(raw_messages, list) or not raw_messages:
         raise TranslationError("messages must be a non-empty list", param="messages")
