@@ -68,6 +68,7 @@ def _tool_loop_requests(upstream: ThinkingUpstream, fragment: str) -> list[dict[
 @pytest.mark.parametrize(
     ("model", "fragment"),
     [("think-compat", "/chat/completions"), ("think-gemini", "/v1beta/models/")],
+    ids=["openai_compatible", "gemini"],
 )
 def test_claude_code_carries_the_providers_reasoning_back(
     gateway: GatewayProcess,
