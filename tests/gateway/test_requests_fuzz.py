@@ -27,7 +27,8 @@ from llmrelay.gateway.messages import estimate_tokens as count_message_tokens
 from llmrelay.gateway.requests import check_chat, check_embeddings, parse_object
 from llmrelay.gateway.responses import check_responses
 from llmrelay.limits.estimate import estimate_tokens
-from llmrelay.protocols.chat_anthropic import anthropic_request_to_chat, chat_request_to_anthropic
+from llmrelay.protocols.anthropic_request import anthropic_request_to_chat
+from llmrelay.protocols.chat_anthropic import chat_request_to_anthropic
 from llmrelay.protocols.chat_gemini import chat_request_to_gemini
 from llmrelay.protocols.gemini_embeddings import embeddings_request_to_gemini
 from llmrelay.protocols.generation import chat_request, check_generate
@@ -433,6 +434,8 @@ EXTRA_FIELDS = (
     "system",
     "metadata",
     "thinking",
+    "output_config",
+    "output_format",
     "response_format",
     "stream_options",
     "max_tokens",

@@ -4,9 +4,9 @@ from typing import Any
 
 import pytest
 
+from llmrelay.protocols.anthropic_request import anthropic_request_to_chat
 from llmrelay.protocols.chat_anthropic import (
     DEFAULT_MAX_TOKENS,
-    anthropic_request_to_chat,
     anthropic_response_to_chat,
     chat_request_to_anthropic,
     chat_response_to_anthropic,
@@ -225,8 +225,10 @@ def test_disabled_thinking_is_accepted() -> None:
 @pytest.mark.parametrize(
     ("fields", "param"),
     [
-        ({"thinking": {"type": "enabled", "budget_tokens": 2000}}, "thinking"),
-        ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools"),
+        ({"thinking": {"type": "sometimes"}}, "thinking"),
+        ({"output_config": {"effort": "extreme"}}, "output_config.effort"),
+        ({"output_config": {"format": {"type": "regex"}}}, "output_config.format"),
+        ({"tools": [{"type": "computer_20250124", "name": "computer"}]}, "tools"),
         (
             {"mcp_servers": [{"type": "url", "url": "https://mcp.example", "name": "x"}]},
             "mcp_servers",

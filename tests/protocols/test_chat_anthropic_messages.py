@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmrelay.protocols.chat_anthropic import anthropic_request_to_chat, chat_request_to_anthropic
+from llmrelay.protocols.anthropic_request import anthropic_request_to_chat
+from llmrelay.protocols.chat_anthropic import chat_request_to_anthropic
 from llmrelay.protocols.translation import TranslationError
 
 
@@ -202,7 +203,7 @@ def test_thinking_blocks_of_earlier_turns_are_dropped() -> None:
         {
             "type": "tool_result",
             "tool_use_id": "t1",
-            "content": [{"type": "image", "source": {"type": "url", "url": "https://x/y.png"}}],
+            "content": [{"type": "search_result", "source": "https://x", "content": []}],
         },
     ],
 )

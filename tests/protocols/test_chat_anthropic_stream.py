@@ -8,11 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmrelay.protocols.chat_anthropic_stream import (
-    AnthropicStreamToChat,
-    ChatStreamToAnthropic,
-    StreamError,
-)
+from llmrelay.protocols.anthropic_chat_stream import ChatStreamToAnthropic
+from llmrelay.protocols.chat_anthropic_stream import AnthropicStreamToChat, StreamError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "anthropic"
 

@@ -1,4 +1,4 @@
-from llmrelay.providers.headers import forwardable
+from llmrelay.providers.headers import forwardable, of_kind
 
 
 def _raw(pairs: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
@@ -35,4 +35,20 @@ def test_only_protocol_headers_travel_upstream() -> None:
         "openai-beta": "assistants=v2",
         "anthropic-version": "2023-06-01",
         "anthropic-beta": "prompt-caching-2024-07-31",
+    }
+
+
+def test_a_bridged_call_keeps_only_its_own_protocols_headers() -> None:
+    forwarded = {
+        "anthropic-version": "2023-06-01",
+        "anthropic-beta": "context-management-2025-06-27",
+        "openai-beta": "responses=v1",
+        "x-request-id": "req_1",
+    }
+    assert of_kind(forwarded, "openai") == {"openai-beta": "responses=v1", "x-request-id": "req_1"}
+    assert of_kind(forwarded, "gemini") == {"x-request-id": "req_1"}
+    assert of_kind(forwarded, "anthropic") == {
+        "anthropic-version": "2023-06-01",
+        "anthropic-beta": "context-management-2025-06-27",
+        "x-request-id": "req_1",
     }

@@ -123,6 +123,7 @@ class CallRecord:
         "counted_route",
         "created",
         "delivered_events",
+        "dropped",
         "endpoint",
         "error_code",
         "guard_hits",
@@ -202,6 +203,8 @@ class CallRecord:
         self.reserved = False
         #: Guardrail hit rows (gateway/guard.py HIT_COLUMNS), when a rule matched.
         self.guard_hits: list[tuple[Any, ...]] | None = None
+        #: The client's fields the last attempt's translation left out (gateway/dropped.py).
+        self.dropped: tuple[str, ...] = ()
 
     def mark_first_byte(self) -> None:
         if self.ttfb_ms is None:

@@ -3,8 +3,10 @@
 A Messages request goes to the same routes as a chat request for the same model. An
 anthropic provider gets the body as it came (only `model` rewritten; `anthropic-version` and
 `anthropic-beta` passed on); other providers get it through chat (providers.messages_bridge).
-Every answer, errors included, is in Anthropic's shape: `{"type":"error","error":{"type",
-"message"},"request_id"}` with the status the OpenAI routes would give.
+A translated answer names the request's fields it left out in `x-llmrelay-dropped`
+(gateway/dropped.py). Every answer, errors included, is in Anthropic's shape:
+`{"type":"error","error":{"type","message"},"request_id"}` with the status the OpenAI routes
+would give.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from llmrelay.gateway.auth import authenticate
 from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
 from llmrelay.gateway.capabilities import CHARS_PER_TOKEN, needs_of
 from llmrelay.gateway.dispatch import Dispatcher, bind
+from llmrelay.gateway.dropped import add_header
 from llmrelay.gateway.errors import ClientDisconnected, GatewayError, InvalidRequest
 from llmrelay.gateway.executor import UpstreamRejected, candidates
 from llmrelay.gateway.ingress import RequestContext
@@ -94,6 +97,7 @@ class MessagesRoutes:
                 record.stream = streaming = True
                 served, relay = await dispatcher.answer(call, receive, snapshot, model, pinned)
                 dispatcher.served_headers(headers, served, record)
+                add_header(headers, record.dropped)
                 await send_sse(receive, send, relay, headers, runtime.client_watches, scope=scope)
                 return
             served, answer = await dispatcher.answer(call, receive, snapshot, model, pinned)
@@ -107,6 +111,7 @@ class MessagesRoutes:
                 if guard is not None and guard.responses:
                     dispatcher.screen_answer(guard, operation, answered, record)
             dispatcher.served_headers(headers, served, record)
+            add_header(headers, record.dropped)
             await send_json(send, 200, orjson.dumps(answered), headers)
         except GatewayError as error:
             streaming = False

@@ -70,7 +70,7 @@ def anthropic_message_to_chat(message: Any, dropped: list[str]) -> list[dict[str
     for block in content:
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "tool_result":
-            tools.append(_tool_message(block, dropped))
+            tools.append(_tool_message(block, dropped, parts))
         elif kind == "text":
             parts.append(_text_part(block, dropped))
         elif kind == "image":
@@ -98,7 +98,9 @@ def _image_part(block: Block, dropped: list[str]) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": url}}
 
 
-def _tool_message(block: Block, dropped: list[str]) -> dict[str, Any]:
+def _tool_message(block: Block, dropped: list[str], images: list[dict[str, Any]]) -> dict[str, Any]:
+    """A tool_result as a `tool` message. Its images (a file-reading tool's) cannot be in a
+    tool message: they go into `images`, the user message that follows the tool messages."""
     call_id = block.get("tool_use_id")
     if not isinstance(call_id, str):
         raise fail("a tool_result block needs a tool_use_id")
@@ -110,6 +112,9 @@ def _tool_message(block: Block, dropped: list[str]) -> dict[str, Any]:
         parts.append({"type": "text", "text": content})
     elif isinstance(content, list):
         for inner in content:
+            if isinstance(inner, dict) and inner.get("type") == "image":
+                images.append(_image_part(inner, dropped))
+                continue
             if not isinstance(inner, dict) or inner.get("type") != "text":
                 kind = inner.get("type") if isinstance(inner, dict) else None
                 raise fail(f"tool_result content of type {kind!r} cannot be sent to this model")
@@ -135,8 +140,8 @@ def _assistant_to_chat(content: list[Any], dropped: list[str]) -> list[dict[str,
         elif kind == "tool_use":
             calls.append(tool_call_from_block(block))
         elif kind in ("thinking", "redacted_thinking"):
-            # Earlier turns' reasoning: only Anthropic can read it back.
-            note(dropped, "messages.content.thinking")
+            # Earlier turns' reasoning: read by anthropic_reasoning.unpack_turn.
+            continue
         else:
             raise fail(f"assistant content blocks of type {kind!r} are not supported")
     if not parts and not calls:

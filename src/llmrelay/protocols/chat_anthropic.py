@@ -2,8 +2,8 @@
 
 Two directions, each a pair: a Chat client reaching an Anthropic provider
 (`chat_request_to_anthropic`, then `anthropic_response_to_chat`), and an Anthropic Messages
-client reaching an OpenAI-protocol provider (`anthropic_request_to_chat`, then
-`chat_response_to_anthropic`). Request translators return the body and the names of client
+client reaching an OpenAI-protocol provider (`anthropic_request.anthropic_request_to_chat`,
+then `chat_response_to_anthropic`). Request translators return the body and the names of client
 fields that were dropped because the target has no equivalent and losing them changes nothing
 the client relies on; anything that cannot be honoured raises TranslationError naming the
 client's field. Turns and tools are translated in `chat_anthropic_messages` (Chat to
@@ -17,13 +17,8 @@ import uuid
 from typing import Any, Final
 
 from llmrelay.protocols.anthropic import finish_reason_for, stop_reason_for
-from llmrelay.protocols.anthropic_chat_messages import (
-    anthropic_message_to_chat,
-    anthropic_system_to_chat,
-    anthropic_tool_choice_to_chat,
-    anthropic_tools_to_chat,
-    tool_call_from_block,
-)
+from llmrelay.protocols.anthropic_chat_messages import tool_call_from_block
+from llmrelay.protocols.anthropic_reasoning import Reasoning
 from llmrelay.protocols.chat_anthropic_messages import (
     chat_messages_to_anthropic,
     chat_tool_choice_to_anthropic,
@@ -35,7 +30,6 @@ from llmrelay.protocols.translation import TranslationError
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
-    "anthropic_request_to_chat",
     "anthropic_response_to_chat",
     "anthropic_usage_from_chat",
     "chat_request_to_anthropic",
@@ -95,29 +89,6 @@ _CHAT_ONLY_DEFAULT: Final[dict[str, tuple[Any, str]]] = {
     "top_logprobs": (0, "logprobs are not available from this model"),
     "response_format": ({"type": "text"}, "response_format is not supported by this model"),
     "modalities": (["text"], "only text output is supported by this model"),
-}
-
-_ANTHROPIC_MAPPED: Final = frozenset(
-    {
-        "model",
-        "messages",
-        "system",
-        "max_tokens",
-        "temperature",
-        "top_p",
-        "stop_sequences",
-        "stream",
-        "metadata",
-        "tools",
-        "tool_choice",
-        "thinking",
-    }
-)
-_ANTHROPIC_REFUSED: Final = {
-    "mcp_servers": "MCP servers are not supported by this model",
-    "container": "code execution containers are not supported by this model",
-    "output_format": "structured output is not supported by this model",
-    "output_config": "output_config is not supported by this model",
 }
 
 
@@ -205,60 +176,6 @@ def _chat_tools(payload: dict[str, Any], body: dict[str, Any], dropped: list[str
         body["tool_choice"] = anthropic_choice
 
 
-def anthropic_request_to_chat(
-    payload: dict[str, Any], *, upstream_model: str
-) -> tuple[dict[str, Any], list[str]]:
-    dropped: list[str] = []
-    for field, value in payload.items():
-        if value is None or field in _ANTHROPIC_MAPPED:
-            continue
-        if field in _ANTHROPIC_REFUSED:
-            raise TranslationError(_ANTHROPIC_REFUSED[field], param=field)
-        # top_k, service_tier, cache_control, context_management and unknown extensions.
-        note(dropped, field)
-    thinking = payload.get("thinking")
-    if thinking is not None and not (
-        isinstance(thinking, dict) and thinking.get("type") == "disabled"
-    ):
-        raise TranslationError("extended thinking is not supported by this model", param="thinking")
-    raw_messages = payload.get("messages")
-    if not isinstance(raw_messages, list) or not raw_messages:
-        raise TranslationError("messages must be a non-empty list", param="messages")
-    messages: list[dict[str, Any]] = []
-    system = anthropic_system_to_chat(payload.get("system"), dropped)
-    if system is not None:
-        messages.append(system)
-    for message in raw_messages:
-        messages.extend(anthropic_message_to_chat(message, dropped))
-    body: dict[str, Any] = {"model": upstream_model, "messages": messages}
-    for field in ("max_tokens", "temperature", "top_p"):
-        if payload.get(field) is not None:
-            body[field] = payload[field]
-    stop = payload.get("stop_sequences")
-    if isinstance(stop, list) and stop:
-        body["stop"] = list(stop)
-    elif stop is not None and stop != []:
-        raise TranslationError("stop_sequences must be a list of strings", param="stop_sequences")
-    if payload.get("stream") is not None:
-        body["stream"] = bool(payload["stream"])
-        if body["stream"]:
-            # The Anthropic client is owed usage in its final message_delta.
-            body["stream_options"] = {"include_usage": True}
-    metadata = payload.get("metadata")
-    if isinstance(metadata, dict) and metadata.get("user_id"):
-        body["user"] = str(metadata["user_id"])
-    if payload.get("tools"):
-        body["tools"] = anthropic_tools_to_chat(payload["tools"], dropped)
-        if payload.get("tool_choice") is not None:
-            choice, parallel = anthropic_tool_choice_to_chat(payload["tool_choice"])
-            body["tool_choice"] = choice
-            if not parallel:
-                body["parallel_tool_calls"] = False
-    elif payload.get("tool_choice") is not None:
-        note(dropped, "tool_choice")
-    return body, dropped
-
-
 def anthropic_response_to_chat(body: dict[str, Any], *, model: str) -> dict[str, Any]:
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
@@ -293,11 +210,21 @@ def anthropic_response_to_chat(body: dict[str, Any], *, model: str) -> dict[str,
     }
 
 
-def chat_response_to_anthropic(body: dict[str, Any], *, model: str) -> dict[str, Any]:
+def chat_response_to_anthropic(
+    body: dict[str, Any], *, model: str, thinking: bool = True, display: str | None = None
+) -> dict[str, Any]:
+    """A Messages answer for a chat.completion. Its reasoning (when the client did not turn
+    thinking off) is a thinking block first, signed so the next turn carries it back
+    (anthropic_reasoning.py); `display` is the request's `thinking.display`."""
     choices = body.get("choices") or []
     choice = choices[0] if choices and isinstance(choices[0], dict) else {}
     message = choice.get("message") or {}
     content: list[dict[str, Any]] = []
+    if thinking:
+        reasoning = Reasoning()
+        reasoning.take_message(message)
+        if reasoning:
+            content.append(reasoning.block(display))
     text = _chat_text(message.get("content"))
     if text:
         content.append({"type": "text", "text": text})

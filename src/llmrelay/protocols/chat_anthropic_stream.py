@@ -1,25 +1,24 @@
-"""Chat Completions <-> Anthropic Messages, streamed: one event or chunk in, its translation out.
+"""Anthropic Messages events as Chat Completions chunks (a Chat client, an Anthropic provider).
 
-Both translators are small state machines fed one parsed event at a time, so the gateway can
-relay each piece as it arrives. Anthropic streams content as numbered blocks (text, tool_use)
-with explicit start and stop events and sends usage at both ends; Chat streams flat deltas,
-tool calls numbered among themselves, and usage (when asked for) in a last chunk without
-choices.
+A small state machine fed one parsed event at a time, so the gateway can relay each piece as
+it arrives. Anthropic streams content as numbered blocks (text, tool_use) with explicit start
+and stop events and sends usage at both ends; Chat streams flat deltas, tool calls numbered
+among themselves, and usage (when asked for) in a last chunk without choices. The other
+direction is anthropic_chat_stream.py.
 """
 
 from __future__ import annotations
 
 import itertools
 import time
-import uuid
 from typing import Any, Final
 
 import orjson
 
-from llmrelay.protocols.anthropic import finish_reason_for, stop_reason_for
-from llmrelay.protocols.chat_anthropic import anthropic_usage_from_chat, chat_usage_from_anthropic
+from llmrelay.protocols.anthropic import finish_reason_for
+from llmrelay.protocols.chat_anthropic import chat_usage_from_anthropic
 
-__all__ = ["AnthropicStreamToChat", "ChatStreamToAnthropic", "StreamError"]
+__all__ = ["AnthropicStreamToChat", "StreamError"]
 
 Event = tuple[str, dict[str, Any]]
 _USAGE_KEYS: Final = (
@@ -252,145 +251,3 @@ class AnthropicStreamToChat:
         if usage_chunk is not None:
             chunks.append(usage_chunk)
         return chunks
-
-
-class ChatStreamToAnthropic:
-    """chat.completion.chunk dicts -> Anthropic Messages events.
-
-    Blocks are opened and closed one at a time, as Anthropic sends them: text, then each tool
-    call in turn. The closing message_delta carries the usage, which Chat sends after the
-    finish_reason, so it waits for the usage chunk or for `finish()`.
-    """
-
-    def __init__(self, *, model: str, message_id: str) -> None:
-        self.model = model
-        self.message_id = message_id
-        self._started = False
-        self._done = False
-        self._blocks = 0
-        self._open: int | None = None  # Anthropic index of the open block
-        self._open_call: int | None = None  # Chat tool call index, when that block is one
-        self._call_blocks: dict[int, int] = {}
-        self._stop_reason: str | None = None
-        self._usage: dict[str, Any] | None = None
-
-    def feed(self, chunk: dict[str, Any]) -> list[Event]:
-        if self._done:
-            return []
-        if isinstance(chunk.get("usage"), dict):
-            self._usage = chunk["usage"]
-        events = self._start()
-        for choice in chunk.get("choices") or []:
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
-            for field in ("content", "refusal"):
-                if isinstance(delta.get(field), str) and delta[field]:
-                    events += self._text(delta[field])
-            for call in delta.get("tool_calls") or []:
-                events += self._tool_call(call)
-            if choice.get("finish_reason"):
-                events += self._close()
-                self._stop_reason = stop_reason_for(choice["finish_reason"])
-        if self._stop_reason is not None and self._usage is not None:
-            events += self._end()
-        return events
-
-    def finish(self) -> list[Event]:
-        if self._done:
-            return []
-        return self._start() + self._end()
-
-    def _start(self) -> list[Event]:
-        if self._started:
-            return []
-        self._started = True
-        usage = anthropic_usage_from_chat(self._usage) if self._usage else {}
-        message: dict[str, Any] = {
-            "id": self.message_id,
-            "type": "message",
-            "role": "assistant",
-            "model": self.model,
-            "content": [],
-            "stop_reason": None,
-            "stop_sequence": None,
-            "usage": {"input_tokens": usage.get("input_tokens", 0), "output_tokens": 0},
-        }
-        return [("message_start", {"type": "message_start", "message": message})]
-
-    def _open_block(self, block: dict[str, Any]) -> tuple[int, list[Event]]:
-        events = self._close()
-        self._open = index = self._blocks
-        self._blocks += 1
-        data = {"type": "content_block_start", "index": index, "content_block": block}
-        return index, [*events, ("content_block_start", data)]
-
-    def _close(self) -> list[Event]:
-        if self._open is None:
-            return []
-        index, self._open, self._open_call = self._open, None, None
-        return [("content_block_stop", {"type": "content_block_stop", "index": index})]
-
-    @staticmethod
-    def _delta(index: int, delta: dict[str, Any]) -> Event:
-        return (
-            "content_block_delta",
-            {"type": "content_block_delta", "index": index, "delta": delta},
-        )
-
-    def _text(self, text: str) -> list[Event]:
-        index = self._open
-        events: list[Event] = []
-        if index is None or self._open_call is not None:
-            index, events = self._open_block({"type": "text", "text": ""})
-        return [*events, self._delta(index, {"type": "text_delta", "text": text})]
-
-    def _tool_call(self, call: Any) -> list[Event]:
-        if not isinstance(call, dict):
-            return []
-        call_index = call.get("index", 0)
-        function = call.get("function") or {}
-        events: list[Event] = []
-        block = self._call_blocks.get(call_index)
-        if block is None:
-            block, events = self._open_block(
-                {
-                    "type": "tool_use",
-                    "id": call.get("id") or "toolu_" + uuid.uuid4().hex,
-                    "name": function.get("name") or "",
-                    "input": {},
-                }
-            )
-            self._call_blocks[call_index] = block
-            self._open_call = call_index
-        # A call resumed after another began (no provider does this) still lands in its own
-        # block: the Anthropic SDKs accumulate deltas by index.
-        arguments = function.get("arguments")
-        if isinstance(arguments, str) and arguments:
-            events.append(
-                self._delta(block, {"type": "input_json_delta", "partial_json": arguments})
-            )
-        return events
-
-    def _end(self) -> list[Event]:
-        events = self._close()
-        usage = anthropic_usage_from_chat(self._usage) if self._usage else {"output_tokens": 0}
-        # output_tokens first, as Anthropic writes it; the input counts are only known now.
-        delta_usage = {"output_tokens": usage["output_tokens"]}
-        delta_usage.update({k: v for k, v in usage.items() if k != "output_tokens"})
-        events.append(
-            (
-                "message_delta",
-                {
-                    "type": "message_delta",
-                    "delta": {
-                        "stop_reason": self._stop_reason or "end_turn",
-                        "stop_sequence": None,
-                    },
-                    "usage": delta_usage,
-                },
-            )
-        )
-        events.append(("message_stop", {"type": "message_stop"}))
-        self._done = True
-        return events

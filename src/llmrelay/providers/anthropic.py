@@ -14,6 +14,7 @@ from typing import Any, Final
 import orjson
 import structlog
 
+from llmrelay.protocols.anthropic_reasoning import without_own_thinking
 from llmrelay.protocols.chat_anthropic import chat_request_to_anthropic
 from llmrelay.providers.anthropic_stream import AnthropicChatDecoder
 from llmrelay.providers.base import Operation, UnsupportedOperation, UpstreamRequest
@@ -37,12 +38,19 @@ class AnthropicAdapter:
         forwarded_headers: Mapping[str, str],
     ) -> UpstreamRequest:
         if operation in _NATIVE:
-            # Same protocol: the body passes through with only `model` rewritten.
+            # Same protocol: the body passes through with only `model` rewritten, and the
+            # thinking blocks llmrelay made for a translated route taken out (Anthropic would
+            # refuse their signatures: protocols/anthropic_reasoning.py).
+            left_out: tuple[str, ...] = ()
+            stripped = without_own_thinking(payload)
+            if stripped is not None:
+                payload, left_out = stripped, ("messages.content.thinking",)
             payload["model"] = route.upstream_model
             return UpstreamRequest(
                 url=f"{route.provider.base_url}{_NATIVE[operation]}",
                 headers=headers_for(route.provider, forwarded_headers),
                 body=orjson.dumps(payload),
+                dropped=left_out,
             )
         if operation is not Operation.CHAT:
             raise UnsupportedOperation(f"anthropic providers have no {operation.value} API")

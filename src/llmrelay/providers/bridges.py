@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from llmrelay.providers.base import Adapter, Operation, UnsupportedOperation, UpstreamRequest
 from llmrelay.providers.gemini_bridge import gemini_embed_over_openai, gemini_over_chat
+from llmrelay.providers.headers import of_kind
 from llmrelay.providers.messages_bridge import messages_over_chat
 from llmrelay.providers.presets import speaks_responses
 from llmrelay.providers.responses_bridge import responses_over_chat
@@ -40,6 +41,7 @@ def build_request(
         return _gemini_bridged(adapter, operation, route, payload, forwarded_headers)
     else:
         return adapter.build_request(operation, route, payload, forwarded_headers)
+    forwarded_headers = of_kind(dict(forwarded_headers), adapter.protocol)
 
     def build_chat(chat: dict[str, Any]) -> UpstreamRequest:
         return adapter.build_request(Operation.CHAT, route, chat, forwarded_headers)

@@ -25,3 +25,20 @@ def forwardable(headers: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
         for name, value in headers
         if name in _FORWARDED_RAW
     }
+
+
+#: The forwarded headers each provider protocol reads (a bridged call sends only its own).
+_OWN_KIND: Final = {
+    "openai": frozenset({"openai-beta"}),
+    "anthropic": frozenset({"anthropic-version", "anthropic-beta"}),
+}
+
+
+def of_kind(forwarded: dict[str, str], protocol: str) -> dict[str, str]:
+    """`forwarded` without the protocol headers of another protocol than the provider's (a
+    Messages client's `anthropic-beta` means nothing to an OpenAI provider); the gateway's
+    own (`x-request-id`) stay."""
+    own = _OWN_KIND.get(protocol, frozenset())
+    return {
+        name: value for name, value in forwarded.items() if name in own or name not in FORWARDED
+    }
