@@ -123,6 +123,7 @@ class CallRecord:
         "counted_route",
         "created",
         "delivered_events",
+        "dropped",
         "endpoint",
         "error_code",
         "guard_hits",
@@ -202,6 +203,9 @@ class CallRecord:
         self.reserved = False
         #: Guardrail hit rows (gateway/guard.py HIT_COLUMNS), when a rule matched.
         self.guard_hits: list[tuple[Any, ...]] | None = None
+        #: What the translation of the request for the provider that served left out
+        #: (named in the x-llmrelay-dropped header: gateway/dropped.py).
+        self.dropped: tuple[str, ...] = ()
 
     def mark_first_byte(self) -> None:
         if self.ttfb_ms is None:

@@ -42,7 +42,7 @@ class UpstreamRequest:
     because one is built per call and under mypyc a dataclass keeps a Python `__init__`
     (llmrelay/compiled_modules.py)."""
 
-    __slots__ = ("body", "headers", "method", "translate", "url")
+    __slots__ = ("body", "dropped", "headers", "method", "translate", "url")
 
     def __init__(
         self,
@@ -51,6 +51,7 @@ class UpstreamRequest:
         body: bytes,
         translate: Callable[[UpstreamResponse], UpstreamResponse] | None = None,
         method: str = "POST",
+        dropped: tuple[str, ...] = (),
     ) -> None:
         self.url = url
         self.headers = headers
@@ -59,6 +60,8 @@ class UpstreamRequest:
         #: it reads as the client's protocol (bodies, stream chunks and errors alike).
         self.translate = translate
         self.method = method
+        #: What the translation left out of the client's request (gateway/dropped.py).
+        self.dropped = dropped
 
 
 class UpstreamResponse(Protocol):
