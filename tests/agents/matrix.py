@@ -33,13 +33,10 @@ _CLAUDE = (
     "issue 29: 400 output_config is not supported by this model "
     "(then thinking, a late system message)"
 )
-_CODEX = "issue 29: 400 tools of type 'namespace' cannot be sent to this model (then web_search)"
 #: (client, provider type) -> why that cell fails today. Every task of the cell fails.
 BROKEN: Final[dict[tuple[str, str], str]] = {
     ("claude-code", "openai"): _CLAUDE,
     ("claude-code", "gemini"): _CLAUDE,
-    ("codex", "anthropic"): _CODEX,
-    ("codex", "gemini"): _CODEX,
 }
 
 

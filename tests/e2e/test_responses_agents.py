@@ -81,6 +81,7 @@ class ScriptedUpstream:
         result = next(
             (b for b in last if isinstance(b, dict) and b.get("type") == "tool_result"), None
         )
+        blocks: list[dict[str, Any]]
         if result is not None:
             blocks = [{"type": "text", "text": f"It printed {result['content']}."}]
         else:
@@ -111,6 +112,8 @@ class ScriptedUpstream:
             ("message_start", {"message": {**message, "content": [], "stop_reason": None}})
         ]
         for index, block in enumerate(blocks):
+            start: dict[str, Any]
+            deltas: list[dict[str, Any]]
             if block["type"] == "thinking":
                 start = {"type": "thinking", "thinking": "", "signature": ""}
                 deltas = [
@@ -156,6 +159,8 @@ class ScriptedUpstream:
             "candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP"}],
             "usageMetadata": {"promptTokenCount": 20, "candidatesTokenCount": 7},
         }
+        if request.url.path.endswith(":generateContent"):
+            return JSONResponse(event)
         data = f"data: {json.dumps(event)}\n\n".encode()
         return StreamingResponse(iter([data]), media_type="text/event-stream")
 
@@ -251,7 +256,11 @@ def test_codex_through_anthropic_keeps_its_thinking_across_the_tool_loop(
     reasoning, call = output
     assert reasoning["type"] == "reasoning" and reasoning["encrypted_content"]
     assert reasoning["summary"] == [{"type": "summary_text", "text": "Run it."}]
-    assert (call["type"], call["name"], call["call_id"]) == ("function_call", "exec_command", "toolu_1")
+    assert (call["type"], call["name"], call["call_id"]) == (
+        "function_call",
+        "exec_command",
+        "toolu_1",
+    )
 
     assert second_turn(client, "claude", output) == "It printed hi."
     sent = upstream.last("messages")
@@ -293,7 +302,7 @@ def test_what_a_provider_cannot_do_at_all_is_a_400_naming_the_field(
             model="claude",
             input="search the web",
             tools=TOOLS,
-            tool_choice={"type": "web_search"},
+            tool_choice={"type": "web_search_preview"},
         )
     assert refused.value.param == "tool_choice"
     body = refused.value.body

@@ -6,6 +6,8 @@ import pkgutil
 import subprocess
 import sys
 
+import pytest
+
 import llmrelay.protocols
 from llmrelay.gateway import errors as gateway_errors
 from llmrelay.protocols import openai as wire
@@ -39,13 +41,10 @@ def test_the_gateway_tree_grows_from_the_protocols_root() -> None:
 
 
 def test_a_protocol_check_raises_its_own_error_rendered_in_openai_shape() -> None:
-    try:
+    with pytest.raises(gateway_errors.GatewayError) as caught:
         check_generate({"model": "m", "prompt": "hi", "colour": "red"})
-    except gateway_errors.GatewayError as error:
-        assert isinstance(error, InvalidRequest)
-        body = wire.error_payload(error)
-    else:
-        raise AssertionError("an unknown field was accepted")
+    assert isinstance(caught.value, InvalidRequest)
+    body = wire.error_payload(caught.value)
     assert body == {
         "message": body["message"],
         "type": "invalid_request_error",

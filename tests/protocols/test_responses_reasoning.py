@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from openai.types.responses import ResponseFunctionToolCall, ResponseReasoningItem
 
 from llmrelay.protocols import anthropic_reasoning, gemini, responses_reasoning
 from llmrelay.protocols.chat_anthropic import anthropic_response_to_chat, chat_request_to_anthropic
@@ -101,19 +102,23 @@ def test_anthropic_thinking_round_trips_through_a_responses_client() -> None:
 def anthropic_events() -> list[tuple[str, dict[str, Any]]]:
     block = {"type": "thinking", "thinking": "", "signature": ""}
     call = {"type": "tool_use", "id": "toolu_1", "name": "exec_command", "input": {}}
-    events = [
+    deltas = [
+        (0, {"type": "thinking_delta", "thinking": "Run "}),
+        (0, {"type": "thinking_delta", "thinking": "it."}),
+        (0, {"type": "signature_delta", "signature": SIGNATURE}),
+        (1, {"type": "input_json_delta", "partial_json": '{"cmd": "echo hi"}'}),
+    ]
+    events: list[tuple[str, dict[str, Any]]] = [
         ("message_start", {"message": {**anthropic_message(), "content": [], "usage": {}}}),
         ("content_block_start", {"index": 0, "content_block": block}),
-        ("content_block_delta", {"index": 0, "delta": {"type": "thinking_delta", "thinking": "Run "}}),
-        ("content_block_delta", {"index": 0, "delta": {"type": "thinking_delta", "thinking": "it."}}),
-        ("content_block_delta", {"index": 0, "delta": {"type": "signature_delta", "signature": SIGNATURE}}),
+        *[("content_block_delta", {"index": i, "delta": d}) for i, d in deltas[:3]],
         ("content_block_stop", {"index": 0}),
         ("content_block_start", {"index": 1, "content_block": call}),
-        ("content_block_delta", {"index": 1, "delta": {"type": "input_json_delta", "partial_json": '{"cmd": "echo hi"}'}}),
+        ("content_block_delta", {"index": 1, "delta": deltas[3][1]}),
         ("content_block_stop", {"index": 1}),
         ("message_delta", {"delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}}),
         ("message_stop", {}),
-    ]  # fmt: skip
+    ]
     return [(name, {"type": name, **data}) for name, data in events]
 
 
@@ -228,8 +233,9 @@ def test_gemini_thought_signatures_round_trip_through_a_responses_client() -> No
     response = judged(run(chunks, request))
     kinds = [item.type for item in response.output]
     assert kinds == ["reasoning", "function_call", "reasoning"]
-    call = response.output[1]
-    late = responses_reasoning.unpack(response.output[2].encrypted_content)
+    call, last = response.output[1:]
+    assert isinstance(call, ResponseFunctionToolCall) and isinstance(last, ResponseReasoningItem)
+    late = responses_reasoning.unpack(last.encrypted_content)
     assert late is not None
     assert late.calls == {call.call_id: {"google": {"thought_signature": "c-sig"}}}
     output = [item.model_dump(exclude_none=True) for item in response.output]

@@ -115,11 +115,15 @@ def test_a_namespaced_call_goes_back_to_codex_by_its_name_and_namespace() -> Non
     # Codex sends the call back in its history: it reaches the model under the flat name.
     follow_up = {
         **payload,
-        "input": [*payload["input"], item, {
-            "type": "function_call_output",
-            "call_id": "call_9",
-            "output": "closed",
-        }],
+        "input": [
+            *payload["input"],
+            item,
+            {
+                "type": "function_call_output",
+                "call_id": "call_9",
+                "output": "closed",
+            },
+        ],
     }
     body, _ = responses_request_to_chat(follow_up, upstream_model="m")
     assert body["messages"][-2]["tool_calls"][0]["function"]["name"] == flat
@@ -302,7 +306,7 @@ def test_a_web_search_call_of_an_earlier_turn_is_left_out() -> None:
 @pytest.mark.parametrize(
     "tools",
     [
-        [WEATHER, {**WEATHER, "description": "again"}],
+        [CUSTOM, {**CUSTOM, "description": "again"}],
         [{"type": "function", "name": "crm__lookup"}, NAMESPACE],
     ],
 )

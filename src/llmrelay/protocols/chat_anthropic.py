@@ -17,7 +17,6 @@ import uuid
 from typing import Any, Final
 
 from llmrelay.protocols.anthropic import finish_reason_for, stop_reason_for
-from llmrelay.protocols.anthropic_reasoning import detail_of_block, thinking_for
 from llmrelay.protocols.anthropic_chat_messages import (
     anthropic_message_to_chat,
     anthropic_system_to_chat,
@@ -25,6 +24,7 @@ from llmrelay.protocols.anthropic_chat_messages import (
     anthropic_tools_to_chat,
     tool_call_from_block,
 )
+from llmrelay.protocols.anthropic_reasoning import detail_of_block, thinking_for
 from llmrelay.protocols.chat_anthropic_messages import (
     chat_messages_to_anthropic,
     chat_tool_choice_to_anthropic,
@@ -166,7 +166,9 @@ def chat_request_to_anthropic(
         if payload.get("user") and payload.get("safety_identifier"):
             note(dropped, "safety_identifier")
     _chat_tools(payload, body, dropped)
-    given = payload.get("max_completion_tokens") is not None or payload.get("max_tokens") is not None
+    given = (
+        payload.get("max_completion_tokens") is not None or payload.get("max_tokens") is not None
+    )
     thinking_for(payload.get("reasoning_effort"), body, max_tokens_given=given, dropped=dropped)
     return body, dropped
 

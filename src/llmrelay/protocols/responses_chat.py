@@ -22,8 +22,8 @@ import orjson
 
 from llmrelay.protocols import responses_reasoning
 from llmrelay.protocols.responses_chat_input import fail, note, responses_input_to_chat
+from llmrelay.protocols.responses_tool_calls import responses_item_of_call
 from llmrelay.protocols.responses_tools import (
-    responses_item_of_call,
     responses_tool_choice_to_chat,
     responses_tools_to_chat,
     tool_names,

@@ -16,7 +16,7 @@ from typing import Any
 
 from llmrelay.protocols import responses_reasoning
 from llmrelay.protocols.errors import TranslationError
-from llmrelay.protocols.responses_tools import (
+from llmrelay.protocols.responses_tool_calls import (
     CALL_ITEMS,
     OUTPUT_ITEMS,
     chat_call_of_item,
@@ -83,6 +83,8 @@ class _Reading:
         if not isinstance(item, dict):
             raise fail("each input item must be an object")
         kind = item.get("type")
+        if kind is not None and not isinstance(kind, str):
+            raise fail("an input item's type must be a string")
         messages = self.messages
         if kind == "message" or (kind is None and "role" in item):
             message = _message(item, self.dropped)

@@ -36,7 +36,8 @@ from llmrelay.protocols.responses_chat import (
     responses_usage_from_chat,
 )
 from llmrelay.protocols.responses_reasoning import Packed, reasoning_item
-from llmrelay.protocols.responses_tools import ToolNames, responses_item_of_call, tool_names
+from llmrelay.protocols.responses_tool_calls import responses_item_of_call
+from llmrelay.protocols.responses_tools import ToolNames, tool_names
 
 __all__ = ["ChatStreamToResponses"]
 
@@ -382,6 +383,8 @@ class ChatStreamToResponses:
         if wire["type"] == "custom_tool_call":
             where = {"item_id": wire["id"], "output_index": item.output_index}
             given = wire["input"]
-            events.append(self._event("response.custom_tool_call_input.delta", **where, delta=given))
+            events.append(
+                self._event("response.custom_tool_call_input.delta", **where, delta=given)
+            )
             events.append(self._event("response.custom_tool_call_input.done", **where, input=given))
         return events

@@ -6,7 +6,7 @@ becomes one, under a name that maps back when the model calls it:
 | Responses tool | Chat function | the call the client gets back |
 | --- | --- | --- |
 | `function` | the same | `function_call` |
-| `namespace` (its function and custom tools) | `NAMESPACE__NAME` | the inner kind, with `namespace` |
+| `namespace` (function, custom tools) | `NAMESPACE__NAME` | the inner kind, with `namespace` |
 | `custom` (freeform text input) | `{"input": string}` | `custom_tool_call` with that `input` |
 | `local_shell` | `local_shell` `{"command": [...], ...}` | `local_shell_call` (an `exec` action) |
 | `apply_patch` | `apply_patch` `{"type", "path", "diff"}` | `apply_patch_call` (its `operation`) |
@@ -15,27 +15,25 @@ Built-in tools run inside OpenAI (web search, file search, code interpreter, hos
 image generation, computer use, tool search...): a provider reached through chat has none of
 them, so they are left out and named in `dropped` (`tools.web_search`), and the agent works
 on without them; a `tool_choice` that demands one is refused. `ToolNames` is what the answer's
-translation needs to name the calls back (`tool_names`).
+translation needs to name the calls back (`tool_names`); the calls themselves, both ways, are
+in `responses_tool_calls`.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-import orjson
-
 from llmrelay.protocols.errors import TranslationError
 
 __all__ = [
+    "APPLY_PATCH",
+    "LOCAL_SHELL",
     "NAMESPACE_SEPARATOR",
     "ToolName",
     "ToolNames",
-    "chat_call_of_item",
     "flat_name",
-    "responses_item_of_call",
     "responses_tool_choice_to_chat",
     "responses_tools_to_chat",
-    "tool_message_of_output",
     "tool_names",
 ]
 
@@ -45,20 +43,8 @@ NAMESPACE_SEPARATOR: Final = "__"
 TOOL_CHOICE_MODES: Final = frozenset({"auto", "none", "required"})
 #: Keys of a Responses function tool that have a Chat counterpart.
 _FUNCTION_TOOL_KEYS: Final = frozenset({"type", "name", "description", "parameters", "strict"})
-#: Tool call items the client sends back (the model's earlier calls) and their outputs.
-CALL_ITEMS: Final = frozenset(
-    {"function_call", "custom_tool_call", "local_shell_call", "apply_patch_call"}
-)
-OUTPUT_ITEMS: Final = frozenset(
-    {
-        "function_call_output",
-        "custom_tool_call_output",
-        "local_shell_call_output",
-        "apply_patch_call_output",
-    }
-)
-_LOCAL_SHELL: Final = "local_shell"
-_APPLY_PATCH: Final = "apply_patch"
+LOCAL_SHELL: Final = "local_shell"
+APPLY_PATCH: Final = "apply_patch"
 _LOCAL_SHELL_PARAMETERS: Final = {
     "type": "object",
     "properties": {
@@ -143,18 +129,20 @@ def responses_tools_to_chat(tools: Any, dropped: list[str]) -> list[dict[str, An
             converted.extend(_namespace(tool, dropped))
         elif kind in ("function", "custom"):
             converted.append(_function_or_custom(tool, None, None, dropped))
-        elif kind == _LOCAL_SHELL:
-            converted.append(_builtin_function(_LOCAL_SHELL, _LOCAL_SHELL_PARAMETERS, tool))
-        elif kind == _APPLY_PATCH:
-            converted.append(_builtin_function(_APPLY_PATCH, _APPLY_PATCH_PARAMETERS, tool))
+        elif kind == LOCAL_SHELL:
+            converted.append(_builtin_function(LOCAL_SHELL, _LOCAL_SHELL_PARAMETERS, tool))
+        elif kind == APPLY_PATCH:
+            converted.append(_builtin_function(APPLY_PATCH, _APPLY_PATCH_PARAMETERS, tool))
         elif isinstance(kind, str) and kind:
             # web_search, file_search, code_interpreter, mcp, image_generation, computer...
             note(dropped, f"tools.{kind}")
         else:
             raise fail("each tool needs a type")
+    special = tool_names(tools)
     for tool in converted:
         name = tool["function"]["name"]
-        if name in seen:
+        if name in seen and name in special:
+            # A call of that name could not be told back to the client as the tool it meant.
             raise fail(f"two tools are named {name!r} once namespaces are flattened")
         seen.add(name)
     return converted
@@ -194,8 +182,10 @@ def _function_or_custom(
         }
         known = _CUSTOM_TOOL_KEYS
     else:
-        if parts:
+        if context:
             function["description"] = "\n\n".join(str(p) for p in parts)
+        elif description is not None:
+            function["description"] = description
         for key in ("parameters", "strict"):
             # Responses defaults `strict` to true; a Chat provider may not know strict mode
             # at all, so it is only sent when the client set it.
@@ -220,16 +210,14 @@ def _custom_input_note(fmt: Any, dropped: list[str]) -> str:
         raise fail("a custom tool's format must be text or grammar")
     note(dropped, "tools.format")
     syntax, definition = fmt.get("syntax"), fmt.get("definition")
-    return (
-        f"Put the whole input in `input`; it must follow this {syntax} grammar:\n{definition}"
-    )
+    return f"Put the whole input in `input`; it must follow this {syntax} grammar:\n{definition}"
 
 
 def _builtin_function(name: str, parameters: dict[str, Any], tool: dict[str, Any]) -> Any:
     del tool  # the tool has no settings of its own
     description = (
         "Run a command on the user's machine."
-        if name == _LOCAL_SHELL
+        if name == LOCAL_SHELL
         else "Create, update or delete a file of the workspace with a V4A diff."
     )
     return {
@@ -249,7 +237,7 @@ def tool_names(tools: Any) -> ToolNames:
         kind = tool.get("type") if isinstance(tool, dict) else None
         if kind == "custom" and isinstance(tool.get("name"), str):
             names[tool["name"]] = ToolName("custom", tool["name"])
-        elif kind in (_LOCAL_SHELL, _APPLY_PATCH):
+        elif kind in (LOCAL_SHELL, APPLY_PATCH):
             names[kind] = ToolName(kind, kind)
         elif kind == "namespace" and isinstance(tool.get("tools"), list):
             namespace = tool.get("name")
@@ -270,173 +258,9 @@ def responses_tool_choice_to_chat(choice: Any, names: ToolNames) -> str | dict[s
         if kind in ("function", "custom") and isinstance(name, str) and name:
             flat = flat_name(choice.get("namespace"), name)
             return {"type": "function", "function": {"name": flat}}
-        if kind in (_LOCAL_SHELL, _APPLY_PATCH) and kind in names:
+        if kind in (LOCAL_SHELL, APPLY_PATCH) and kind in names:
             return {"type": "function", "function": {"name": kind}}
     raise fail(
         "tool_choice must be auto, none, required or a named function or custom tool",
         "tool_choice",
     )
-
-
-# -- the client's earlier calls and their outputs, as Chat messages ---------------------------
-
-
-def chat_call_of_item(item: dict[str, Any]) -> dict[str, Any]:
-    """A Chat tool call for one of the model's earlier calls (CALL_ITEMS)."""
-    kind = item.get("type")
-    call_id = item.get("call_id")
-    if not isinstance(call_id, str) or not call_id:
-        raise fail(f"a {kind} item needs a call_id", "input")
-    if kind == "local_shell_call":
-        action = item.get("action")
-        if not isinstance(action, dict):
-            raise fail("a local_shell_call item needs an action", "input")
-        arguments = {k: v for k, v in action.items() if k != "type" and v is not None}
-        return _call(call_id, _LOCAL_SHELL, orjson.dumps(arguments).decode())
-    if kind == "apply_patch_call":
-        operation = item.get("operation")
-        if not isinstance(operation, dict):
-            raise fail("an apply_patch_call item needs an operation", "input")
-        return _call(call_id, _APPLY_PATCH, orjson.dumps(operation).decode())
-    name = item.get("name")
-    if not isinstance(name, str) or not name:
-        raise fail(f"a {kind} item needs a call_id and a name", "input")
-    flat = flat_name(item.get("namespace"), name)
-    if kind == "custom_tool_call":
-        given = item.get("input")
-        if not isinstance(given, str):
-            raise fail("a custom_tool_call item's input must be a string", "input")
-        return _call(call_id, flat, orjson.dumps({"input": given}).decode())
-    arguments = item.get("arguments")
-    if not isinstance(arguments, str):
-        raise fail("a function_call item's arguments must be a JSON string", "input")
-    return _call(call_id, flat, arguments)
-
-
-def _call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
-
-
-def tool_message_of_output(item: dict[str, Any]) -> dict[str, Any]:
-    """A Chat `tool` message for the client's output of an earlier call (OUTPUT_ITEMS)."""
-    kind = item.get("type")
-    call_id = item.get("call_id")
-    if kind == "local_shell_call_output" and not call_id:
-        call_id = item.get("id")  # the API's own spelling: the call's id under `id`
-    if not isinstance(call_id, str) or not call_id:
-        raise fail(f"a {kind} item needs a call_id", "input")
-    output = item.get("output")
-    if kind == "apply_patch_call_output":
-        status = item.get("status")
-        text = output if isinstance(output, str) and output else ""
-        if status is not None:
-            text = f"[{status}] {text}".rstrip()
-        return {"role": "tool", "tool_call_id": call_id, "content": text}
-    if isinstance(output, str):
-        return {"role": "tool", "tool_call_id": call_id, "content": output}
-    if not isinstance(output, list):
-        raise fail(f"a {kind}'s output must be a string or a list of parts", "input")
-    texts: list[dict[str, Any]] = []
-    for part in output:
-        text = part.get("text") if isinstance(part, dict) else None
-        if not isinstance(part, dict) or part.get("type") not in ("input_text", "output_text"):
-            kind = part.get("type") if isinstance(part, dict) else None
-            raise fail(f"function outputs of type {kind!r} cannot be sent to this model", "input")
-        if not isinstance(text, str):
-            raise fail("a text part needs a string `text`", "input")
-        texts.append({"type": "text", "text": text})
-    content: str | list[dict[str, Any]] = ""
-    if len(texts) == 1:
-        content = texts[0]["text"]
-    elif texts:
-        content = texts
-    return {"role": "tool", "tool_call_id": call_id, "content": content}
-
-
-# -- the model's calls, as the client's items ---------------------------------------------
-
-
-def responses_item_of_call(
-    item_id: str, call_id: str, name: str, arguments: str, status: str, names: ToolNames
-) -> dict[str, Any]:
-    """The Responses output item for a Chat tool call: a function_call unless `names` says
-    the function stands for a custom tool, a namespaced one, local_shell or apply_patch."""
-    meant = names.get(name)
-    if meant is None:
-        return _function_call(item_id, call_id, name, arguments, status)
-    if meant.kind == "custom":
-        item: dict[str, Any] = {
-            "type": "custom_tool_call",
-            "id": "ctc_" + item_id.removeprefix("fc_"),
-            "call_id": call_id,
-            "name": meant.name,
-            "input": _custom_input(arguments),
-            "status": status,
-        }
-    elif meant.kind == _LOCAL_SHELL:
-        parsed = _object(arguments)
-        command = parsed.get("command")
-        if isinstance(command, str):
-            command = ["bash", "-lc", command]  # a model that wrote one string
-        item = {
-            "type": "local_shell_call",
-            "id": "lsh_" + item_id.removeprefix("fc_"),
-            "call_id": call_id,
-            "action": {
-                "type": "exec",
-                "command": command if isinstance(command, list) else [],
-                "env": parsed.get("env") if isinstance(parsed.get("env"), dict) else {},
-                "timeout_ms": parsed.get("timeout_ms"),
-                "user": parsed.get("user"),
-                "working_directory": parsed.get("working_directory"),
-            },
-            "status": status,
-        }
-    elif meant.kind == _APPLY_PATCH:
-        parsed = _object(arguments)
-        operation = {k: v for k, v in parsed.items() if k in ("type", "path", "diff")}
-        item = {
-            "type": "apply_patch_call",
-            "id": "apc_" + item_id.removeprefix("fc_"),
-            "call_id": call_id,
-            "operation": operation,
-            "status": "in_progress" if status == "in_progress" else "completed",
-        }
-    else:
-        item = _function_call(item_id, call_id, meant.name, arguments, status)
-    if meant.namespace is not None:
-        item["namespace"] = meant.namespace
-    return item
-
-
-def _function_call(
-    item_id: str, call_id: str, name: str, arguments: str, status: str
-) -> dict[str, Any]:
-    return {
-        "type": "function_call",
-        "id": item_id,
-        "call_id": call_id,
-        "name": name,
-        "arguments": arguments,
-        "status": status,
-    }
-
-
-def _object(arguments: str) -> dict[str, Any]:
-    try:
-        parsed = orjson.loads(arguments) if arguments else {}
-    except orjson.JSONDecodeError:
-        return {}
-    return parsed if isinstance(parsed, dict) else {}
-
-
-def _custom_input(arguments: str) -> str:
-    """The `input` the model wrote; if it wrote something else than `{"input": "..."}`, its
-    text as it is (the tool gets what the model meant rather than nothing)."""
-    try:
-        parsed = orjson.loads(arguments)
-    except orjson.JSONDecodeError:
-        return arguments
-    if isinstance(parsed, dict) and isinstance(parsed.get("input"), str):
-        return str(parsed["input"])
-    return arguments

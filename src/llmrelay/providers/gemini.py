@@ -91,6 +91,7 @@ class GeminiAdapter:
 #: Chat fields chat_request_to_gemini lists as dropped that this adapter honours itself.
 _HONOURED: Final = frozenset({"stream", "stream_options"})
 
+
 def _url(route: RouteSnap, method: str) -> str:
     model = quote(route.upstream_model, safe="")
     return f"{route.provider.base_url}/{API_VERSION}/models/{model}:{method}"
