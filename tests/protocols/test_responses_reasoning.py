@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from openai.types.responses import ResponseFunctionToolCall, ResponseReasoningItem
 
-from llmrelay.protocols import anthropic_reasoning, gemini, responses_reasoning
+from llmrelay.protocols import chat_anthropic_thinking, gemini, responses_reasoning
 from llmrelay.protocols.chat_anthropic import anthropic_response_to_chat, chat_request_to_anthropic
 from llmrelay.protocols.chat_anthropic_stream import AnthropicStreamToChat
 from llmrelay.protocols.chat_gemini import chat_request_to_gemini
@@ -143,7 +143,7 @@ def test_streamed_thinking_becomes_a_reasoning_item_with_its_summary_streamed() 
         {
             "type": "reasoning.text",
             "text": "Run it.",
-            "format": anthropic_reasoning.FORMAT,
+            "format": chat_anthropic_thinking.FORMAT,
             "signature": SIGNATURE,
         }
     ]

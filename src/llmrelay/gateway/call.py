@@ -203,8 +203,7 @@ class CallRecord:
         self.reserved = False
         #: Guardrail hit rows (gateway/guard.py HIT_COLUMNS), when a rule matched.
         self.guard_hits: list[tuple[Any, ...]] | None = None
-        #: What the translation of the request for the provider that served left out
-        #: (named in the x-llmrelay-dropped header: gateway/dropped.py).
+        #: The client's fields the last attempt's translation left out (gateway/dropped.py).
         self.dropped: tuple[str, ...] = ()
 
     def mark_first_byte(self) -> None:

@@ -25,7 +25,6 @@ from llmrelay.deadlines import Deadlines
 from llmrelay.gateway.call import CallRecord
 from llmrelay.gateway.capabilities import Needs, expected_tokens, price_of
 from llmrelay.gateway.capture import DEFAULT_MAX_BYTES, Capture
-from llmrelay.gateway.dropped import dropped_header
 from llmrelay.gateway.ending import end_call
 from llmrelay.gateway.errors import UpstreamTimeout
 from llmrelay.gateway.executor import Executor, Finisher, candidates
@@ -221,12 +220,9 @@ class Dispatcher:
         self, headers: list[tuple[bytes, bytes]], served: ModelSnap, record: CallRecord
     ) -> None:
         """What a successful answer adds: the model and provider that served, and the
-        tightest limit's figures (with `X-RateLimit-Degraded` under the local fallback), and
-        what the translation for that provider left out of the request (`x-llmrelay-dropped`)."""
+        tightest limit's figures (with `X-RateLimit-Degraded` under the local fallback)."""
         headers.append((b"x-llmrelay-model", served.name.encode()))
         headers.append((b"x-llmrelay-provider", (record.provider or "").encode()))
-        if record.dropped:
-            headers.append((b"x-llmrelay-dropped", dropped_header(record.dropped).encode()))
         admission = record.admission
         if admission is not None:
             headers += admission.header_pairs()

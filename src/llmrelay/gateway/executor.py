@@ -335,7 +335,7 @@ class Executor:
             raise _NextRoute(
                 UpstreamFailed(f"provider {slug}: {unserved}", code="unsupported")
             ) from None
-        record.dropped = request.dropped  # this attempt's translation's (the last one counts)
+        record.dropped = request.dropped  # the attempt that answers says what it left out
         # In-flight counts are kept only for the strategy that reads them.
         counted = strategy == "load_balance"
         in_flight = self.router.in_flight

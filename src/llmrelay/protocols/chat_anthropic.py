@@ -24,7 +24,6 @@ from llmrelay.protocols.anthropic_chat_messages import (
     anthropic_tools_to_chat,
     tool_call_from_block,
 )
-from llmrelay.protocols.anthropic_reasoning import detail_of_block, thinking_for
 from llmrelay.protocols.chat_anthropic_messages import (
     chat_messages_to_anthropic,
     chat_tool_choice_to_anthropic,
@@ -32,6 +31,7 @@ from llmrelay.protocols.chat_anthropic_messages import (
     note,
     parse_arguments,
 )
+from llmrelay.protocols.chat_anthropic_thinking import detail_of_block, thinking_for
 from llmrelay.protocols.translation import TranslationError
 
 __all__ = [
@@ -64,7 +64,7 @@ _CHAT_MAPPED: Final = frozenset(
         "tools",
         "tool_choice",
         "parallel_tool_calls",
-        "reasoning_effort",  # a thinking budget (anthropic_reasoning.py)
+        "reasoning_effort",  # a thinking budget (chat_anthropic_thinking.py)
     }
 )
 # Chat fields the answer does not depend on (sampling nudges, storage and routing hints).
@@ -285,7 +285,7 @@ def anthropic_response_to_chat(body: dict[str, Any], *, model: str) -> dict[str,
         "refusal": None,
     }
     if details:
-        # The hub's reasoning (anthropic_reasoning.py): the thinking's text, and the blocks
+        # The hub's reasoning (chat_anthropic_thinking.py): the thinking's text, and the blocks
         # with their signatures for the next turn.
         thought = "".join(str(d.get("text") or "") for d in details)
         if thought:

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import orjson
 
-from llmrelay.protocols.anthropic_reasoning import thinking_blocks
+from llmrelay.protocols.chat_anthropic_thinking import thinking_blocks
 from llmrelay.protocols.translation import TranslationError
 
 #: Image types Anthropic accepts in a base64 source.
@@ -172,7 +172,7 @@ def _assistant_blocks(message: dict[str, Any], dropped: list[str]) -> list[Block
     if message.get("audio") is not None:
         raise fail("assistant audio cannot be sent to this model")
     content = message.get("content")
-    # The turn's thinking, with its signatures, leads it (anthropic_reasoning.py).
+    # The turn's thinking, with its signatures, leads it (chat_anthropic_thinking.py).
     blocks: list[Block] = thinking_blocks(message.get("reasoning_details"), dropped)
     if isinstance(content, list):
         for part in content:

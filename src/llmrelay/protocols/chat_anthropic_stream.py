@@ -17,8 +17,8 @@ from typing import Any, Final
 import orjson
 
 from llmrelay.protocols.anthropic import finish_reason_for, stop_reason_for
-from llmrelay.protocols.anthropic_reasoning import stream_details
 from llmrelay.protocols.chat_anthropic import anthropic_usage_from_chat, chat_usage_from_anthropic
+from llmrelay.protocols.chat_anthropic_thinking import stream_details
 
 __all__ = ["AnthropicStreamToChat", "ChatStreamToAnthropic", "StreamError"]
 

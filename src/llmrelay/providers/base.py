@@ -60,7 +60,8 @@ class UpstreamRequest:
         #: it reads as the client's protocol (bodies, stream chunks and errors alike).
         self.translate = translate
         self.method = method
-        #: What the translation left out of the client's request (gateway/dropped.py).
+        #: The client's fields the translation left out (gateway/dropped.py names them in
+        #: the answer's `x-llmrelay-dropped` header).
         self.dropped = dropped
 
 
