@@ -29,12 +29,8 @@ NATIVE: Final = {
     "gemini": "gemini",
 }
 
-_CODEX = "issue 29: 400 tools of type 'namespace' cannot be sent to this model (then web_search)"
 #: (client, provider type) -> why that cell fails today. Every task of the cell fails.
-BROKEN: Final[dict[tuple[str, str], str]] = {
-    ("codex", "anthropic"): _CODEX,
-    ("codex", "gemini"): _CODEX,
-}
+BROKEN: Final[dict[tuple[str, str], str]] = {}
 
 
 def cells() -> list[ParameterSet]:

@@ -176,7 +176,7 @@ def test_harmless_fields_are_reported_as_dropped() -> None:
         ("audio", {"voice": "alloy", "format": "wav"}),
         ("modalities", ["text", "audio"]),
         ("functions", [{"name": "f"}]),
-        ("reasoning_effort", "high"),
+        ("reasoning_effort", "maximal"),
         ("temperature", 1.5),
         ("max_tokens", 0),
     ],

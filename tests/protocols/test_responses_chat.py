@@ -132,9 +132,11 @@ def test_sampling_stream_and_user() -> None:
         "safety_identifier",
         "truncation",
         "background",
-        "include",
         "stream_options",
     }
+    # store: false is honoured (nothing is kept), and the encrypted reasoning is included.
+    _, dropped = to_chat(store=False, include=["reasoning.encrypted_content"])
+    assert dropped == []
 
 
 def test_tool_switches_without_tools_are_dropped() -> None:
@@ -185,14 +187,10 @@ def test_reasoning_effort_and_verbosity() -> None:
         ({"truncation": "auto"}, "truncation"),
         ({"top_logprobs": 5}, "top_logprobs"),
         ({"context_management": [{"type": "compaction"}]}, "context_management"),
-        ({"tools": [{"type": "web_search"}]}, "tools"),
-        ({"tools": [{"type": "file_search", "vector_store_ids": ["vs_1"]}]}, "tools"),
-        ({"tools": [{"type": "code_interpreter", "container": {"type": "auto"}}]}, "tools"),
-        ({"tools": [{"type": "mcp", "server_label": "x", "server_url": "https://x"}]}, "tools"),
-        ({"tools": [{"type": "image_generation"}]}, "tools"),
-        ({"tools": [{"type": "computer_use_preview"}]}, "tools"),
-        ({"tools": [{"type": "custom", "name": "grammar"}]}, "tools"),
         ({"tools": [{"type": "function"}]}, "tools"),
+        ({"tools": [{"type": "custom"}]}, "tools"),
+        ({"tools": [{"type": "namespace", "name": "ns", "tools": [{"type": "mcp"}]}]}, "tools"),
+        ({"tools": [{"name": "no_type"}]}, "tools"),
         ({"tools": [WEATHER], "tool_choice": {"type": "web_search"}}, "tool_choice"),
         (
             {"tools": [WEATHER], "tool_choice": {"type": "allowed_tools", "mode": "auto"}},

@@ -167,7 +167,6 @@ def test_tools_and_tool_choice(choice: Any, expected: Any) -> None:
     "item",
     [
         {"type": "item_reference", "id": "msg_1"},
-        {"type": "web_search_call", "id": "ws_1", "status": "completed"},
         {"type": "computer_call_output", "call_id": "c", "output": {}},
         {"type": "mcp_call", "id": "m"},
         {"role": "tool", "content": "x"},

@@ -1,39 +1,32 @@
 """The gateway's one exception tree. Each error knows its HTTP status and a stable code;
-protocols/ turns it into the client protocol's error body in one place."""
+protocols/ turns it into the client protocol's error body in one place. The root and
+`InvalidRequest` live in protocols/errors.py (the translators raise them without knowing the
+gateway); they are re-exported here under the names the gateway has always used."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from types import MappingProxyType
+from llmrelay.protocols.errors import InvalidRequest, ProtocolError
 
-_NO_HEADERS: Mapping[str, str] = MappingProxyType({})
+__all__ = [
+    "AuthenticationFailed",
+    "BillingUnavailable",
+    "ClientDisconnected",
+    "GatewayError",
+    "InvalidRequest",
+    "NoCandidate",
+    "NotFound",
+    "PayloadTooLarge",
+    "PaymentRequired",
+    "PermissionDenied",
+    "RequestIdReused",
+    "RequestTimeout",
+    "UpstreamFailed",
+    "UpstreamTimeout",
+]
 
-
-class GatewayError(Exception):
-    status = 500
-    type = "api_error"
-    code = "internal_error"
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        code: str | None = None,
-        param: str | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        if code is not None:
-            self.code = code
-        self.param = param
-        self.headers = headers or _NO_HEADERS
-
-
-class InvalidRequest(GatewayError):
-    status = 400
-    type = "invalid_request_error"
-    code = "invalid_request"
+#: The root of the tree is the protocols package's (protocols/errors.py): what a translator
+#: or a request check there raises is a GatewayError here, caught and rendered alike.
+GatewayError = ProtocolError
 
 
 class AuthenticationFailed(GatewayError):

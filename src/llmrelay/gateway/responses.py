@@ -25,6 +25,7 @@ from llmrelay.gateway.auth import authenticate
 from llmrelay.gateway.background import answer_background, submit_background
 from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
 from llmrelay.gateway.dispatch import Dispatcher, bind, response_session
+from llmrelay.gateway.dropped import add_header
 from llmrelay.gateway.errors import ClientDisconnected, GatewayError, InvalidRequest
 from llmrelay.gateway.executor import UpstreamRejected
 from llmrelay.gateway.ingress import RequestContext
@@ -99,6 +100,7 @@ class ResponsesRoutes:
                 record.stream = streaming = True
                 served, relay = await dispatcher.answer(call, receive, snapshot, model, pinned)
                 dispatcher.served_headers(headers, served, record)
+                add_header(headers, record.dropped)
                 await send_sse(receive, send, relay, headers, runtime.client_watches, scope=scope)
                 return
             served, answer = await dispatcher.answer(call, receive, snapshot, model, pinned)
@@ -114,6 +116,7 @@ class ResponsesRoutes:
             if isinstance(response_id, str):
                 dispatcher.remember_response(served, answer.route, record.project_id, response_id)
             dispatcher.served_headers(headers, served, record)
+            add_header(headers, record.dropped)
             await send_json(send, 200, orjson.dumps(answered), headers)
         except GatewayError as error:
             streaming = False

@@ -34,6 +34,11 @@ _CONTENT_DELTAS: Final = frozenset(
     }
 )
 _ENDS: Final = frozenset({"response.completed", "response.incomplete", "response.failed"})
+#: Output items that are a tool call (a call written whole, as a custom tool's is when
+#: translated from chat, has no delta: its item is the content).
+_CALLS: Final = frozenset(
+    {"function_call", "custom_tool_call", "local_shell_call", "apply_patch_call"}
+)
 
 
 class ResponsesStreamRelay(ParsedEventRelay):
@@ -102,5 +107,5 @@ class ResponsesStreamRelay(ParsedEventRelay):
 def _carries_content(kind: Any, event: dict[str, Any]) -> bool:
     if kind == "response.output_item.added":
         item = event.get("item")
-        return isinstance(item, dict) and item.get("type") == "function_call"
+        return isinstance(item, dict) and item.get("type") in _CALLS
     return bool(event.get("delta"))

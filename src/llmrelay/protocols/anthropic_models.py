@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from llmrelay.gateway.errors import GatewayError
 from llmrelay.protocols import anthropic
+from llmrelay.protocols.errors import ProtocolError
 from llmrelay.snapshot.model import ModelSnap
 
 
-def error_body(error: GatewayError, request_id: str) -> bytes:
+def error_body(error: ProtocolError, request_id: str) -> bytes:
     return anthropic.error_body(
         anthropic.error_type_for_status(error.status), error.message, request_id=request_id
     )

@@ -26,6 +26,7 @@ from llmrelay.protocols.chat_anthropic_messages import (
     note,
     parse_arguments,
 )
+from llmrelay.protocols.chat_anthropic_thinking import detail_of_block, thinking_for
 from llmrelay.protocols.translation import TranslationError
 
 __all__ = [
@@ -57,6 +58,7 @@ _CHAT_MAPPED: Final = frozenset(
         "tools",
         "tool_choice",
         "parallel_tool_calls",
+        "reasoning_effort",  # a thinking budget (chat_anthropic_thinking.py)
     }
 )
 # Chat fields the answer does not depend on (sampling nudges, storage and routing hints).
@@ -80,7 +82,6 @@ _CHAT_REFUSED: Final = {
     "functions": "functions (the legacy form of tools) are not supported; use tools",
     "function_call": "function_call (the legacy form of tool_choice) is not supported",
     "web_search_options": "web search is not supported by this model",
-    "reasoning_effort": "reasoning_effort is not supported by this model",
 }
 # Chat fields whose default value is the only one Anthropic can honour.
 _CHAT_ONLY_DEFAULT: Final[dict[str, tuple[Any, str]]] = {
@@ -136,6 +137,10 @@ def chat_request_to_anthropic(
         if payload.get("user") and payload.get("safety_identifier"):
             note(dropped, "safety_identifier")
     _chat_tools(payload, body, dropped)
+    given = (
+        payload.get("max_completion_tokens") is not None or payload.get("max_tokens") is not None
+    )
+    thinking_for(payload.get("reasoning_effort"), body, max_tokens_given=given, dropped=dropped)
     return body, dropped
 
 
@@ -179,18 +184,30 @@ def _chat_tools(payload: dict[str, Any], body: dict[str, Any], dropped: list[str
 def anthropic_response_to_chat(body: dict[str, Any], *, model: str) -> dict[str, Any]:
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
+    details: list[dict[str, Any]] = []
     for block in body.get("content") or []:
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "text" and isinstance(block.get("text"), str):
             texts.append(block["text"])
         elif kind == "tool_use":
             calls.append(tool_call_from_block(block))
-        # thinking and server-tool blocks have no place in a Chat message.
+        elif kind == "thinking" or kind == "redacted_thinking":
+            detail = detail_of_block(block)
+            if detail is not None:
+                details.append(detail)
+        # server-tool blocks have no place in a Chat message.
     message: dict[str, Any] = {
         "role": "assistant",
         "content": "".join(texts) if texts else None,
         "refusal": None,
     }
+    if details:
+        # The hub's reasoning (chat_anthropic_thinking.py): the thinking's text, and the blocks
+        # with their signatures for the next turn.
+        thought = "".join(str(d.get("text") or "") for d in details)
+        if thought:
+            message["reasoning_content"] = thought
+        message["reasoning_details"] = details
     if calls:
         message["tool_calls"] = calls
     return {

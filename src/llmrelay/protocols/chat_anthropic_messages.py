@@ -14,6 +14,7 @@ from typing import Any, Final
 
 import orjson
 
+from llmrelay.protocols.chat_anthropic_thinking import thinking_blocks
 from llmrelay.protocols.translation import TranslationError
 
 #: Image types Anthropic accepts in a base64 source.
@@ -50,7 +51,7 @@ def chat_messages_to_anthropic(
         if role == "user":
             side, blocks = "user", _user_blocks(message.get("content"), dropped)
         elif role == "assistant":
-            side, blocks = "assistant", _assistant_blocks(message)
+            side, blocks = "assistant", _assistant_blocks(message, dropped)
         elif role == "tool":
             side, blocks = "user", [_tool_result_block(message)]
         elif role == "function":
@@ -165,13 +166,14 @@ def image_source(url: str) -> dict[str, Any]:
     raise fail("image URLs must be data: or http(s): URLs")
 
 
-def _assistant_blocks(message: dict[str, Any]) -> list[Block]:
+def _assistant_blocks(message: dict[str, Any], dropped: list[str]) -> list[Block]:
     if message.get("function_call") is not None:
         raise fail("assistant function_call (the legacy form of tool_calls) is not supported")
     if message.get("audio") is not None:
         raise fail("assistant audio cannot be sent to this model")
     content = message.get("content")
-    blocks: list[Block] = []
+    # The turn's thinking, with its signatures, leads it (chat_anthropic_thinking.py).
+    blocks: list[Block] = thinking_blocks(message.get("reasoning_details"), dropped)
     if isinstance(content, list):
         for part in content:
             kind = part.get("type") if isinstance(part, dict) else None

@@ -17,6 +17,7 @@ import orjson
 
 from llmrelay.protocols.anthropic import finish_reason_for
 from llmrelay.protocols.chat_anthropic import chat_usage_from_anthropic
+from llmrelay.protocols.chat_anthropic_thinking import stream_details
 
 __all__ = ["AnthropicStreamToChat", "StreamError"]
 
@@ -185,8 +186,11 @@ class AnthropicStreamToChat:
         kind = block.get("type")
         if kind == "text" and block.get("text"):
             return [self._chunk({"content": block["text"]})]
+        if kind == "thinking" or kind == "redacted_thinking":
+            reasoning = stream_details(index, block)
+            return [] if reasoning is None else [self._chunk(reasoning)]
         if kind != "tool_use" or not isinstance(index, int):
-            return []  # empty text, thinking and server-tool blocks
+            return []  # empty text and server-tool blocks
         call_index = self._tool_calls[index] = len(self._tool_calls)
         tool_input = block.get("input")
         arguments = orjson.dumps(tool_input).decode() if tool_input else ""
@@ -208,7 +212,10 @@ class AnthropicStreamToChat:
                 "function": {"arguments": delta["partial_json"]},
             }
             return [self._chunk({"tool_calls": [call]})]
-        return []  # thinking, signature and citation deltas have no Chat form
+        if kind == "thinking_delta" or kind == "signature_delta":
+            reasoning = stream_details(index, delta)
+            return [] if reasoning is None else [self._chunk(reasoning)]
+        return []  # citation deltas have no Chat form
 
     def delta(self, data: dict[str, Any]) -> str | None:
         """message_delta's effect on the state: the finish reason, if its chunk is due."""

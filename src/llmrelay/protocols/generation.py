@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any, Final
 
-from llmrelay.gateway.errors import InvalidRequest
+from llmrelay.protocols.errors import InvalidRequest
 
 OBJECT: Final = "generation"
 _FIELDS: Final = frozenset(

@@ -6,12 +6,12 @@ from typing import Any, Final
 
 import orjson
 
-from llmrelay.gateway.errors import GatewayError
+from llmrelay.protocols.errors import ProtocolError
 
 DONE: Final = b"data: [DONE]\n\n"
 
 
-def error_payload(error: GatewayError) -> dict[str, Any]:
+def error_payload(error: ProtocolError) -> dict[str, Any]:
     return {
         "message": error.message,
         "type": error.type,
@@ -20,11 +20,11 @@ def error_payload(error: GatewayError) -> dict[str, Any]:
     }
 
 
-def error_body(error: GatewayError, request_id: str) -> bytes:
+def error_body(error: ProtocolError, request_id: str) -> bytes:
     return orjson.dumps({"error": error_payload(error), "request_id": request_id})
 
 
-def error_event(error: GatewayError, request_id: str) -> bytes:
+def error_event(error: ProtocolError, request_id: str) -> bytes:
     """An in-stream error: the openai SDK raises APIError when a chunk carries `error`."""
     return b"data: " + error_body(error, request_id) + b"\n\n"
 

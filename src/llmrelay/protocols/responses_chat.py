@@ -4,10 +4,12 @@ For a Responses client reaching a provider that only speaks Chat Completions
 (`responses_request_to_chat`, then `chat_response_to_responses`). The Responses API is
 stateful where Chat is not: anything that needs the server to remember (previous_response_id,
 conversations, stored prompts, background runs) raises TranslationError naming the client's
-field, as does anything the Chat provider cannot do (built-in tools). Fields whose loss
-changes nothing the client relies on are returned by name in `dropped`. Input items and tools
-are translated in `responses_chat_input`; the stream in `responses_chat_stream`, which builds
-its response objects with the helpers here so both answers have one shape.
+field. Fields whose loss changes nothing the client relies on (`store`, `prompt_cache_key`,
+`text.verbosity`, OpenAI's built-in tools...) are returned by name in `dropped`, which the
+gateway names in the `x-llmrelay-dropped` header. Input items are translated in
+`responses_chat_input`, tools and tool calls in `responses_tools`, reasoning in
+`responses_reasoning`; the stream in `responses_chat_stream`, which builds its response
+objects with the helpers here so both answers have one shape.
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ from typing import Any
 
 import orjson
 
-from llmrelay.protocols.responses_chat_input import (
-    fail,
-    note,
-    responses_input_to_chat,
+from llmrelay.protocols import responses_reasoning
+from llmrelay.protocols.responses_chat_input import fail, note, responses_input_to_chat
+from llmrelay.protocols.responses_tool_calls import responses_item_of_call
+from llmrelay.protocols.responses_tools import (
     responses_tool_choice_to_chat,
     responses_tools_to_chat,
+    tool_names,
 )
 
 __all__ = [
@@ -75,8 +78,8 @@ _ONLY_DEFAULT: dict[str, tuple[Any, str]] = {
     "truncation": ("disabled", "automatic truncation is not available for this model"),
     "top_logprobs": (0, "logprobs are not available from this model"),
 }
-# `include` entries that ask for nothing a Chat provider's answer would carry: no reasoning
-# items are ever returned, so there is no encrypted reasoning to include.
+# `include` entries honoured: a reasoning item always carries what the provider needs back
+# (responses_reasoning.py), so the encrypted reasoning is included whether asked or not.
 _INCLUDE_MOOT = frozenset({"reasoning.encrypted_content"})
 
 
@@ -96,8 +99,11 @@ def responses_request_to_chat(
             default, message = _ONLY_DEFAULT[field]
             if value != default:
                 raise fail(message, field)
-        # store, metadata, service_tier, prompt_cache_key, safety_identifier, max_tool_calls
-        # (built-in tools only), stream_options and unknown extensions: reported, not sent.
+        if field == "store" and value is False:
+            continue  # honoured: nothing is kept
+        # store: true, metadata, service_tier, prompt_cache_key, safety_identifier,
+        # max_tool_calls (built-in tools only), stream_options, client_metadata and unknown
+        # extensions: reported, not sent.
         note(dropped, field)
     _check_include(payload.get("include"), dropped)
     messages = responses_input_to_chat(payload.get("input"), payload.get("instructions"), dropped)
@@ -131,7 +137,6 @@ def _check_include(include: Any, dropped: list[str]) -> None:
     for entry in include:
         if not isinstance(entry, str) or entry not in _INCLUDE_MOOT:
             raise fail(f"include {entry!r} is not available for this model", "include")
-        note(dropped, "include")
 
 
 def _tools(payload: dict[str, Any], body: dict[str, Any], dropped: list[str]) -> None:
@@ -146,7 +151,8 @@ def _tools(payload: dict[str, Any], body: dict[str, Any], dropped: list[str]) ->
                 note(dropped, field)
         return
     if payload.get("tool_choice") is not None:
-        body["tool_choice"] = responses_tool_choice_to_chat(payload["tool_choice"])
+        names = tool_names(tools)
+        body["tool_choice"] = responses_tool_choice_to_chat(payload["tool_choice"], names)
     if payload.get("parallel_tool_calls") is not None:
         body["parallel_tool_calls"] = bool(payload["parallel_tool_calls"])
 
@@ -188,8 +194,9 @@ def _reasoning(reasoning: Any, body: dict[str, Any], dropped: list[str]) -> None
             continue
         if key == "effort":
             body["reasoning_effort"] = value
-        else:
-            # summary, generate_summary, context, mode: no reasoning items come back.
+        elif key not in ("summary", "generate_summary"):
+            # context, mode... (the summary is the reasoning text the provider gives, when
+            # it gives any: responses_reasoning.py)
             note(dropped, f"reasoning.{key}")
 
 
@@ -296,9 +303,11 @@ def response_object(
 def chat_response_to_responses(
     body: dict[str, Any], *, model: str, request: dict[str, Any]
 ) -> dict[str, Any]:
-    """A chat.completion as the Response the client asked for: the message's text (and
-    refusal) as one message item, then one function_call item per tool call, the Chat call
-    id kept as `call_id` so the client's function_call_output finds its way back."""
+    """A chat.completion as the Response the client asked for: its reasoning as one
+    reasoning item (responses_reasoning.py), the message's text (and refusal) as one message
+    item, then one item per tool call (a function_call, or the custom, namespaced, local shell
+    or apply patch call the function stands for: responses_tools.py), the Chat call id kept as
+    `call_id` so the client's output finds its way back."""
     choices = body.get("choices") or []
     choice = choices[0] if choices and isinstance(choices[0], dict) else {}
     message = choice.get("message") or {}
@@ -312,8 +321,22 @@ def chat_response_to_responses(
     if isinstance(refusal, str) and refusal:
         content.append(refusal_part(refusal))
     output: list[dict[str, Any]] = []
+    packed = responses_reasoning.Packed(_details(message.get("reasoning_details")))
+    for call in message.get("tool_calls") or []:
+        if isinstance(call, dict) and isinstance(call.get("extra_content"), dict):
+            packed.calls[str(call.get("id"))] = call["extra_content"]
+    reasoning_text = message.get("reasoning_content")
+    if not isinstance(reasoning_text, str):
+        reasoning_text = responses_reasoning.text_of_details(packed.details)
+    if packed or reasoning_text:
+        wanted = responses_reasoning.wants_summary(request)
+        item = responses_reasoning.reasoning_item(
+            f"rs_{base}", reasoning_text, packed, summary=wanted
+        )
+        output.append(item)
     if content:
         output.append(message_item(f"msg_{base}", content, "completed"))
+    names = tool_names(request.get("tools"))
     for index, call in enumerate(message.get("tool_calls") or []):
         if not isinstance(call, dict):
             continue
@@ -323,12 +346,13 @@ def chat_response_to_responses(
             # Some providers send the arguments as an object; the Responses API never does.
             arguments = orjson.dumps(arguments if arguments is not None else {}).decode()
         output.append(
-            function_call_item(
+            responses_item_of_call(
                 f"fc_{base}_{index}",
                 str(call.get("id") or "call_" + uuid.uuid4().hex),
                 str(function.get("name") or ""),
                 arguments,
                 "completed",
+                names,
             )
         )
     if output and status != "completed":
@@ -345,6 +369,12 @@ def chat_response_to_responses(
         usage=responses_usage_from_chat(body.get("usage")),
         incomplete_details=incomplete,
     )
+
+
+def _details(details: Any) -> list[dict[str, Any]]:
+    if not isinstance(details, list):
+        return []
+    return [detail for detail in details if isinstance(detail, dict)]
 
 
 def _chat_text(content: Any) -> str:

@@ -1,27 +1,35 @@
-"""Responses API input items and tools as Chat Completions messages and tools.
+"""Responses API input items as Chat Completions messages.
 
-A Responses conversation is a flat list of items: messages, the model's function calls and
-the client's function outputs, reasoning. Chat nests the same things differently: function
-calls are `tool_calls` of an assistant message, outputs are `tool` messages, and there is no
-place for reasoning. What cannot be carried raises TranslationError naming the client's
-field; what is harmless to lose is named in `dropped`. The top-level request is translated
-in `responses_chat`.
+A Responses conversation is a flat list of items: messages, the model's tool calls (function,
+custom, local shell, apply patch) and the client's outputs for them, reasoning. Chat nests the
+same things differently: calls are `tool_calls` of an assistant message, outputs are `tool`
+messages, and reasoning rides on the assistant message as the hub's `reasoning_details` (a
+reasoning item llmrelay wrote: responses_reasoning.py). Tools and calls are translated in
+`responses_tools`. What cannot be carried raises TranslationError naming the client's field;
+what is harmless to lose is named in `dropped`. The top-level request is translated in
+`responses_chat`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from llmrelay.protocols.translation import TranslationError
+from llmrelay.protocols import responses_reasoning
+from llmrelay.protocols.errors import TranslationError
+from llmrelay.protocols.responses_tool_calls import (
+    CALL_ITEMS,
+    OUTPUT_ITEMS,
+    chat_call_of_item,
+    tool_message_of_output,
+)
 
 Item = dict[str, Any]
 
 #: Chat's image detail levels; Responses adds "original", which Chat cannot ask for.
 IMAGE_DETAILS = frozenset({"auto", "low", "high"})
-#: Chat's simple tool_choice values, spelled the same in both protocols.
-TOOL_CHOICE_MODES = frozenset({"auto", "none", "required"})
-#: Keys of a Responses function tool that have a Chat counterpart.
-_FUNCTION_TOOL_KEYS = frozenset({"type", "name", "description", "parameters", "strict"})
+#: Items of OpenAI's built-in tools a provider reached through chat never ran: their results
+#: are not in them, so leaving them out loses nothing the model could read.
+_BUILTIN_CALLS = frozenset({"web_search_call", "file_search_call", "tool_search_call"})
 
 
 def note(dropped: list[str], field: str) -> None:
@@ -46,8 +54,10 @@ def responses_input_to_chat(
     if isinstance(items, str):
         messages.append({"role": "user", "content": items})
     elif isinstance(items, list):
+        reading = _Reading(messages, dropped)
         for item in items:
-            _append_item(messages, item, dropped)
+            reading.item(item)
+        reading.end()
     elif items is not None:
         raise fail("input must be a string or a list of items")
     if not messages:
@@ -55,34 +65,84 @@ def responses_input_to_chat(
     return messages
 
 
-def _append_item(messages: list[dict[str, Any]], item: Any, dropped: list[str]) -> None:
-    if not isinstance(item, dict):
-        raise fail("each input item must be an object")
-    kind = item.get("type")
-    if kind == "message" or (kind is None and "role" in item):
-        message = _message(item, dropped)
-        if message is not None:
-            messages.append(message)
-    elif kind == "function_call":
-        call = _tool_call(item)
-        last = messages[-1] if messages else None
-        # A turn's text and its calls are one Chat message; the calls come after the text.
-        if last is not None and last["role"] == "assistant":
-            last.setdefault("tool_calls", []).append(call)
+class _Reading:
+    """The input items read in order. A reasoning item belongs to the assistant turn it
+    precedes (or, written after it, the one it follows); the tool call extra content it holds
+    goes onto the calls it names, wherever they are."""
+
+    __slots__ = ("calls", "dropped", "extras", "messages", "pending")
+
+    def __init__(self, messages: list[dict[str, Any]], dropped: list[str]) -> None:
+        self.messages = messages
+        self.dropped = dropped
+        self.pending: list[dict[str, Any]] = []  # details for the next assistant message
+        self.calls: dict[str, dict[str, Any]] = {}  # call id -> its Chat tool call
+        self.extras: dict[str, Any] = {}  # call id -> extra_content from reasoning items
+
+    def item(self, item: Any) -> None:
+        if not isinstance(item, dict):
+            raise fail("each input item must be an object")
+        kind = item.get("type")
+        if kind is not None and not isinstance(kind, str):
+            raise fail("an input item's type must be a string")
+        messages = self.messages
+        if kind == "message" or (kind is None and "role" in item):
+            message = _message(item, self.dropped)
+            if message is not None:
+                messages.append(message)
+                if message["role"] == "assistant":
+                    self._attach(message)
+        elif kind in CALL_ITEMS:
+            call = chat_call_of_item(item)
+            self.calls[call["id"]] = call
+            last = messages[-1] if messages else None
+            # A turn's text and its calls are one Chat message; the calls come after the text.
+            if last is not None and last["role"] == "assistant":
+                last.setdefault("tool_calls", []).append(call)
+            else:
+                message = {"role": "assistant", "content": None, "tool_calls": [call]}
+                messages.append(message)
+                self._attach(message)
+        elif kind in OUTPUT_ITEMS:
+            messages.append(tool_message_of_output(item))
+        elif kind == "reasoning":
+            self._reasoning(item)
+        elif kind in _BUILTIN_CALLS:
+            note(self.dropped, f"input.{kind}")
+        elif kind == "item_reference":
+            raise fail(
+                "item_reference needs items stored by the server, which this model's provider "
+                "does not keep; send the items themselves"
+            )
         else:
-            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-    elif kind == "function_call_output":
-        messages.append(_tool_message(item))
-    elif kind == "reasoning":
-        # Earlier turns' reasoning: only the model that wrote it can read it back.
-        note(dropped, "input.reasoning")
-    elif kind == "item_reference":
-        raise fail(
-            "item_reference needs items stored by the server, which this model's provider "
-            "does not keep; send the items themselves"
-        )
-    else:
-        raise fail(f"input items of type {kind!r} cannot be sent to this model")
+            raise fail(f"input items of type {kind!r} cannot be sent to this model")
+
+    def _reasoning(self, item: Item) -> None:
+        packed = responses_reasoning.unpack(item.get("encrypted_content"))
+        if packed is None:
+            # OpenAI's own encrypted reasoning, or a summary alone: only the model that
+            # wrote it can read it back.
+            note(self.dropped, "input.reasoning")
+            return
+        self.extras.update(packed.calls)
+        if not packed.details:
+            return
+        last = self.messages[-1] if self.messages else None
+        if last is not None and last["role"] == "assistant":
+            last.setdefault("reasoning_details", []).extend(packed.details)
+        else:
+            self.pending.extend(packed.details)
+
+    def _attach(self, message: dict[str, Any]) -> None:
+        if self.pending:
+            message["reasoning_details"] = self.pending
+            self.pending = []
+
+    def end(self) -> None:
+        for call_id, extra in self.extras.items():
+            call = self.calls.get(call_id)
+            if call is not None:
+                call["extra_content"] = extra
 
 
 def _message(item: Item, dropped: list[str]) -> dict[str, Any] | None:
@@ -179,67 +239,3 @@ def _file_part(part: Item) -> dict[str, Any]:
     if isinstance(part.get("filename"), str):
         file["filename"] = part["filename"]
     return {"type": "file", "file": file}
-
-
-def _tool_call(item: Item) -> dict[str, Any]:
-    call_id, name, arguments = item.get("call_id"), item.get("name"), item.get("arguments")
-    if not isinstance(call_id, str) or not call_id or not isinstance(name, str):
-        raise fail("a function_call item needs a call_id and a name")
-    if not isinstance(arguments, str):
-        raise fail("a function_call item's arguments must be a JSON string")
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
-
-
-def _tool_message(item: Item) -> dict[str, Any]:
-    call_id, output = item.get("call_id"), item.get("output")
-    if not isinstance(call_id, str) or not call_id:
-        raise fail("a function_call_output item needs a call_id")
-    if isinstance(output, str):
-        return {"role": "tool", "tool_call_id": call_id, "content": output}
-    if not isinstance(output, list):
-        raise fail("a function_call_output's output must be a string or a list of parts")
-    parts: list[dict[str, Any]] = []
-    for part in output:
-        text = _text_of(part)
-        if text is None:
-            kind = part.get("type") if isinstance(part, dict) else None
-            raise fail(f"function outputs of type {kind!r} cannot be sent to this model")
-        parts.append({"type": "text", "text": text})
-    content: str | list[dict[str, Any]] = _collapse(parts) if parts else ""
-    return {"role": "tool", "tool_call_id": call_id, "content": content}
-
-
-def responses_tools_to_chat(tools: Any, dropped: list[str]) -> list[dict[str, Any]]:
-    """Function tools only: built-in tools (web search, file search, code interpreter, MCP
-    and the rest) run inside OpenAI, and a Chat provider has none of them."""
-    if not isinstance(tools, list):
-        raise fail("tools must be a list", "tools")
-    converted: list[dict[str, Any]] = []
-    for tool in tools:
-        kind = tool.get("type") if isinstance(tool, dict) else None
-        if not isinstance(tool, dict) or kind != "function":
-            raise fail(f"tools of type {kind!r} cannot be sent to this model", "tools")
-        name = tool.get("name")
-        if not isinstance(name, str) or not name:
-            raise fail("a function tool needs a name", "tools")
-        function: dict[str, Any] = {"name": name}
-        for key in ("description", "parameters", "strict"):
-            # Responses defaults `strict` to true; a Chat provider may not know strict mode
-            # at all, so it is only sent when the client set it.
-            if tool.get(key) is not None:
-                function[key] = tool[key]
-        for key, value in tool.items():
-            if key not in _FUNCTION_TOOL_KEYS and value is not None:
-                note(dropped, f"tools.{key}")
-        converted.append({"type": "function", "function": function})
-    return converted
-
-
-def responses_tool_choice_to_chat(choice: Any) -> str | dict[str, Any]:
-    if isinstance(choice, str) and choice in TOOL_CHOICE_MODES:
-        return choice
-    if isinstance(choice, dict) and choice.get("type") == "function":
-        name = choice.get("name")
-        if isinstance(name, str) and name:
-            return {"type": "function", "function": {"name": name}}
-    raise fail("tool_choice must be auto, none, required or a named function", "tool_choice")

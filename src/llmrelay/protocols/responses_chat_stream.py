@@ -7,6 +7,14 @@ filled by deltas and closed (`output_item.done`) before the next one opens, ever
 carrying a `sequence_number`; the final `response.completed` holds the whole response. The
 SDK's stream helper checks that items are opened before their deltas and closed with the
 same id, so each item's id is fixed when it opens.
+
+Reasoning deltas (`reasoning_content`, `reasoning_details`) that come before the answer open a
+reasoning item (its text streamed as summary deltas when the client asked for a summary); its
+`encrypted_content` is written when it closes (responses_reasoning.py). Reasoning that comes
+later (a signature on a text part, a Gemini function call's own signature in its
+`extra_content`) goes into one more reasoning item at the end. A call to a function that stands
+for a custom tool, local_shell or apply_patch (responses_tools.py) is written whole when it
+closes: its item cannot be told before its arguments are.
 """
 
 from __future__ import annotations
@@ -16,9 +24,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmrelay.protocols import responses_reasoning
+from llmrelay.protocols.gemini_reasoning import merge_details
 from llmrelay.protocols.responses_chat import (
     base_id,
-    function_call_item,
     message_item,
     output_text_part,
     refusal_part,
@@ -26,6 +35,9 @@ from llmrelay.protocols.responses_chat import (
     response_status,
     responses_usage_from_chat,
 )
+from llmrelay.protocols.responses_reasoning import Packed, reasoning_item
+from llmrelay.protocols.responses_tool_calls import responses_item_of_call
+from llmrelay.protocols.responses_tools import ToolNames, tool_names
 
 __all__ = ["ChatStreamToResponses"]
 
@@ -46,9 +58,10 @@ class _Part:
 
 @dataclass
 class _Item:
-    """An output item: a message (with parts) or a function call (with argument pieces)."""
+    """An output item: a message (with parts), a tool call (with argument pieces) or
+    reasoning (its text in pieces, its details gathered)."""
 
-    kind: str  # "message" or "function_call"
+    kind: str  # "message", "function_call" or "reasoning"
     id: str
     output_index: int
     call_id: str = ""
@@ -56,12 +69,20 @@ class _Item:
     parts: list[_Part] = field(default_factory=list)
     arguments: list[str] = field(default_factory=list)
     status: str = "in_progress"
+    #: A call written whole when it closes (not a plain function_call).
+    deferred: bool = False
+    packed: Packed = field(default_factory=Packed)
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self, names: ToolNames, summary: bool = False) -> dict[str, Any]:
         if self.kind == "message":
             return message_item(self.id, [part.wire() for part in self.parts], self.status)
+        if self.kind == "reasoning":
+            text = "".join(self.arguments)
+            return reasoning_item(self.id, text, self.packed, summary=summary, status=self.status)
         arguments = "".join(self.arguments)
-        return function_call_item(self.id, self.call_id, self.name, arguments, self.status)
+        return responses_item_of_call(
+            self.id, self.call_id, self.name, arguments, self.status, names
+        )
 
 
 class ChatStreamToResponses:
@@ -85,6 +106,10 @@ class ChatStreamToResponses:
         self._calls: dict[int, _Item] = {}  # Chat tool call index -> its output item
         self._finish_reason: str | None = None
         self._usage: dict[str, Any] | None = None
+        self._names = tool_names(request.get("tools"))
+        self._summary = responses_reasoning.wants_summary(request)
+        #: Reasoning that came once the answer had begun, for a reasoning item at the end.
+        self._late = _Item("reasoning", "", 0)
 
     def feed(self, chunk: dict[str, Any]) -> list[Event]:
         if self._done:
@@ -96,8 +121,9 @@ class ChatStreamToResponses:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta") or {}
-            # reasoning_content (DeepSeek, Qwen, vLLM) is not relayed: a reasoning item's
-            # summary is not the raw chain of thought, and the whole answer drops it too.
+            text, details = delta.get("reasoning_content"), delta.get("reasoning_details")
+            if (isinstance(text, str) and text) or (isinstance(details, list) and details):
+                events += self._reasoning(text if isinstance(text, str) else "", details)
             for kind, key in (("output_text", "content"), ("refusal", "refusal")):
                 if isinstance(delta.get(key), str) and delta[key]:
                     events += self._text(kind, delta[key])
@@ -113,7 +139,7 @@ class ChatStreamToResponses:
         """The Chat stream ended: close what is open and hand over the whole response."""
         if self._done:
             return []
-        events = self._start(None) + self._close()
+        events = self._start(None) + self._close() + self._late_reasoning()
         status, incomplete = response_status(self._finish_reason)
         response = self._response(status, incomplete_details=incomplete)
         self._done = True
@@ -145,7 +171,7 @@ class ChatStreamToResponses:
             model=self.model,
             request=self.request,
             status=status,
-            output=[item.wire() for item in self._items],
+            output=[self._wire(item) for item in self._items],
             usage=responses_usage_from_chat(self._usage) if status != "in_progress" else None,
             **details,
         )
@@ -163,16 +189,63 @@ class ChatStreamToResponses:
             self._event("response.in_progress", response=self._response("in_progress")),
         ]
 
+    def _wire(self, item: _Item) -> dict[str, Any]:
+        return item.wire(self._names, self._summary)
+
     def _open_item(self, item: _Item) -> list[Event]:
         events = self._close()
         self._items.append(item)
         self._open = item
-        events.append(
-            self._event(
-                "response.output_item.added", output_index=item.output_index, item=item.wire()
-            )
-        )
+        if not item.deferred:
+            events.append(self._added(item))
         return events
+
+    def _added(self, item: _Item) -> Event:
+        return self._event(
+            "response.output_item.added", output_index=item.output_index, item=self._wire(item)
+        )
+
+    def _reasoning(self, text: str, details: Any) -> list[Event]:
+        """Reasoning before the answer goes into the open reasoning item (opened here);
+        after it began, into the reasoning item written at the end."""
+        item = self._open
+        events: list[Event] = []
+        if item is None and not self._items:
+            keep = bool(isinstance(details, list) and details) or bool(text and self._summary)
+            if not keep:
+                return events  # text-only reasoning nobody asked to see and none to keep
+            item = _Item("reasoning", f"rs_{self._base}", 0)
+            events += self._open_item(item)
+        elif item is None or item.kind != "reasoning":
+            item = self._late
+        merge_details(item.packed.details, details)
+        if not text:
+            return events
+        if item is self._late or not self._summary:
+            item.arguments.append(text)
+            return events
+        where = {"item_id": item.id, "output_index": item.output_index, "summary_index": 0}
+        if not item.arguments:
+            part = {"type": "summary_text", "text": ""}
+            events.append(self._event("response.reasoning_summary_part.added", **where, part=part))
+        item.arguments.append(text)
+        events.append(self._event("response.reasoning_summary_text.delta", **where, delta=text))
+        return events
+
+    def _late_reasoning(self) -> list[Event]:
+        late = self._late
+        if not late.packed and not (late.arguments and self._summary):
+            return []
+        late.id = f"rs_{self._base}_{len(self._items)}"
+        late.output_index = len(self._items)
+        late.status = "completed"
+        self._items.append(late)
+        self._late = _Item("reasoning", "", 0)
+        item = self._wire(late)
+        return [
+            self._event("response.output_item.added", output_index=late.output_index, item=item),
+            self._event("response.output_item.done", output_index=late.output_index, item=item),
+        ]
 
     def _text(self, kind: str, text: str) -> list[Event]:
         events: list[Event] = []
@@ -214,21 +287,28 @@ class ChatStreamToResponses:
         events: list[Event] = []
         item = self._calls.get(index)
         if item is None:
+            name = str(function.get("name") or "")
+            meant = self._names.get(name)
             item = _Item(
                 "function_call",
                 f"fc_{self._base}_{len(self._calls)}",
                 len(self._items),
                 call_id=str(call.get("id") or "call_" + uuid.uuid4().hex),
-                name=str(function.get("name") or ""),
+                name=name,
+                deferred=meant is not None and meant.kind != "function",
             )
             self._calls[index] = item
             events += self._open_item(item)
+        extra = call.get("extra_content")
+        if isinstance(extra, dict):
+            # A Gemini function call's own thought signature: back with the next turn.
+            self._late.packed.calls[item.call_id] = extra
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments:
             item.arguments.append(arguments)
             # A call resumed after the next one began (no known provider does this) still
             # gets its arguments in the final response; its done event has gone already.
-            if item is self._open:
+            if item is self._open and not item.deferred:
                 events.append(
                     self._event(
                         "response.function_call_arguments.delta",
@@ -259,6 +339,23 @@ class ChatStreamToResponses:
         events: list[Event] = []
         if item.kind == "message":
             events += self._close_part(item)
+        elif item.kind == "reasoning":
+            if item.arguments and self._summary:
+                text = "".join(item.arguments)
+                where = {"item_id": item.id, "output_index": item.output_index}
+                part = {"type": "summary_text", "text": text}
+                events.append(
+                    self._event(
+                        "response.reasoning_summary_text.done", **where, summary_index=0, text=text
+                    )
+                )
+                events.append(
+                    self._event(
+                        "response.reasoning_summary_part.done", **where, summary_index=0, part=part
+                    )
+                )
+        elif item.deferred:
+            events += self._deferred(item)
         else:
             events.append(
                 self._event(
@@ -274,7 +371,20 @@ class ChatStreamToResponses:
         )
         events.append(
             self._event(
-                "response.output_item.done", output_index=item.output_index, item=item.wire()
+                "response.output_item.done", output_index=item.output_index, item=self._wire(item)
             )
         )
+        return events
+
+    def _deferred(self, item: _Item) -> list[Event]:
+        """A call written whole: added (in progress), its custom input given in one delta."""
+        events = [self._added(item)]
+        wire = self._wire(item)
+        if wire["type"] == "custom_tool_call":
+            where = {"item_id": wire["id"], "output_index": item.output_index}
+            given = wire["input"]
+            events.append(
+                self._event("response.custom_tool_call_input.delta", **where, delta=given)
+            )
+            events.append(self._event("response.custom_tool_call_input.done", **where, input=given))
         return events

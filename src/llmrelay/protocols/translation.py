@@ -7,12 +7,6 @@ Messages client reaching a Gemini provider goes Messages -> Chat -> Gemini and b
 
 from __future__ import annotations
 
+from llmrelay.protocols.errors import TranslationError
 
-class TranslationError(ValueError):
-    """The request uses something the target protocol cannot express. The client gets a 400
-    naming `param` (a field of the client's request), never a silent drop."""
-
-    def __init__(self, message: str, *, param: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.param = param
+__all__ = ["TranslationError"]  # its home is protocols/errors.py; imported from here as well

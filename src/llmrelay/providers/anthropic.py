@@ -71,6 +71,7 @@ class AnthropicAdapter:
             headers=headers_for(route.provider, _NO_HEADERS),  # a chat client's are OpenAI's
             body=orjson.dumps(body),
             translate=translate,
+            dropped=tuple(dropped),
         )
 
 

@@ -10,7 +10,7 @@ logs). The answer is read back as chat (providers.translated).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 from urllib.parse import quote
 
 import orjson
@@ -83,7 +83,13 @@ class GeminiAdapter:
             headers=_headers(route, forwarded_headers),
             body=orjson.dumps(body),
             translate=translate,
+            # `stream` is the URL's method here and include_usage always honoured.
+            dropped=tuple(d for d in dropped if d not in _HONOURED),
         )
+
+
+#: Chat fields chat_request_to_gemini lists as dropped that this adapter honours itself.
+_HONOURED: Final = frozenset({"stream", "stream_options"})
 
 
 def _url(route: RouteSnap, method: str) -> str:

@@ -2,12 +2,18 @@
 
 The Responses request becomes a chat request (protocols.responses_chat), and the answer a
 Response object or the Responses stream events. Error bodies stay in the chat shape (the
-gateway reads only their message).
+gateway reads only their message). What both translations left out (the Responses request's
+fields and tools, then the chat request's that the provider's own translation dropped) is on
+the upstream request's `dropped`, for the `x-llmrelay-dropped` header.
+
+OpenAI's own chat APIs (types openai and azure_openai) read none of the hub's reasoning
+fields (`reasoning_details`, a tool call's `extra_content`) that a reasoning item written by
+llmrelay brings back: they are taken off and noted as dropped.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from llmrelay.protocols.responses_chat import chat_response_to_responses, responses_request_to_chat
 from llmrelay.protocols.responses_chat_stream import ChatStreamToResponses
@@ -16,16 +22,44 @@ from llmrelay.providers.from_chat import Event, FromChat
 from llmrelay.providers.messages_bridge import BuildChat, over_chat
 from llmrelay.snapshot.model import RouteSnap
 
+#: Provider types whose chat API is OpenAI's own: no reasoning fields in requests.
+_OPENAI_OWN: Final = frozenset({"openai", "azure_openai"})
+#: Chat fields the bridge itself sets: their loss on the next hop is none of the client's.
+_BRIDGE_FIELDS: Final = frozenset({"stream", "stream_options"})
+
 
 def responses_over_chat(
     build_chat: BuildChat, route: RouteSnap, payload: dict[str, Any]
 ) -> UpstreamRequest:
     chat, dropped = responses_request_to_chat(payload, upstream_model=route.upstream_model)
+    if route.provider.type in _OPENAI_OWN:
+        _strip_hub_fields(chat["messages"], dropped)
+    inner: list[str] = []
+
+    def build(body: dict[str, Any]) -> UpstreamRequest:
+        request = build_chat(body)
+        inner.extend(name for name in request.dropped if name not in _BRIDGE_FIELDS)
+        return request
 
     def wrap(response: UpstreamResponse, *, model: str, stream: bool) -> UpstreamResponse:
         return ResponsesFromChat(response, model=model, stream=stream, request=payload)
 
-    return over_chat(build_chat, route, chat, dropped, wrap)
+    built = over_chat(build, route, chat, dropped, wrap)
+    every = tuple(dict.fromkeys([*dropped, *inner]))
+    return UpstreamRequest(
+        built.url, built.headers, built.body, built.translate, built.method, dropped=every
+    )
+
+
+def _strip_hub_fields(messages: list[dict[str, Any]], dropped: list[str]) -> None:
+    for message in messages:
+        if message.get("role") != "assistant":
+            continue
+        if message.pop("reasoning_details", None) is not None and "input.reasoning" not in dropped:
+            dropped.append("input.reasoning")
+        for call in message.get("tool_calls") or []:
+            if call.pop("extra_content", None) is not None and "input.reasoning" not in dropped:
+                dropped.append("input.reasoning")
 
 
 class ResponsesFromChat(FromChat):
