@@ -1,0 +1,333 @@
+#!/usr/bin/env bash
+# Build llmrelay's image and run the deployment files against it with podman and
+# podman-compose, checking what an operator relies on (docs/deployment.md, "What was tested").
+#
+#   deploy/smoke.sh [build] [single] [replicas]     (no argument: all three, in that order)
+#
+# build     deploy/Dockerfile -> llmrelay:latest; its size, user and group 10001, a 0700 state
+#           folder, no pip or build tools, the compiled build, redis importable, the installed
+#           distributions exactly requirements/runtime.lock.
+# single    compose.single.yaml: /readyz, the health check, a chat request and a stream, the
+#           files 0600, a backup 0600, SIGTERM exit 0.
+# replicas  compose.replicas.yaml + compose.workers.yaml on stand-in images (PostgreSQL, Redis,
+#           nginx), brought up in stages (podman-compose ignores health conditions): two
+#           replicas, the worker, a chat request and a stream through nginx, an `apply` seen
+#           by both replicas within 2 s (the Redis signal), a background job run by the worker
+#           only, a replica killed and restarted by its restart policy, SIGTERM drain of a
+#           replica with an open stream.
+#
+# Needs: podman (Debian 12: 4.3, with runc), podman-compose, curl, python3. The base images
+# (python:3.11-slim-bookworm, debian:bookworm-slim) come from Debian's own packages on machines
+# with no registry: CONTAINERS names the folder with build-image.sh and standins/ (the shared
+# recipe); build-image.sh runs when the base image is missing. Everything runs under the
+# projects llmrelay-smoke-single and llmrelay-smoke-replicas and is removed at the end
+# (KEEP=1 keeps a stack up for a look). Prints PASS/FAIL per check; exits 1 if one failed.
+set -uo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+CONTAINERS=${CONTAINERS:-$REPO/../shared/containers}
+[ -d "$CONTAINERS" ] || CONTAINERS=/work/shared/containers
+PORT=${SMOKE_PORT:-18480}
+IMAGE=${IMAGE:-llmrelay:latest}
+FAILED=0
+
+pass() { printf 'PASS  %s\n' "$*"; }
+fail() { printf 'FAIL  %s\n' "$*"; FAILED=1; }
+# check NAME COMMAND...: PASS when the command succeeds.
+check() { local name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
+note() { printf '....  %s\n' "$*"; }
+secret() { python3 -c 'import secrets; print(secrets.token_urlsafe(48))'; }
+# within SECONDS COMMAND...: retry the command once a second until it succeeds.
+within() {
+  local deadline=$((SECONDS + $1)); shift
+  until "$@" >/dev/null 2>&1; do
+    ((SECONDS < deadline)) || return 1
+    sleep 1
+  done
+}
+# The containers of a compose service, by the labels podman-compose sets.
+containers() {
+  podman ps -a --filter "label=com.docker.compose.project=$1" \
+    --filter "label=com.docker.compose.service=$2" --format '{{.Names}}' | sort
+}
+ready() { curl -fsS --max-time 5 "$1/readyz" >/dev/null; }
+chat() {  # chat URL KEY MODEL STREAM -> the answer's body
+  curl -sS --max-time 120 "$1/v1/chat/completions" -H "Authorization: Bearer $2" \
+    -H 'Content-Type: application/json' \
+    -d "{\"model\": \"$3\", \"stream\": $4, \"messages\": [{\"role\": \"user\", \"content\": \"smoke test\"}]}"
+}
+mode_of() { podman exec "$1" stat -c '%a' "$2"; }
+# apply CONTAINER < YAML: `llmrelay apply` inside a container of the stack.
+apply() { podman exec -i "$1" llmrelay apply /dev/stdin; }
+
+build() {
+  local ca=() started=$SECONDS
+  if ! podman image exists docker.io/library/python:3.11-slim-bookworm; then
+    note "no base image: the shared recipe builds it (and the image): $CONTAINERS/build-image.sh"
+    bash "$CONTAINERS/build-image.sh" "$REPO" || { fail "build: the shared recipe"; return; }
+  else
+    # Behind a TLS-intercepting proxy pip in the build needs the host's CA bundle.
+    if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
+      printf '[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n' > "${TMPDIR:-/tmp}/llmrelay-pip-ca.conf"
+      ca=(-v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro
+          -v "${TMPDIR:-/tmp}/llmrelay-pip-ca.conf:/etc/pip.conf:ro")
+    fi
+    podman build --format docker "${ca[@]}" -f "$REPO/deploy/Dockerfile" -t "$IMAGE" "$REPO" \
+      || { fail "build: podman build"; return; }
+  fi
+  note "build took $((SECONDS - started)) s"
+  local size
+  size=$(podman image inspect "$IMAGE" --format '{{.Size}}')
+  note "image size: $((size / 1000000)) MB ($size bytes; podman image inspect)"
+  run() { podman run --rm --entrypoint "$1" "$IMAGE" "${@:2}"; }
+  check "build: runs as uid 10001, gid 10001" \
+    test "$(run id -u):$(run id -g):$(run id -gn)" = "10001:10001:llmrelay"
+  check "build: /var/lib/llmrelay is 0700 llmrelay:llmrelay" \
+    test "$(run stat -c '%a %U:%G' /var/lib/llmrelay)" = "700 llmrelay:llmrelay"
+  check "build: the hot path is compiled" \
+    test "$(run python -c 'import llmrelay._compiled as c; print(c.MODE)')" = compiled
+  check "build: redis (the config signal) is installed" run python -c 'import redis.asyncio'
+  check "build: no pip, setuptools, mypy or tests folder in the virtualenv" \
+    run python -c 'import importlib.util as u, pathlib, sys
+gone = [m for m in ("pip", "setuptools", "mypy", "mypyc", "wheel") if u.find_spec(m)]
+tests = [str(p) for p in pathlib.Path("/opt/llmrelay").glob("lib/*/site-packages/llmrelay*/tests")]
+sys.exit(bool(gone or tests))'
+  local installed expected
+  installed=$(run python -c 'import importlib.metadata as m, re
+names = sorted((re.sub(r"[-_.]+", "-", d.name).lower(), d.version) for d in m.distributions())
+print("\n".join(f"{n}=={v}" for n, v in names if n != "llmrelay"))')
+  expected=$(grep -v '^#' "$REPO/requirements/runtime.lock" \
+    | python3 -c 'import re, sys
+print("\n".join(sorted(re.sub(r"[-_.]+", "-", l.split("==")[0]).lower() + "==" + l.split("==")[1]
+                       for l in sys.stdin.read().split())))')
+  check "build: the installed distributions are requirements/runtime.lock, exactly" \
+    test "$installed" = "$expected"
+  [ "$installed" = "$expected" ] || diff <(echo "$expected") <(echo "$installed") | head -20
+}
+
+single() {
+  local project=llmrelay-smoke-single url="http://127.0.0.1:$PORT" key=smoke-key-0123456789abcdef
+  export LLMRELAY_SECRET_KEY LLMRELAY_ADMIN_TOKEN LLMRELAY_HTTP_PORT=$PORT
+  LLMRELAY_SECRET_KEY=$(secret) LLMRELAY_ADMIN_TOKEN=$(secret)
+  local compose=(podman-compose -p "$project" -f "$REPO/deploy/compose.single.yaml")
+  "${compose[@]}" down -v >/dev/null 2>&1
+  "${compose[@]}" up -d >/dev/null || { fail "single: up"; return; }
+  local c
+  c=$(containers "$project" llmrelay)
+  check "single: /readyz on port $PORT within 60 s" within 60 ready "$url"
+  check "single: the image's health check says healthy" podman healthcheck run "$c"
+  check "single: the process runs as 10001:10001" \
+    test "$(podman exec "$c" id -u):$(podman exec "$c" id -g)" = "10001:10001"
+  apply "$c" >/dev/null <<EOF
+providers: [{slug: mock, type: mock}]
+models: [{name: smoke, routes: [{provider: mock, upstream_model: mock-chat}]}]
+projects: [{name: smoke, keys: [{name: smoke, key: $key}]}]
+EOF
+  check "single: a chat request answers (the built-in mock provider)" \
+    within 10 bash -c "$(declare -f chat); chat $url $key smoke false | grep -q '\"content\":\"smoke test\"'"
+  check "single: a streamed chat request ends with [DONE]" \
+    bash -c "$(declare -f chat); chat $url $key smoke true | grep -q 'data: \[DONE\]'"
+  check "single: llmrelay backup" podman exec "$c" llmrelay backup /var/lib/llmrelay/backup.db
+  check "single: the state folder 0700, the database and the backup 0600" test \
+    "$(mode_of "$c" /var/lib/llmrelay) $(mode_of "$c" /var/lib/llmrelay/llmrelay.db) $(mode_of "$c" /var/lib/llmrelay/backup.db)" = "700 600 600"
+  note "single: $(podman exec "$c" sh -c 'stat -c "%a %U:%G %n" /var/lib/llmrelay /var/lib/llmrelay/*' | tr '\n' ';')"
+  podman stop -t 90 "$c" >/dev/null
+  check "single: SIGTERM: exit code 0" test "$(podman inspect "$c" --format '{{.State.ExitCode}}')" = 0
+  [ -n "${KEEP:-}" ] || "${compose[@]}" down -v >/dev/null 2>&1
+}
+
+# An OpenAI-compatible upstream that streams slowly (CHUNKS pieces, DELAY s apart), run from
+# the image itself (Starlette and uvicorn are in it): a stream open long enough to stop a
+# replica under it, and a background job long enough to see who runs it.
+SLOW_UPSTREAM='
+import asyncio, json, time
+import uvicorn
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route
+CHUNKS, DELAY = 16, 0.5
+def chunk(model, delta, finish=None, usage=None):
+    body = {"id": "slow", "object": "chat.completion.chunk", "created": int(time.time()),
+            "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    if usage:
+        body["usage"] = usage
+    return "data: " + json.dumps(body) + "\n\n"
+async def chat(request):
+    body = await request.json()
+    model = body.get("model", "slow")
+    usage = {"prompt_tokens": 2, "completion_tokens": CHUNKS, "total_tokens": CHUNKS + 2}
+    if not body.get("stream"):
+        await asyncio.sleep(CHUNKS * DELAY)
+        text = " ".join(f"w{i}" for i in range(CHUNKS))
+        return JSONResponse({"id": "slow", "object": "chat.completion", "created": int(time.time()),
+            "model": model, "usage": usage, "choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"role": "assistant", "content": text}}]})
+    async def events():
+        yield chunk(model, {"role": "assistant", "content": ""})
+        for i in range(CHUNKS):
+            await asyncio.sleep(DELAY)
+            yield chunk(model, {"content": f"w{i} "})
+        yield chunk(model, {}, "stop", usage)
+        yield "data: [DONE]\n\n"
+    return StreamingResponse(events(), media_type="text/event-stream")
+uvicorn.run(Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])]),
+            host="0.0.0.0", port=9000, log_level="warning")
+'
+
+# Waits in a replica for KEY to be accepted; prints the wall-clock time it first was.
+WATCH_KEY='
+import sys, time, urllib.request, urllib.error
+key, deadline = sys.argv[1], time.time() + 30
+while time.time() < deadline:
+    request = urllib.request.Request("http://127.0.0.1:8080/v1/models",
+                                     headers={"Authorization": "Bearer " + key})
+    try:
+        urllib.request.urlopen(request, timeout=2)
+        print(f"{time.time():.3f}")
+        sys.exit(0)
+    except (urllib.error.URLError, OSError):
+        time.sleep(0.05)
+sys.exit(1)
+'
+
+standins() {
+  local name
+  for name in postgres:16 redis:7 nginx:1.27; do
+    podman image exists "docker.io/library/$name" && continue
+    note "building the stand-in for $name"
+    podman build --format docker -t "docker.io/library/$name" "$CONTAINERS/standins/${name%%:*}" \
+      >/dev/null || fail "stand-in image $name"
+  done
+}
+
+replicas() {
+  local project=llmrelay-smoke-replicas url="http://127.0.0.1:$PORT"
+  local key=smoke-key-0123456789abcdef key2=smoke-key2-0123456789abcdef
+  standins
+  export LLMRELAY_SECRET_KEY LLMRELAY_ADMIN_TOKEN POSTGRES_PASSWORD LLMRELAY_HTTP_PORT=$PORT
+  LLMRELAY_SECRET_KEY=$(secret) LLMRELAY_ADMIN_TOKEN=$(secret) POSTGRES_PASSWORD=$(secret)
+  local compose=(podman-compose -p "$project" -f "$REPO/deploy/compose.replicas.yaml"
+                 -f "$REPO/deploy/compose.workers.yaml")
+  "${compose[@]}" down -v >/dev/null 2>&1
+  podman rm -f "$project-slow" >/dev/null 2>&1
+
+  # In stages: podman-compose 1.x starts a service without waiting for its dependencies'
+  # health conditions.
+  "${compose[@]}" up -d --no-deps postgres redis >/dev/null || { fail "replicas: up databases"; return; }
+  local pg redis
+  pg=$(containers "$project" postgres) redis=$(containers "$project" redis)
+  check "replicas: PostgreSQL healthy within 90 s" within 90 podman healthcheck run "$pg"
+  check "replicas: Redis healthy within 30 s" within 30 podman healthcheck run "$redis"
+  "${compose[@]}" up -d --no-deps migrate >/dev/null
+  local migrate
+  migrate=$(containers "$project" migrate)
+  check "replicas: migrate ran once and exited 0" test "$(podman wait "$migrate")" = 0
+  "${compose[@]}" up -d --no-deps llmrelay worker >/dev/null
+  local -a replica
+  mapfile -t replica < <(containers "$project" llmrelay)
+  local worker
+  worker=$(containers "$project" worker)
+  check "replicas: two replicas (deploy.replicas: 2 with mode: replicated)" test "${#replica[@]}" = 2
+  check "replicas: one worker" test -n "$worker"
+  local r
+  for r in "${replica[@]}"; do
+    check "replicas: $r healthy within 90 s" within 90 podman healthcheck run "$r"
+  done
+  "${compose[@]}" up -d --no-deps nginx >/dev/null
+  check "replicas: /readyz through nginx within 60 s" within 60 ready "$url"
+
+  local network
+  network=$(podman inspect "${replica[0]}" --format '{{range $name, $_ := .NetworkSettings.Networks}}{{$name}}{{end}}')
+  podman run -d --name "$project-slow" --network "$network" --network-alias slow \
+    --entrypoint python "$IMAGE" -c "$SLOW_UPSTREAM" >/dev/null
+  apply "${replica[0]}" >/dev/null <<EOF
+providers:
+  - {slug: mock, type: mock}
+  - {slug: slow, type: openai_compatible, base_url: "http://slow:9000/v1", api_key: sk-slow}
+models:
+  - {name: smoke, routes: [{provider: mock, upstream_model: mock-chat}]}
+  - {name: slow, routes: [{provider: slow, upstream_model: slow}]}
+projects: [{name: smoke, keys: [{name: smoke, key: $key}]}]
+EOF
+  check "replicas: a chat request through nginx" \
+    within 10 bash -c "$(declare -f chat); chat $url $key smoke false | grep -q '\"content\":\"smoke test\"'"
+  check "replicas: a stream through nginx ends with [DONE]" \
+    bash -c "$(declare -f chat); chat $url $key smoke true | grep -q 'data: \[DONE\]'"
+
+  # A change made on one replica reaches both within 2 s: the Redis signal, not the poll.
+  for r in "${replica[@]}"; do
+    check "replicas: $r listens to the config signal on Redis" \
+      bash -c "podman logs $r 2>&1 | grep -q 'config_signal_listening.*redis'"
+  done
+  local watch0 watch1 applied seen0 seen1
+  watch0=$(mktemp) watch1=$(mktemp)
+  podman exec "${replica[0]}" python -c "$WATCH_KEY" "$key2" >"$watch0" &
+  local w0=$!
+  podman exec "${replica[1]}" python -c "$WATCH_KEY" "$key2" >"$watch1" &
+  local w1=$!
+  apply "${replica[0]}" >/dev/null <<EOF
+projects: [{name: smoke, keys: [{name: smoke, key: $key}, {name: second, key: $key2}]}]
+EOF
+  applied=$(date +%s.%N)
+  wait "$w0" "$w1"
+  seen0=$(cat "$watch0") seen1=$(cat "$watch1")
+  note "apply seen $(python3 -c "print(f'{max(0, ${seen0:-1e9} - $applied):.2f} s, {max(0, ${seen1:-1e9} - $applied):.2f} s')") after it returned"
+  check "replicas: the new key works on both replicas within 2 s of the apply" \
+    python3 -c "import sys; sys.exit(not max(${seen0:-1e9}, ${seen1:-1e9}) - $applied <= 2)"
+  check "replicas: no replica lost the config signal" \
+    bash -c "! podman logs ${replica[0]} 2>&1 | grep -q config_signal_lost && ! podman logs ${replica[1]} 2>&1 | grep -q config_signal_lost"
+  rm -f "$watch0" "$watch1"
+
+  # A background response is a durable job: the worker runs it, the replicas never do.
+  local submitted id owner worker_host
+  submitted=$(curl -sS --max-time 30 "$url/v1/responses" -H "Authorization: Bearer $key" \
+    -H 'Content-Type: application/json' -d '{"model": "slow", "input": "job", "background": true}')
+  id=$(python3 -c 'import json, sys; print(json.loads(sys.argv[1]).get("id", ""))' "$submitted")
+  owner=$(bash -c "for _ in \$(seq 60); do o=\$(podman exec $pg psql -U llmrelay -d llmrelay -Atc \"SELECT lease_owner FROM jobs WHERE status = 'running' AND kind LIKE '%response%'\"); [ -n \"\$o\" ] && { echo \"\$o\"; exit; }; sleep 0.5; done")
+  worker_host=$(podman exec "$worker" cat /etc/hostname)
+  note "background response $id run by ${owner:-nobody seen} (worker's host name: $worker_host)"
+  check "replicas: the background job is run by the worker" test "${owner%%:*}" = "$worker_host"
+  check "replicas: the background response completes" within 60 bash -c \
+    "curl -fsS $url/v1/responses/$id -H 'Authorization: Bearer $key' | grep -q '\"status\":\"completed\"'"
+
+  # Killed (not stopped): the restart policy brings the replica back.
+  local pid before
+  pid=$(podman inspect "${replica[0]}" --format '{{.State.Pid}}')
+  before=$(podman inspect "${replica[0]}" --format '{{.State.StartedAt}}')
+  kill -KILL "$pid"
+  check "replicas: a killed replica is restarted by its restart policy within 60 s" \
+    within 60 bash -c "test \"\$(podman inspect ${replica[0]} --format '{{.State.StartedAt}}')\" != '$before' && podman healthcheck run ${replica[0]}"
+  check "replicas: ... and serves through nginx again" within 30 ready "$url"
+
+  # SIGTERM with a stream open on the replica: the stream ends whole, the exit code is 0.
+  local ip stream
+  ip=$(podman inspect "${replica[1]}" --format '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}')
+  stream=$(mktemp)
+  chat "http://$ip:8080" "$key" slow true >"$stream" &
+  local client=$!
+  within 30 grep -q '"w0 "' "$stream"
+  podman stop -t 90 "${replica[1]}" >/dev/null
+  wait "$client"
+  check "replicas: SIGTERM with a stream open: the stream got every chunk and [DONE]" \
+    bash -c "grep -q '\"w15 \"' $stream && grep -q 'data: \[DONE\]' $stream"
+  check "replicas: ... and the replica exited 0" \
+    test "$(podman inspect "${replica[1]}" --format '{{.State.ExitCode}}')" = 0
+  rm -f "$stream"
+  podman start "${replica[1]}" >/dev/null
+
+  if [ -z "${KEEP:-}" ]; then
+    podman rm -f "$project-slow" >/dev/null 2>&1
+    "${compose[@]}" down -v >/dev/null 2>&1
+    check "replicas: down removed every container of the stack" \
+      test -z "$(podman ps -a --filter "label=com.docker.compose.project=$project" --format '{{.Names}}')"
+  fi
+}
+
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(build single replicas)
+for step in "${steps[@]}"; do
+  case $step in
+    build | single | replicas) "$step" ;;
+    *) echo "usage: $0 [build] [single] [replicas]" >&2; exit 2 ;;
+  esac
+done
+exit "$FAILED"
