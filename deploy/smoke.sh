@@ -58,6 +58,12 @@ chat() {  # chat URL KEY MODEL STREAM -> the answer's body
 mode_of() { podman exec "$1" stat -c '%a' "$2"; }
 # apply CONTAINER < YAML: `llmrelay apply` inside a container of the stack.
 apply() { podman exec -i "$1" llmrelay apply /dev/stdin; }
+# down COMPOSE...: the stack's containers and volumes, then its network (podman-compose 1.x
+# leaves it, and another stack's network may want the same subnet).
+down() {
+  "$@" down -v >/dev/null 2>&1
+  podman network rm -f "${project}_default" >/dev/null 2>&1 || true
+}
 
 build() {
   local ca=() started=$SECONDS
@@ -86,7 +92,7 @@ build() {
   check "build: the hot path is compiled" \
     test "$(run python -c 'import llmrelay._compiled as c; print(c.MODE)')" = compiled
   check "build: redis (the config signal) is installed" run python -c 'import redis.asyncio'
-  check "build: no pip, setuptools, mypy or tests folder in the virtualenv" \
+  check "build: no pip, setuptools, wheel or mypy in the virtualenv, no tests of llmrelay" \
     run python -c 'import importlib.util as u, pathlib, sys
 gone = [m for m in ("pip", "setuptools", "mypy", "mypyc", "wheel") if u.find_spec(m)]
 tests = [str(p) for p in pathlib.Path("/opt/llmrelay").glob("lib/*/site-packages/llmrelay*/tests")]
@@ -109,7 +115,7 @@ single() {
   export LLMRELAY_SECRET_KEY LLMRELAY_ADMIN_TOKEN LLMRELAY_HTTP_PORT=$PORT
   LLMRELAY_SECRET_KEY=$(secret) LLMRELAY_ADMIN_TOKEN=$(secret)
   local compose=(podman-compose -p "$project" -f "$REPO/deploy/compose.single.yaml")
-  "${compose[@]}" down -v >/dev/null 2>&1
+  down "${compose[@]}"
   "${compose[@]}" up -d >/dev/null || { fail "single: up"; return; }
   local c
   c=$(containers "$project" llmrelay)
@@ -132,7 +138,7 @@ EOF
   note "single: $(podman exec "$c" sh -c 'stat -c "%a %U:%G %n" /var/lib/llmrelay /var/lib/llmrelay/*' | tr '\n' ';')"
   podman stop -t 90 "$c" >/dev/null
   check "single: SIGTERM: exit code 0" test "$(podman inspect "$c" --format '{{.State.ExitCode}}')" = 0
-  [ -n "${KEEP:-}" ] || "${compose[@]}" down -v >/dev/null 2>&1
+  [ -n "${KEEP:-}" ] || down "${compose[@]}"
 }
 
 # An OpenAI-compatible upstream that streams slowly (CHUNKS pieces, DELAY s apart), run from
@@ -173,10 +179,12 @@ uvicorn.run(Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST
             host="0.0.0.0", port=9000, log_level="warning")
 '
 
-# Waits in a replica for KEY to be accepted; prints the wall-clock time it first was.
+# Waits in a replica for KEY to be accepted: prints `polling` once it asks, then the
+# wall-clock time the key was first accepted.
 WATCH_KEY='
 import sys, time, urllib.request, urllib.error
-key, deadline = sys.argv[1], time.time() + 30
+key, deadline = sys.argv[1], time.time() + 60
+print("polling", flush=True)
 while time.time() < deadline:
     request = urllib.request.Request("http://127.0.0.1:8080/v1/models",
                                      headers={"Authorization": "Bearer " + key})
@@ -188,6 +196,19 @@ while time.time() < deadline:
         time.sleep(0.05)
 sys.exit(1)
 '
+
+# The replicas stack's config: the mock provider, the slow upstream, a project with KEYS.
+replicas_config() {
+  cat <<EOF
+providers:
+  - {slug: mock, type: mock}
+  - {slug: slow, type: openai_compatible, base_url: "http://slow:9000/v1", api_key: sk-slow}
+models:
+  - {name: smoke, routes: [{provider: mock, upstream_model: mock-chat}]}
+  - {name: slow, routes: [{provider: slow, upstream_model: slow}]}
+projects: [{name: smoke, keys: [$1]}]
+EOF
+}
 
 standins() {
   local name
@@ -207,8 +228,8 @@ replicas() {
   LLMRELAY_SECRET_KEY=$(secret) LLMRELAY_ADMIN_TOKEN=$(secret) POSTGRES_PASSWORD=$(secret)
   local compose=(podman-compose -p "$project" -f "$REPO/deploy/compose.replicas.yaml"
                  -f "$REPO/deploy/compose.workers.yaml")
-  "${compose[@]}" down -v >/dev/null 2>&1
   podman rm -f "$project-slow" >/dev/null 2>&1
+  down "${compose[@]}"
 
   # In stages: podman-compose 1.x starts a service without waiting for its dependencies'
   # health conditions.
@@ -239,15 +260,7 @@ replicas() {
   network=$(podman inspect "${replica[0]}" --format '{{range $name, $_ := .NetworkSettings.Networks}}{{$name}}{{end}}')
   podman run -d --name "$project-slow" --network "$network" --network-alias slow \
     --entrypoint python "$IMAGE" -c "$SLOW_UPSTREAM" >/dev/null
-  apply "${replica[0]}" >/dev/null <<EOF
-providers:
-  - {slug: mock, type: mock}
-  - {slug: slow, type: openai_compatible, base_url: "http://slow:9000/v1", api_key: sk-slow}
-models:
-  - {name: smoke, routes: [{provider: mock, upstream_model: mock-chat}]}
-  - {name: slow, routes: [{provider: slow, upstream_model: slow}]}
-projects: [{name: smoke, keys: [{name: smoke, key: $key}]}]
-EOF
+  replicas_config "{name: smoke, key: $key}" | apply "${replica[0]}" >/dev/null
   check "replicas: a chat request through nginx" \
     within 10 bash -c "$(declare -f chat); chat $url $key smoke false | grep -q '\"content\":\"smoke test\"'"
   check "replicas: a stream through nginx ends with [DONE]" \
@@ -264,12 +277,13 @@ EOF
   local w0=$!
   podman exec "${replica[1]}" python -c "$WATCH_KEY" "$key2" >"$watch1" &
   local w1=$!
-  apply "${replica[0]}" >/dev/null <<EOF
-projects: [{name: smoke, keys: [{name: smoke, key: $key}, {name: second, key: $key2}]}]
-EOF
+  within 30 grep -q polling "$watch0"
+  within 30 grep -q polling "$watch1"
+  replicas_config "{name: smoke, key: $key}, {name: second, key: $key2}" \
+    | apply "${replica[0]}" >/dev/null
   applied=$(date +%s.%N)
   wait "$w0" "$w1"
-  seen0=$(cat "$watch0") seen1=$(cat "$watch1")
+  seen0=$(sed -n 2p "$watch0") seen1=$(sed -n 2p "$watch1")
   note "apply seen $(python3 -c "print(f'{max(0, ${seen0:-1e9} - $applied):.2f} s, {max(0, ${seen1:-1e9} - $applied):.2f} s')") after it returned"
   check "replicas: the new key works on both replicas within 2 s of the apply" \
     python3 -c "import sys; sys.exit(not max(${seen0:-1e9}, ${seen1:-1e9}) - $applied <= 2)"
@@ -282,7 +296,12 @@ EOF
   submitted=$(curl -sS --max-time 30 "$url/v1/responses" -H "Authorization: Bearer $key" \
     -H 'Content-Type: application/json' -d '{"model": "slow", "input": "job", "background": true}')
   id=$(python3 -c 'import json, sys; print(json.loads(sys.argv[1]).get("id", ""))' "$submitted")
-  owner=$(bash -c "for _ in \$(seq 60); do o=\$(podman exec $pg psql -U llmrelay -d llmrelay -Atc \"SELECT lease_owner FROM jobs WHERE status = 'running' AND kind LIKE '%response%'\"); [ -n \"\$o\" ] && { echo \"\$o\"; exit; }; sleep 0.5; done")
+  for _ in $(seq 120); do  # the job runs for about 8 s (the slow upstream)
+    owner=$(podman exec "$pg" psql -U llmrelay -d llmrelay -Atc \
+      "SELECT lease_owner FROM jobs WHERE status = 'running' AND kind = 'background_response'")
+    [ -z "$owner" ] || break
+    sleep 0.25
+  done
   worker_host=$(podman exec "$worker" cat /etc/hostname)
   note "background response $id run by ${owner:-nobody seen} (worker's host name: $worker_host)"
   check "replicas: the background job is run by the worker" test "${owner%%:*}" = "$worker_host"
@@ -304,11 +323,11 @@ EOF
   stream=$(mktemp)
   chat "http://$ip:8080" "$key" slow true >"$stream" &
   local client=$!
-  within 30 grep -q '"w0 "' "$stream"
+  within 30 grep -q 'w0 ' "$stream"
   podman stop -t 90 "${replica[1]}" >/dev/null
   wait "$client"
   check "replicas: SIGTERM with a stream open: the stream got every chunk and [DONE]" \
-    bash -c "grep -q '\"w15 \"' $stream && grep -q 'data: \[DONE\]' $stream"
+    bash -c "grep -q 'w15 ' $stream && grep -q 'data: \[DONE\]' $stream"
   check "replicas: ... and the replica exited 0" \
     test "$(podman inspect "${replica[1]}" --format '{{.State.ExitCode}}')" = 0
   rm -f "$stream"
@@ -316,7 +335,7 @@ EOF
 
   if [ -z "${KEEP:-}" ]; then
     podman rm -f "$project-slow" >/dev/null 2>&1
-    "${compose[@]}" down -v >/dev/null 2>&1
+    down "${compose[@]}"
     check "replicas: down removed every container of the stack" \
       test -z "$(podman ps -a --filter "label=com.docker.compose.project=$project" --format '{{.Names}}')"
   fi
