@@ -20,10 +20,7 @@ import subprocess
 import sys
 import venv
 from collections.abc import Iterator
-from importlib import metadata
 from pathlib import Path
-
-from packaging.utils import canonicalize_name
 
 from tests.support.dependencies import (
     ROOT,
@@ -106,35 +103,45 @@ def _imports(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
         yield from _imports(child)
 
 
-def _top(node: ast.Import | ast.ImportFrom) -> set[str]:
+def _modules(node: ast.Import | ast.ImportFrom) -> set[str]:
+    """The modules an absolute import statement names (none for a relative one)."""
     if isinstance(node, ast.ImportFrom):
-        return set() if node.level else {(node.module or "").split(".")[0]}
-    return {alias.name.split(".")[0] for alias in node.names}
+        return set() if node.level else {node.module or ""}
+    return {alias.name for alias in node.names}
 
 
 def _optional_modules() -> set[str]:
-    """Top-level modules that only the optional extras other than `dev` bring."""
+    """Dotted names of the modules and packages that only the optional extras other than
+    `dev` install (by module, not by top-level name: `opentelemetry` is a namespace that the
+    main dependencies share, fastapi bringing its API)."""
     extras = [name for name in project()["optional-dependencies"] if name != "dev"]
-    plain = set(closure(main_requirements()))
-    optional = set(closure([*main_requirements(), *extra_requirements(*extras)])) - plain
-    return {
-        module
-        for module, distributions in metadata.packages_distributions().items()
-        if {canonicalize_name(name) for name in distributions} <= optional
-    }
+    plain = closure(main_requirements())
+    everything = closure([*main_requirements(), *extra_requirements(*extras)])
+    modules: set[str] = set()
+    for name, distribution in everything.items():
+        if name in plain:
+            continue
+        for file in distribution.files or ():
+            if file.suffix == ".py" and file.parts[0] != "..":
+                parts = list(file.with_suffix("").parts)
+                if parts[-1] == "__init__":
+                    parts.pop()
+                modules.add(".".join(parts))
+    return modules
 
 
 def import_statements() -> dict[str, list[str]]:
     """Statement (as source) -> the modules of llmrelay that hold it, for every import of
     another distribution's module."""
-    skipped = {"llmrelay", "__future__", *sys.stdlib_module_names, *_optional_modules()}
+    own = {"llmrelay", "__future__", *sys.stdlib_module_names}
+    optional = _optional_modules()
     found: dict[str, list[str]] = {}
     for path in sorted(SOURCES.rglob("*.py")):
         if "migrations" in path.relative_to(SOURCES).parts:
             continue  # run by Alembic, which brings its own imports
         for node in _imports(ast.parse(path.read_text(), str(path))):
-            tops = _top(node)
-            if tops and not tops & skipped:
+            modules = _modules(node)
+            if modules and not {m.split(".")[0] for m in modules} & own and modules - optional:
                 where = str(path.relative_to(ROOT / "src"))
                 found.setdefault(ast.unparse(node), []).append(where)
     return found

@@ -107,8 +107,7 @@ def pinned(requirements: Iterable[str], lock: Path = DEV_LOCK) -> list[str]:
             raise DependencyError(f"{name} is not pinned in {lock.name}: `make lock`")
         if line.split("==", 1)[1] != distribution.version:
             raise DependencyError(
-                f"{name} {distribution.version} is installed, {lock.name} pins {line}: "
-                "`make setup`"
+                f"{name} {distribution.version} is installed, {lock.name} pins {line}: `make setup`"
             )
         lines.append(line)
     order = {name: place for place, name in enumerate(pins)}
