@@ -31,7 +31,8 @@ IMAGE_EXTRAS = ("otel",)
 
 RUNTIME_HEADER = """\
 # The runtime dependencies of the image (deploy/Dockerfile: the main dependencies of
-# pyproject.toml and the `otel` extra), each pinned as in requirements/dev.lock, nothing else.
+# pyproject.toml and the `otel` extra), each pinned as in requirements/dev.lock, nothing else;
+# last, with their markers, what only other Pythons need (the image's may be one).
 # Generated, do not edit: `make runtime-lock` (also part of `make lock`); tests/test_lock.py
 # fails when it no longer matches pyproject.toml and dev.lock.
 """
@@ -57,9 +58,21 @@ def extra_requirements(*extras: str) -> list[str]:
     return [str(text) for extra in extras for text in table[extra]]
 
 
-def closure(requirements: Iterable[str]) -> dict[str, metadata.Distribution]:
+#: The oldest Python the project supports (requires-python): a requirement that its marker
+#: keeps off this machine's Python but not off that one is needed elsewhere (the image's
+#: Python is Debian's 3.11.2 on machines without a registry).
+OLDEST_PYTHON = {"python_version": "3.11", "python_full_version": "3.11.0"}
+#: Pins of what is needed elsewhere only, hence neither installed here nor in dev.lock: redis
+#: needs async-timeout before Python 3.11.3.
+ELSEWHERE_PINS = {"async-timeout": "5.0.1"}
+
+
+def closure(
+    requirements: Iterable[str], elsewhere: dict[str, str] | None = None
+) -> dict[str, metadata.Distribution]:
     """Canonical name -> installed distribution, for each requirement and what it requires in
-    turn (a requirement's extras bring their own requirements; markers are evaluated here)."""
+    turn (a requirement's extras bring their own requirements; markers are evaluated here).
+    `elsewhere`, when given, gets name -> marker for what only another Python needs."""
     found: dict[str, metadata.Distribution] = {}
     seen: set[tuple[str, str]] = set()
     queue = [Requirement(text) for text in requirements]
@@ -84,6 +97,10 @@ def closure(requirements: Iterable[str]) -> dict[str, metadata.Distribution]:
                 if needed.marker is None or needed.marker.evaluate({"extra": extra}):
                     needed.marker = None  # evaluated: it applies
                     queue.append(needed)
+                elif elsewhere is not None and needed.marker.evaluate(
+                    {"extra": extra, **OLDEST_PYTHON}
+                ):
+                    elsewhere[canonicalize_name(needed.name)] = str(needed.marker)
     return found
 
 
@@ -98,10 +115,14 @@ def _pins(lock: Path) -> dict[str, str]:
 
 def pinned(requirements: Iterable[str], lock: Path = DEV_LOCK) -> list[str]:
     """The lock's lines for the closure of `requirements`, in the lock's order; refuses when
-    an installed version is not the pinned one (the closure would be of other versions)."""
+    an installed version is not the pinned one (the closure would be of other versions).
+    Then, with their markers, what only another Python needs (pip installs a line whose
+    marker holds, and skips the others)."""
     pins = _pins(lock)
+    elsewhere: dict[str, str] = {}
     lines: list[str] = []
-    for name, distribution in closure(requirements).items():
+    found = closure(requirements, elsewhere)
+    for name, distribution in found.items():
         line = pins.get(name)
         if line is None:
             raise DependencyError(f"{name} is not pinned in {lock.name}: `make lock`")
@@ -111,7 +132,19 @@ def pinned(requirements: Iterable[str], lock: Path = DEV_LOCK) -> list[str]:
             )
         lines.append(line)
     order = {name: place for place, name in enumerate(pins)}
-    return sorted(lines, key=lambda line: order[canonicalize_name(line.split("==", 1)[0])])
+    lines.sort(key=lambda line: order[canonicalize_name(line.split("==", 1)[0])])
+    for name, marker in sorted(elsewhere.items()):
+        if name in found:
+            continue  # needed here too: pinned above
+        if name in ELSEWHERE_PINS:
+            lines.append(f"{name}=={ELSEWHERE_PINS[name]} ; {marker}")
+        elif name in pins:
+            lines.append(f"{pins[name]} ; {marker}")
+        else:
+            raise DependencyError(
+                f"{name} is needed where {marker}: pin it in ELSEWHERE_PINS ({__name__})"
+            )
+    return lines
 
 
 def runtime_lock_text() -> str:
