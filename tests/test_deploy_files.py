@@ -77,7 +77,7 @@ def test_the_replicas_compose_file_migrates_once_before_the_replicas_behind_ngin
     assert set(services) == {"postgres", "redis", "migrate", "llmrelay", "nginx"}
     assert services["migrate"]["command"] == ["migrate"]
     replicas = services["llmrelay"]
-    # podman-compose starts `replicas` only with the mode written out
+    # the mode written out (the spec's default) for tools that count replicas only with it
     assert replicas["deploy"] == {"mode": "replicated", "replicas": 2}
     assert replicas["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
     environment = replicas["environment"]
