@@ -84,7 +84,7 @@ build() {
   local size
   size=$(podman image inspect "$IMAGE" --format '{{.Size}}')
   note "image size: $((size / 1000000)) MB ($size bytes; podman image inspect)"
-  run() { podman run --rm --entrypoint "$1" "$IMAGE" "${@:2}"; }
+  run() { podman run --rm --no-healthcheck --entrypoint "$1" "$IMAGE" "${@:2}"; }
   check "build: runs as uid 10001, gid 10001" \
     test "$(run id -u):$(run id -g):$(run id -gn)" = "10001:10001:llmrelay"
   check "build: /var/lib/llmrelay is 0700 llmrelay:llmrelay" \
