@@ -51,7 +51,7 @@ containers() {
 }
 ready() { curl -fsS --max-time 5 "$1/readyz" >/dev/null; }
 chat() {  # chat URL KEY MODEL STREAM -> the answer's body
-  curl -sS --max-time 120 "$1/v1/chat/completions" -H "Authorization: Bearer $2" \
+  curl -sS -N --max-time 120 "$1/v1/chat/completions" -H "Authorization: Bearer $2" \
     -H 'Content-Type: application/json' \
     -d "{\"model\": \"$3\", \"stream\": $4, \"messages\": [{\"role\": \"user\", \"content\": \"smoke test\"}]}"
 }
@@ -345,6 +345,8 @@ replicas() {
   chat "http://$ip:8080" "$key" slow true >"$stream" &
   local client=$!
   within 30 grep -q 'w0 ' "$stream"
+  check "replicas: a stream is open on the replica (first chunk in, no [DONE] yet)" \
+    bash -c "grep -q 'w0 ' $stream && ! grep -q 'DONE' $stream"
   local stopping=$SECONDS
   podman stop -t 90 "${replica[1]}" >/dev/null
   note "the replica took $((SECONDS - stopping)) s to stop (its stream had about 8 s to go)"
