@@ -23,6 +23,7 @@
 # projects llmrelay-smoke-single and llmrelay-smoke-replicas and is removed at the end
 # (KEEP=1 keeps a stack up for a look). Prints PASS/FAIL per check; exits 1 if one failed.
 set -uo pipefail
+shopt -s lastpipe  # `... | apply` records its check in this shell
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 CONTAINERS=${CONTAINERS:-$REPO/../shared/containers}
 [ -d "$CONTAINERS" ] || CONTAINERS=/work/shared/containers
@@ -56,8 +57,17 @@ chat() {  # chat URL KEY MODEL STREAM -> the answer's body
     -d "{\"model\": \"$3\", \"stream\": $4, \"messages\": [{\"role\": \"user\", \"content\": \"smoke test\"}]}"
 }
 mode_of() { podman exec "$1" stat -c '%a' "$2"; }
-# apply CONTAINER < YAML: `llmrelay apply` inside a container of the stack.
-apply() { podman exec -i "$1" llmrelay apply /dev/stdin 2>&1; }
+# apply CHECK CONTAINER < YAML: `llmrelay apply` inside a container of the stack, a check
+# (its output shown when it fails).
+apply() {
+  local out
+  if out=$(podman exec -i "$2" llmrelay apply /dev/stdin 2>&1); then
+    pass "$1"
+  else
+    fail "$1"
+    printf '%s\n' "$out" | tail -5 | sed 's/^/      /'
+  fi
+}
 # down COMPOSE...: the stack's containers and volumes, then its network (podman-compose 1.x
 # leaves it, and another stack's network may want the same subnet).
 down() {
@@ -133,7 +143,7 @@ single() {
   check "single: the image's health check says healthy" podman healthcheck run "$c"
   check "single: the process runs as 10001:10001" \
     test "$(podman exec "$c" id -u):$(podman exec "$c" id -g)" = "10001:10001"
-  apply "$c" >/dev/null <<EOF
+  apply "single: llmrelay apply (the mock provider, a model, a key)" "$c" <<EOF
 providers: [{slug: mock, type: mock}]
 models: [{name: smoke, routes: [{provider: mock, upstream_model: mock-chat}]}]
 projects: [{name: smoke, keys: [{name: smoke, key: $key}]}]
@@ -277,9 +287,11 @@ replicas() {
   network=$(podman inspect "${replica[0]}" --format '{{range $name, $_ := .NetworkSettings.Networks}}{{$name}}{{end}}')
   podman run -d --name "$project-slow" --network "$network" --network-alias slow \
     --entrypoint python "$IMAGE" -c "$SLOW_UPSTREAM" >/dev/null
-  replicas_config "{name: smoke, key: $key}" | apply "${replica[0]}" >/dev/null
+  replicas_config "{name: smoke, key: $key}" \
+    | apply "replicas: llmrelay apply (mock and slow providers, models, a key)" "${replica[0]}"
   check "replicas: a chat request through nginx" \
     within 10 bash -c "$(declare -f chat); chat $url $key smoke false | grep -q '\"content\":\"smoke test\"'"
+  [ "$FAILED" = 0 ] || note "answer: $(chat "$url" "$key" smoke false | head -c 300)"
   check "replicas: a stream through nginx ends with [DONE]" \
     bash -c "$(declare -f chat); chat $url $key smoke true | grep -q 'data: \[DONE\]'"
 
@@ -301,7 +313,7 @@ replicas() {
   local began
   began=$(date +%s.%N)
   replicas_config "{name: smoke, key: $key}, {name: second, key: $key2}" \
-    | apply "${replica[0]}" >/dev/null
+    | apply "replicas: llmrelay apply of a second key" "${replica[0]}"
   applied=$(date +%s.%N)
   wait "$w0" "$w1"
   seen0=$(sed -n 2p "$watch0") seen1=$(sed -n 2p "$watch1")
