@@ -68,10 +68,16 @@ apply() {
     printf '%s\n' "$out" | tail -5 | sed 's/^/      /'
   fi
 }
-# down COMPOSE...: the stack's containers and volumes, then its network (podman-compose 1.x
-# leaves it, and another stack's network may want the same subnet).
+# down COMPOSE...: the stack's containers with their anonymous volumes (the images' VOLUMEs,
+# which podman-compose's `down -v` leaves), its named volumes, then its network (which it
+# leaves too, and another stack's network may want the same subnet).
 down() {
+  local ids volumes=""
+  ids=$(podman ps -aq --filter "label=com.docker.compose.project=$project")
+  [ -z "$ids" ] || volumes=$(podman inspect $ids \
+    --format '{{range .Mounts}}{{if eq .Type "volume"}}{{.Name}} {{end}}{{end}}' 2>/dev/null)
   "$@" down -v >/dev/null 2>&1
+  for volume in $volumes; do podman volume rm -f "$volume" >/dev/null 2>&1; done
   podman network rm -f "${project}_default" >/dev/null 2>&1 || true
 }
 
