@@ -8,7 +8,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint setup bench clean lock agents
+.PHONY: demo test lint setup bench clean lock runtime-lock agents
 
 # The data plane's hot path is compiled with mypyc (setup.py), which type-checks it against
 # the dependencies: they are installed first (a plain build), then the package is built again
@@ -22,6 +22,11 @@ BUILT := $(VENV)/.compiled
 # requirements/dev.lock pins every package (constraints: what is not asked for is not installed),
 # so that a fresh clone runs with what CI last passed with, not whatever was released since.
 LOCK := requirements/dev.lock
+# requirements/runtime.lock pins what the image installs (deploy/Dockerfile): the main
+# dependencies and the otel extra, with everything they need, at dev.lock's versions
+# (tests/support/dependencies.py reads them from an environment installed with dev.lock;
+# tests/test_lock.py checks that the file is current).
+RUNTIME_LOCK := requirements/runtime.lock
 
 $(STAMP): pyproject.toml $(LOCK)
 	python3 -m venv $(VENV)
@@ -35,7 +40,14 @@ lock:
 	.venv-lock/bin/python -m pip install --quiet --upgrade pip 'setuptools>=77' wheel
 	LLMRELAY_PURE_PYTHON=1 .venv-lock/bin/python -m pip install --quiet -e '.[dev]'
 	{ sed -n '/^#/p' $(LOCK); .venv-lock/bin/python -m pip freeze --exclude-editable; } > $(LOCK).new
-	mv $(LOCK).new $(LOCK) && rm -rf .venv-lock
+	mv $(LOCK).new $(LOCK)
+	.venv-lock/bin/python -m tests.support.dependencies > $(RUNTIME_LOCK).new
+	mv $(RUNTIME_LOCK).new $(RUNTIME_LOCK) && rm -rf .venv-lock
+
+# After editing the main dependencies or the otel extra only (dev.lock already pins them).
+runtime-lock: $(STAMP)
+	$(BIN)/python -m tests.support.dependencies > $(RUNTIME_LOCK).new
+	mv $(RUNTIME_LOCK).new $(RUNTIME_LOCK)
 
 $(BUILT): $(STAMP) setup.py src/llmrelay/compiled_modules.py $(COMPILED_SOURCES)
 	$(BIN)/python -m pip install --quiet --no-build-isolation --no-deps -e . || { \

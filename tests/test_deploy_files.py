@@ -1,8 +1,9 @@
 """The deployment files of deploy/, checked by the tools that read them, without a container
 engine or a systemd to run them: the compose files rendered by Compose itself (`config`
-needs no engine), the systemd units by `systemd-analyze verify`. (The Dockerfile needs an
-engine to build: docs/deployment.md says what was checked instead.) The nginx configuration
-is run for real by tests/e2e/test_replicas_nginx.py."""
+needs no engine), the systemd units by `systemd-analyze verify`. (The image and the compose
+stacks need an engine: deploy/smoke.sh builds and runs them with podman, docs/deployment.md
+says what it checked.) The nginx configuration is run for real by
+tests/e2e/test_replicas_nginx.py."""
 
 from __future__ import annotations
 
@@ -76,6 +77,8 @@ def test_the_replicas_compose_file_migrates_once_before_the_replicas_behind_ngin
     assert set(services) == {"postgres", "redis", "migrate", "llmrelay", "nginx"}
     assert services["migrate"]["command"] == ["migrate"]
     replicas = services["llmrelay"]
+    # the mode written out (the spec's default) for tools that count replicas only with it
+    assert replicas["deploy"] == {"mode": "replicated", "replicas": 2}
     assert replicas["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
     environment = replicas["environment"]
     assert isinstance(environment, dict)

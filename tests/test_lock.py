@@ -9,6 +9,8 @@ import re
 import tomllib
 from pathlib import Path
 
+from tests.support.dependencies import RUNTIME_LOCK, runtime_lock_text
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -31,3 +33,9 @@ def test_every_dependency_of_the_dev_install_is_pinned() -> None:
     }
     missing = sorted({_name(r) for r in wanted} - set(pinned))
     assert not missing, f"not in requirements/dev.lock (run `make lock`): {missing}"
+
+
+def test_the_runtime_lock_is_what_the_runtime_dependencies_need_at_dev_lock_versions() -> None:
+    assert RUNTIME_LOCK.read_text() == runtime_lock_text(), (
+        "requirements/runtime.lock is out of date: `make runtime-lock`"
+    )

@@ -271,7 +271,16 @@ def _seed_demo(settings: Settings, host: str, port: int) -> None:
     )
 
 
+def private_files() -> None:
+    """What this process creates is its user's alone: files 0600, folders 0700 (the SQLite
+    database and its WAL, backups, the record spool and the generated keys hold credentials,
+    keys and request records). The umask is only narrowed, never widened: an operator's
+    stricter one stays; the systemd units set the same (UMask=0077), the image relies on it."""
+    os.umask(os.umask(0o077) | 0o077)
+
+
 def main() -> None:
+    private_files()  # before anything is created; inherited by the serving worker processes
     try:
         app()
     except KeyboardInterrupt:

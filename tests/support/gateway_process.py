@@ -28,8 +28,10 @@ class GatewayProcess:
         demo: bool = False,
         env: dict[str, str] | None = None,
         database_url: str | None = None,
+        umask: int = -1,
     ) -> None:
         self.folder = folder
+        self.umask = umask  # the process's umask (-1: this one's)
         self.port = free_port()
         self.database_url = database_url or f"sqlite:///{folder / 'gateway.db'}"
         self.log_path = folder / f"gateway-{self.port}.log"
@@ -60,7 +62,12 @@ class GatewayProcess:
     def start(self, timeout_s: float = 60.0) -> GatewayProcess:
         self._log = self.log_path.open("wb")
         self.process = subprocess.Popen(
-            self.args, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, cwd=self.folder
+            self.args,
+            env=self.env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            cwd=self.folder,
+            umask=self.umask,
         )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

@@ -1,0 +1,396 @@
+#!/usr/bin/env bash
+# Build llmrelay's image and run the deployment files against it with podman and
+# podman-compose, checking what an operator relies on (docs/deployment.md, "What was tested").
+#
+#   deploy/smoke.sh [build] [single] [replicas]     (no argument: all three, in that order)
+#
+# build     deploy/Dockerfile -> llmrelay:latest; its size, user and group 10001, a 0700 state
+#           folder, no pip or build tools, the compiled build, redis importable, the installed
+#           distributions exactly requirements/runtime.lock.
+# single    compose.single.yaml: /readyz, the health check, a chat request and a stream, the
+#           files 0600, a backup 0600, SIGTERM exit 0.
+# replicas  compose.replicas.yaml + compose.workers.yaml on stand-in images (PostgreSQL, Redis,
+#           nginx), brought up in stages (podman-compose ignores health conditions): two
+#           replicas, the worker, a chat request and a stream through nginx, an `apply` seen
+#           by both replicas within 2 s (the Redis signal), a background job run by the worker
+#           only, a replica killed and restarted by its restart policy, SIGTERM drain of a
+#           replica with an open stream.
+#
+# Needs: podman (Debian 12: 4.3, with runc), podman-compose, curl, python3. The base images
+# (python:3.11-slim-bookworm, debian:bookworm-slim) come from Debian's own packages on machines
+# with no registry: CONTAINERS names the folder with build-image.sh and standins/ (the shared
+# recipe); build-image.sh runs when the base image is missing. Everything runs under the
+# projects llmrelay-smoke-single and llmrelay-smoke-replicas and is removed at the end
+# (KEEP=1 keeps a stack up for a look). Prints PASS/FAIL per check; exits 1 if one failed.
+set -uo pipefail
+shopt -s lastpipe  # `... | apply` records its check in this shell
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+CONTAINERS=${CONTAINERS:-$REPO/../shared/containers}
+[ -d "$CONTAINERS" ] || CONTAINERS=/work/shared/containers
+PORT=${SMOKE_PORT:-18480}
+IMAGE=${IMAGE:-llmrelay:latest}
+FAILED=0
+
+pass() { printf 'PASS  %s\n' "$*"; }
+fail() { printf 'FAIL  %s\n' "$*"; FAILED=1; }
+# check NAME COMMAND...: PASS when the command succeeds.
+check() { local name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
+note() { printf '....  %s\n' "$*"; }
+secret() { python3 -c 'import secrets; print(secrets.token_urlsafe(48))'; }
+# within SECONDS COMMAND...: retry the command once a second until it succeeds.
+within() {
+  local deadline=$((SECONDS + $1)); shift
+  until "$@" >/dev/null 2>&1; do
+    ((SECONDS < deadline)) || return 1
+    sleep 1
+  done
+}
+# The containers of a compose service, by the labels podman-compose sets.
+containers() {
+  podman ps -a --filter "label=com.docker.compose.project=$1" \
+    --filter "label=com.docker.compose.service=$2" --format '{{.Names}}' | sort
+}
+ready() { curl -fsS --max-time 5 "$1/readyz" >/dev/null; }
+chat() {  # chat URL KEY MODEL STREAM -> the answer's body
+  curl -sS -N --max-time 120 "$1/v1/chat/completions" -H "Authorization: Bearer $2" \
+    -H 'Content-Type: application/json' \
+    -d "{\"model\": \"$3\", \"stream\": $4, \"messages\": [{\"role\": \"user\", \"content\": \"smoke test\"}]}"
+}
+mode_of() { podman exec "$1" stat -c '%a' "$2"; }
+# apply CHECK CONTAINER < YAML: `llmrelay apply` inside a container of the stack, a check
+# (its output shown when it fails).
+apply() {
+  local out
+  if out=$(podman exec -i "$2" llmrelay apply /dev/stdin 2>&1); then
+    pass "$1"
+  else
+    fail "$1"
+    printf '%s\n' "$out" | tail -5 | sed 's/^/      /'
+  fi
+}
+# down COMPOSE...: the stack's containers with their anonymous volumes (the images' VOLUMEs,
+# which podman-compose's `down -v` leaves), its named volumes, then its network (which it
+# leaves too, and another stack's network may want the same subnet).
+down() {
+  local ids volumes=""
+  ids=$(podman ps -aq --filter "label=com.docker.compose.project=$project")
+  [ -z "$ids" ] || volumes=$(podman inspect $ids \
+    --format '{{range .Mounts}}{{if eq .Type "volume"}}{{.Name}} {{end}}{{end}}' 2>/dev/null)
+  "$@" down -v >/dev/null 2>&1
+  for volume in $volumes; do podman volume rm -f "$volume" >/dev/null 2>&1; done
+  podman network rm -f "${project}_default" >/dev/null 2>&1 || true
+}
+
+build() {
+  local ca=() started=$SECONDS
+  if ! podman image exists docker.io/library/python:3.11-slim-bookworm; then
+    note "no base image: the shared recipe builds it (and the image): $CONTAINERS/build-image.sh"
+    bash "$CONTAINERS/build-image.sh" "$REPO" || { fail "build: the shared recipe"; return; }
+  else
+    # Behind a TLS-intercepting proxy pip in the build needs the host's CA bundle.
+    if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
+      printf '[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n' > "${TMPDIR:-/tmp}/llmrelay-pip-ca.conf"
+      ca=(-v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro
+          -v "${TMPDIR:-/tmp}/llmrelay-pip-ca.conf:/etc/pip.conf:ro")
+    fi
+    podman build --format docker "${ca[@]}" -f "$REPO/deploy/Dockerfile" -t "$IMAGE" "$REPO" \
+      || { fail "build: podman build"; return; }
+  fi
+  note "build took $((SECONDS - started)) s"
+  local size
+  size=$(podman image inspect "$IMAGE" --format '{{.Size}}')
+  note "image size: $((size / 1000000)) MB ($size bytes; podman image inspect)"
+  run() { podman run --rm --no-healthcheck --entrypoint "$1" "$IMAGE" "${@:2}"; }
+  check "build: runs as uid 10001, gid 10001" \
+    test "$(run id -u):$(run id -g):$(run id -gn)" = "10001:10001:llmrelay"
+  check "build: /var/lib/llmrelay is 0700 llmrelay:llmrelay" \
+    test "$(run stat -c '%a %U:%G' /var/lib/llmrelay)" = "700 llmrelay:llmrelay"
+  check "build: the hot path is compiled" \
+    test "$(run python -c 'import llmrelay._compiled as c; print(c.MODE)')" = compiled
+  check "build: redis (the config signal) is installed" run python -c 'import redis.asyncio'
+  check "build: no pip, setuptools, wheel or mypy in the virtualenv, no tests of llmrelay" \
+    run python -c 'import importlib.util as u, pathlib, sys
+gone = [m for m in ("pip", "setuptools", "mypy", "mypyc", "wheel") if u.find_spec(m)]
+tests = [str(p) for p in pathlib.Path("/opt/llmrelay").glob("lib/*/site-packages/llmrelay*/tests")]
+sys.exit(bool(gone or tests))'
+  # Every distribution installed is in the lock at its version; every line of the lock
+  # without a marker is installed (a line with one only where its marker holds).
+  local installed
+  installed=$(run python -c 'import importlib.metadata as m
+print("\n".join(f"{d.name}=={d.version}" for d in m.distributions() if d.name != "llmrelay"))')
+  check "build: the installed distributions are requirements/runtime.lock's" \
+    python3 - "$REPO/requirements/runtime.lock" "$installed" <<'PY'
+import re, sys
+def key(line):
+    name, version = line.split(";")[0].strip().split("==")
+    return re.sub(r"[-_.]+", "-", name).lower(), version
+lines = [l for l in open(sys.argv[1]).read().splitlines() if l and not l.startswith("#")]
+locked = {key(l) for l in lines}
+required = {key(l) for l in lines if ";" not in l}
+installed = {key(l) for l in sys.argv[2].split()}
+for name, version in sorted(installed - locked):
+    print(f"  installed, not in the lock: {name}=={version}")
+for name, version in sorted(required - installed):
+    print(f"  in the lock, not installed: {name}=={version}")
+sys.exit(bool(installed - locked or required - installed))
+PY
+}
+
+single() {
+  local project=llmrelay-smoke-single url="http://127.0.0.1:$PORT" key=smoke-key-0123456789abcdef
+  export LLMRELAY_SECRET_KEY LLMRELAY_ADMIN_TOKEN LLMRELAY_HTTP_PORT=$PORT
+  LLMRELAY_SECRET_KEY=$(secret) LLMRELAY_ADMIN_TOKEN=$(secret)
+  local compose=(podman-compose -p "$project" -f "$REPO/deploy/compose.single.yaml")
+  down "${compose[@]}"
+  "${compose[@]}" up -d >/dev/null 2>&1 || { fail "single: up"; return; }
+  local c
+  c=$(containers "$project" llmrelay)
+  check "single: /readyz on port $PORT within 60 s" within 60 ready "$url"
+  check "single: the image's health check says healthy" podman healthcheck run "$c"
+  check "single: the process runs as 10001:10001" \
+    test "$(podman exec "$c" id -u):$(podman exec "$c" id -g)" = "10001:10001"
+  apply "single: llmrelay apply (the mock provider, a model, a key)" "$c" <<EOF
+providers: [{slug: mock, type: mock}]
+models: [{name: smoke, routes: [{provider: mock, upstream_model: mock-chat}]}]
+projects: [{name: smoke, keys: [{name: smoke, key: $key}]}]
+EOF
+  check "single: a chat request answers (the built-in mock provider)" \
+    within 10 bash -c "$(declare -f chat); chat $url $key smoke false | grep -q '\"content\":\"smoke test\"'"
+  check "single: a streamed chat request ends with [DONE]" \
+    bash -c "$(declare -f chat); chat $url $key smoke true | grep -q 'data: \[DONE\]'"
+  check "single: llmrelay backup" podman exec "$c" llmrelay backup /var/lib/llmrelay/backup.db
+  check "single: the state folder 0700, the database and the backup 0600" test \
+    "$(mode_of "$c" /var/lib/llmrelay) $(mode_of "$c" /var/lib/llmrelay/llmrelay.db) $(mode_of "$c" /var/lib/llmrelay/backup.db)" = "700 600 600"
+  note "single: $(podman exec "$c" sh -c 'stat -c "%a %U:%G %n" /var/lib/llmrelay /var/lib/llmrelay/*' | tr '\n' ';')"
+  podman stop -t 90 "$c" >/dev/null
+  check "single: SIGTERM: exit code 0" test "$(podman inspect "$c" --format '{{.State.ExitCode}}')" = 0
+  [ -n "${KEEP:-}" ] || down "${compose[@]}"
+}
+
+# An OpenAI-compatible upstream that streams slowly (CHUNKS pieces, DELAY s apart), run from
+# the image itself (Starlette and uvicorn are in it): a stream open long enough to stop a
+# replica under it, and a background job long enough to see who runs it.
+SLOW_UPSTREAM='
+import asyncio, json, time
+import uvicorn
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route
+CHUNKS, DELAY = 16, 0.5
+def chunk(model, delta, finish=None, usage=None):
+    body = {"id": "slow", "object": "chat.completion.chunk", "created": int(time.time()),
+            "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    if usage:
+        body["usage"] = usage
+    return "data: " + json.dumps(body) + "\n\n"
+async def chat(request):
+    body = await request.json()
+    model = body.get("model", "slow")
+    usage = {"prompt_tokens": 2, "completion_tokens": CHUNKS, "total_tokens": CHUNKS + 2}
+    if not body.get("stream"):
+        await asyncio.sleep(CHUNKS * DELAY)
+        text = " ".join(f"w{i}" for i in range(CHUNKS))
+        return JSONResponse({"id": "slow", "object": "chat.completion", "created": int(time.time()),
+            "model": model, "usage": usage, "choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"role": "assistant", "content": text}}]})
+    async def events():
+        yield chunk(model, {"role": "assistant", "content": ""})
+        for i in range(CHUNKS):
+            await asyncio.sleep(DELAY)
+            yield chunk(model, {"content": f"w{i} "})
+        yield chunk(model, {}, "stop", usage)
+        yield "data: [DONE]\n\n"
+    return StreamingResponse(events(), media_type="text/event-stream")
+uvicorn.run(Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])]),
+            host="0.0.0.0", port=9000, log_level="warning")
+'
+
+# Waits in a replica for KEY to be accepted: prints `polling` once it asks, then the
+# wall-clock time the key was first accepted.
+WATCH_KEY='
+import sys, time, urllib.request, urllib.error
+key, deadline = sys.argv[1], time.time() + 60
+print("polling", flush=True)
+while time.time() < deadline:
+    request = urllib.request.Request("http://127.0.0.1:8080/v1/models",
+                                     headers={"Authorization": "Bearer " + key})
+    try:
+        urllib.request.urlopen(request, timeout=2)
+        print(f"{time.time():.3f}")
+        sys.exit(0)
+    except (urllib.error.URLError, OSError):
+        time.sleep(0.05)
+sys.exit(1)
+'
+
+# The replicas stack's config: the mock provider, the slow upstream, a project with KEYS.
+replicas_config() {
+  cat <<EOF
+providers:
+  - {slug: mock, type: mock}
+  - {slug: slow, type: openai_compatible, base_url: "http://slow:9000/v1", api_key: sk-slow}
+models:
+  - {name: smoke, routes: [{provider: mock, upstream_model: mock-chat}]}
+  - {name: slow, routes: [{provider: slow, upstream_model: slow}]}
+projects: [{name: smoke, keys: [$1]}]
+EOF
+}
+
+standins() {
+  local name
+  for name in postgres:16 redis:7 nginx:1.27; do
+    podman image exists "docker.io/library/$name" && continue
+    note "building the stand-in for $name"
+    podman build --format docker -t "docker.io/library/$name" "$CONTAINERS/standins/${name%%:*}" \
+      >/dev/null || fail "stand-in image $name"
+  done
+}
+
+replicas() {
+  local project=llmrelay-smoke-replicas url="http://127.0.0.1:$PORT"
+  local key=smoke-key-0123456789abcdef key2=smoke-key2-0123456789abcdef
+  standins
+  export LLMRELAY_SECRET_KEY LLMRELAY_ADMIN_TOKEN POSTGRES_PASSWORD LLMRELAY_HTTP_PORT=$PORT
+  LLMRELAY_SECRET_KEY=$(secret) LLMRELAY_ADMIN_TOKEN=$(secret) POSTGRES_PASSWORD=$(secret)
+  # The replicas poll for changes every 30 s here (2 s by default): a change seen within 2 s
+  # came by the Redis signal.
+  local override
+  override=$(mktemp --suffix=.yaml)
+  printf 'services:\n  llmrelay:\n    environment:\n      LLMRELAY_SNAPSHOT_POLL_S: "30"\n' >"$override"
+  local compose=(podman-compose -p "$project" -f "$REPO/deploy/compose.replicas.yaml"
+                 -f "$REPO/deploy/compose.workers.yaml" -f "$override")
+  podman rm -f "$project-slow" >/dev/null 2>&1
+  down "${compose[@]}"
+
+  # In stages: podman-compose 1.x starts a service without waiting for its dependencies'
+  # health conditions.
+  "${compose[@]}" up -d --no-deps postgres redis >/dev/null 2>&1 || { fail "replicas: up databases"; return; }
+  local pg redis
+  pg=$(containers "$project" postgres) redis=$(containers "$project" redis)
+  check "replicas: PostgreSQL healthy within 90 s" within 90 podman healthcheck run "$pg"
+  check "replicas: Redis healthy within 30 s" within 30 podman healthcheck run "$redis"
+  # (podman-compose 1.0.3 starts a service's dependencies again: their "name in use"
+  # errors are harmless and hidden)
+  "${compose[@]}" up -d --no-deps migrate >/dev/null 2>&1
+  local migrate
+  migrate=$(containers "$project" migrate)
+  check "replicas: migrate ran once and exited 0" test "$(podman wait "$migrate")" = 0
+  "${compose[@]}" up -d --no-deps llmrelay worker >/dev/null 2>&1
+  local -a replica
+  mapfile -t replica < <(containers "$project" llmrelay)
+  local worker
+  worker=$(containers "$project" worker)
+  check "replicas: two replicas (deploy.replicas: 2 with mode: replicated)" test "${#replica[@]}" = 2
+  check "replicas: one worker" test -n "$worker"
+  local r
+  for r in "${replica[@]}"; do
+    check "replicas: $r healthy within 90 s" within 90 podman healthcheck run "$r"
+  done
+  "${compose[@]}" up -d --no-deps nginx >/dev/null 2>&1
+  check "replicas: /readyz through nginx within 60 s" within 60 ready "$url"
+
+  local network
+  network=$(podman inspect "${replica[0]}" --format '{{range $name, $_ := .NetworkSettings.Networks}}{{$name}}{{end}}')
+  podman run -d --name "$project-slow" --network "$network" --network-alias slow \
+    --entrypoint python "$IMAGE" -c "$SLOW_UPSTREAM" >/dev/null
+  replicas_config "{name: smoke, key: $key}" \
+    | apply "replicas: llmrelay apply (mock and slow providers, models, a key)" "${replica[0]}"
+  check "replicas: a chat request through nginx" \
+    within 10 bash -c "$(declare -f chat); chat $url $key smoke false | grep -q '\"content\":\"smoke test\"'"
+  [ "$FAILED" = 0 ] || note "answer: $(chat "$url" "$key" smoke false | head -c 300)"
+  check "replicas: a stream through nginx ends with [DONE]" \
+    bash -c "$(declare -f chat); chat $url $key smoke true | grep -q 'data: \[DONE\]'"
+
+  # A change made on one replica reaches both within 2 s: the Redis signal, not the poll.
+  check "replicas: the replicas poll every 30 s only (the override)" \
+    test "$(podman exec "${replica[0]}" printenv LLMRELAY_SNAPSHOT_POLL_S)" = 30
+  for r in "${replica[@]}"; do
+    check "replicas: $r listens to the config signal on Redis" \
+      bash -c "podman logs $r 2>&1 | grep config_signal_listening | grep -q '\"transport\": \"redis\"'"
+  done
+  local watch0 watch1 applied seen0 seen1
+  watch0=$(mktemp) watch1=$(mktemp)
+  podman exec "${replica[0]}" python -c "$WATCH_KEY" "$key2" >"$watch0" &
+  local w0=$!
+  podman exec "${replica[1]}" python -c "$WATCH_KEY" "$key2" >"$watch1" &
+  local w1=$!
+  within 30 grep -q polling "$watch0"
+  within 30 grep -q polling "$watch1"
+  local began
+  began=$(date +%s.%N)
+  replicas_config "{name: smoke, key: $key}, {name: second, key: $key2}" \
+    | apply "replicas: llmrelay apply of a second key" "${replica[0]}"
+  applied=$(date +%s.%N)
+  wait "$w0" "$w1"
+  seen0=$(sed -n 2p "$watch0") seen1=$(sed -n 2p "$watch1")
+  note "$(python3 -c "print(f'apply took {$applied - $began:.2f} s; the new key accepted by the replicas {${seen0:-1e9} - $began:.2f} s and {${seen1:-1e9} - $began:.2f} s after it began')")"
+  check "replicas: the new key works on both replicas within 2 s of the apply" \
+    python3 -c "import sys; sys.exit(not max(${seen0:-1e9}, ${seen1:-1e9}) - $applied <= 2)"
+  check "replicas: no replica lost the config signal" \
+    bash -c "! podman logs ${replica[0]} 2>&1 | grep -q config_signal_lost && ! podman logs ${replica[1]} 2>&1 | grep -q config_signal_lost"
+  rm -f "$watch0" "$watch1"
+
+  # A background response is a durable job: the worker runs it, the replicas never do.
+  local submitted id owner worker_host
+  submitted=$(curl -sS --max-time 30 "$url/v1/responses" -H "Authorization: Bearer $key" \
+    -H 'Content-Type: application/json' -d '{"model": "slow", "input": "job", "background": true}')
+  id=$(python3 -c 'import json, sys; print(json.loads(sys.argv[1]).get("id", ""))' "$submitted")
+  for _ in $(seq 120); do  # the job runs for about 8 s (the slow upstream)
+    owner=$(podman exec "$pg" psql -U llmrelay -d llmrelay -Atc \
+      "SELECT lease_owner FROM jobs WHERE status = 'running' AND kind = 'background_response'")
+    [ -z "$owner" ] || break
+    sleep 0.25
+  done
+  worker_host=$(podman exec "$worker" cat /etc/hostname)
+  note "background response $id run by ${owner:-nobody seen} (worker's host name: $worker_host)"
+  check "replicas: the background job is run by the worker" test "${owner%%:*}" = "$worker_host"
+  check "replicas: the background response completes" within 60 bash -c \
+    "curl -fsS $url/v1/responses/$id -H 'Authorization: Bearer $key' | grep -q '\"status\":\"completed\"'"
+
+  # Killed (not stopped): the restart policy brings the replica back.
+  local pid before
+  pid=$(podman inspect "${replica[0]}" --format '{{.State.Pid}}')
+  before=$(podman inspect "${replica[0]}" --format '{{.State.StartedAt}}')
+  kill -KILL "$pid"
+  check "replicas: a killed replica is restarted by its restart policy within 60 s" \
+    within 60 bash -c "test \"\$(podman inspect ${replica[0]} --format '{{.State.StartedAt}}')\" != '$before' && podman healthcheck run ${replica[0]}"
+  check "replicas: ... and serves through nginx again" within 30 ready "$url"
+
+  # SIGTERM with a stream open on the replica: the stream ends whole, the exit code is 0.
+  local ip stream
+  ip=$(podman inspect "${replica[1]}" --format '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}')
+  stream=$(mktemp)
+  chat "http://$ip:8080" "$key" slow true >"$stream" &
+  local client=$!
+  within 30 grep -q 'w0 ' "$stream"
+  check "replicas: a stream is open on the replica (first chunk in, no [DONE] yet)" \
+    bash -c "grep -q 'w0 ' $stream && ! grep -q 'DONE' $stream"
+  local stopping=$SECONDS
+  podman stop -t 90 "${replica[1]}" >/dev/null
+  note "the replica took $((SECONDS - stopping)) s to stop (its stream had about 8 s to go)"
+  wait "$client"
+  check "replicas: SIGTERM with a stream open: the stream got every chunk and [DONE]" \
+    bash -c "grep -q 'w15 ' $stream && grep -q 'data: \[DONE\]' $stream"
+  check "replicas: ... and the replica exited 0" \
+    test "$(podman inspect "${replica[1]}" --format '{{.State.ExitCode}}')" = 0
+  rm -f "$stream"
+  podman start "${replica[1]}" >/dev/null
+
+  if [ -z "${KEEP:-}" ]; then
+    podman rm -f "$project-slow" >/dev/null 2>&1
+    down "${compose[@]}"
+    rm -f "$override"
+    check "replicas: down removed every container of the stack" \
+      test -z "$(podman ps -a --filter "label=com.docker.compose.project=$project" --format '{{.Names}}')"
+  fi
+}
+
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(build single replicas)
+for step in "${steps[@]}"; do
+  case $step in
+    build | single | replicas) "$step" ;;
+    *) echo "usage: $0 [build] [single] [replicas]" >&2; exit 2 ;;
+  esac
+done
+exit "$FAILED"
