@@ -45,7 +45,7 @@ _DROPPED_IN_0010 = {
 
 #: What revisions after 0010 add: a database stopped at an earlier revision lacks them, and
 #: only them, compared with the models (0011 console identity and audit, 0012 resource versions,
-#: 0013 durable jobs, 0014 billing and mail, 0015 guardrails).
+#: 0013 durable jobs, 0014 billing and mail, 0015 guardrails, 0016 key predecessors).
 _TABLES_ADDED_AFTER_0010 = {
     "users",
     "memberships",
@@ -75,6 +75,7 @@ _COLUMNS_ADDED_AFTER_0010 = {
     ("tenants", "preferences"),
     ("users", "pending"),
     ("users", "email_verified_at"),
+    ("api_keys", "rotated_from_id"),
     *(
         (table, "version")
         for table in (
@@ -89,11 +90,23 @@ _COLUMNS_ADDED_AFTER_0010 = {
 }
 
 
+#: ... and indexes and foreign keys on older tables.
+_CONSTRAINTS_ADDED_AFTER_0010 = {
+    "ix_api_keys_rotated_from_id",
+    "fk_api_keys_rotated_from_id_api_keys",
+}
+
+
 def _added_after_0010(difference: object) -> bool:
     if not isinstance(difference, tuple):
         return False
     if difference[0] == "add_table":
         return str(difference[1].name) in _TABLES_ADDED_AFTER_0010
+    if (
+        difference[0] in ("add_index", "add_fk")
+        and str(difference[1].name) in _CONSTRAINTS_ADDED_AFTER_0010
+    ):
+        return True
     if difference[0] == "add_index":
         return str(difference[1].table.name) in _TABLES_ADDED_AFTER_0010
     if difference[0] == "add_column":

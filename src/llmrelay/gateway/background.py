@@ -27,8 +27,10 @@ async def submit_background(
     model: ModelSnap,
     payload: dict[str, Any],
     context: RequestContext,
+    guard_hits: list[tuple[Any, ...]] | None,
 ) -> dict[str, Any]:
-    """Queue the response: the Response object, `queued`. Raises gateway errors."""
+    """Queue the response (its body as the key's guardrails left it, their hits kept for
+    the job's record): the Response object, `queued`. Raises gateway errors."""
     if durable is None:
         raise InvalidRequest(
             "background responses need durable jobs, which this gateway does not run",
@@ -36,7 +38,9 @@ async def submit_background(
             code="unsupported_parameter",
         )
     digest = key_digest(presented_key(scope["headers"]) or "")
-    return await durable.submit_response(principal, digest, model, payload, context)
+    return await durable.submit_response(
+        principal, digest, model, payload, context, guard_hits or ()
+    )
 
 
 async def answer_background(

@@ -400,6 +400,23 @@ class Dispatcher:
             guard, operation, answer, record, runtime.metrics, runtime.guard_max_chars
         )
 
+    def screen(
+        self, principal: KeySnap, operation: str, payload: dict[str, Any], record: CallRecord
+    ) -> None:
+        """The key's guardrails over a request body (gateway/guard.py): they may mask
+        `payload` in place or refuse it (InvalidRequest, PayloadTooLarge). Every path to a
+        provider passes here before anything is admitted, queued or sent: a served call
+        (`call`), a background response or queued generation at submission, before its
+        body is stored, and the job's call again when it runs (gateway/headless.py), and a
+        token count the gateway answers with its own estimate. `operation` names the body's
+        shape (guardrails/fields.py REQUEST_WALKERS)."""
+        guard = principal.guard
+        if guard is not None:
+            runtime = self.live()
+            screen_request(
+                guard, operation, payload, record, runtime.metrics, runtime.guard_max_chars
+            )
+
     def capture(self, record: CallRecord, send: Send, receive: Receive) -> tuple[Send, Receive]:
         """Keep this request's bodies (its key captures them): `send` and `receive` to use
         from here on. Called right after authentication, so the gateway's own error answers
@@ -429,14 +446,8 @@ class Dispatcher:
     ) -> ModelCall:
         """One call's inputs: the client headers a provider may see, with our request id
         (it correlates provider-side logs), and the session (the client's, unless given).
-        The key's guardrails run here, the one place every model call passes, before it is
-        admitted: they may mask `payload` or refuse the call (gateway/guard.py)."""
-        guard = principal.guard
-        if guard is not None:
-            runtime = self.live()
-            screen_request(
-                guard, operation, payload, record, runtime.metrics, runtime.guard_max_chars
-            )
+        The key's guardrails run here (`screen`), before the call is admitted."""
+        self.screen(principal, operation, payload, record)
         forwarded = forwardable(headers)
         forwarded["x-request-id"] = context.request_id
         record.payload = payload

@@ -11,7 +11,7 @@ OpenAI answers for an id it does not hold.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final, Protocol
 
 from llmrelay.gateway.ingress import RequestContext
@@ -32,8 +32,11 @@ class DurableJobs(Protocol):
         model: ModelSnap,
         payload: dict[str, Any],
         context: RequestContext,
+        guard_hits: Sequence[tuple[Any, ...]] = (),
     ) -> dict[str, Any]:
-        """Queue a background response; the Response object in status `queued`."""
+        """Queue a background response; the Response object in status `queued`. `payload`
+        has been through the key's guardrails; `guard_hits` are their hit rows, which the
+        job's record carries."""
         ...
 
     async def response(
@@ -57,6 +60,7 @@ class DurableJobs(Protocol):
         request: dict[str, Any],
         webhook_url: str,
         context: RequestContext,
+        guard_hits: Sequence[tuple[Any, ...]] = (),
     ) -> dict[str, Any]:
         """Queue a generation whose outcome goes to `webhook_url` (checked here: 400 naming
         `webhook_url` when the URL may not be called); the generation object, `queued`."""

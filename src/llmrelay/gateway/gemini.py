@@ -175,7 +175,9 @@ class GeminiRoutes:
             record.virtual_model = model.name
             counting = operation is Operation.GEMINI_COUNT_TOKENS
             if counting and not _gemini_routes(model, pinned):
-                # No provider to ask: the gateway's own estimate, flagged as one.
+                # No provider to ask: the gateway's own estimate, flagged as one, of a body
+                # screened as any other (a block refuses it; a mask counts the masked text).
+                dispatcher.screen(principal, operation, payload, record)
                 body = orjson.dumps({"totalTokens": estimate_tokens(payload)})
                 headers.append((b"x-llmrelay-estimated", b"true"))
                 await send_json(send, 200, body, headers)

@@ -3,7 +3,8 @@ request and answer shapes are in protocols/generation.py; docs/api.md has the co
 
 Without `webhook_url` the call is answered at once, through the same admission, routing,
 failover and recording as a chat completion (it is one, inside). With it, the URL is checked
-(jobs/webhooks/ssrf.py: never an internal address), a durable job is queued (202, `queued`),
+(jobs/webhooks/ssrf.py: never an internal address), the body goes through the key's
+guardrails (refused, or masked before it is stored), a durable job is queued (202, `queued`),
 and its outcome goes to the webhook as a signed event; `GET /v1/generate/{id}` reads it.
 Errors are OpenAI-shaped.
 """
@@ -31,6 +32,8 @@ from llmrelay.protocols import openai as wire
 from llmrelay.providers.base import Operation
 
 GENERATE_PREFIX = "/v1/generate/"
+#: How the key's guardrails walk a queued generation's body (guardrails/fields.py).
+SCREENED_AS = "generate"
 
 
 class GenerateRoutes:
@@ -71,9 +74,18 @@ class GenerateRoutes:
                         "queued generations need durable jobs, which this gateway does not run",
                         param=generation.WEBHOOK_FIELD,
                     )
+                # Screened before it is stored: the job keeps (and sends) what this lets
+                # through, and a refusal queues nothing.
+                dispatcher.screen(principal, SCREENED_AS, payload, record)
                 digest = key_digest(presented_key(scope["headers"]) or "")
                 body = await durable.submit_generation(
-                    principal, digest, model, payload, webhook_url, context
+                    principal,
+                    digest,
+                    model,
+                    payload,
+                    webhook_url,
+                    context,
+                    record.guard_hits or (),
                 )
                 queued = True
                 await send_json(send, 202, orjson.dumps(body), headers)

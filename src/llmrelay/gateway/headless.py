@@ -163,6 +163,9 @@ class Headless:
         snapshot = runtime.snapshots.current
         model, pinned = checks.resolve_model(snapshot, principal, payload["model"], embedding=False)
         record.virtual_model = model.name
+        # Screened at submission already (what the job stored passed); again here, as every
+        # call to a provider is, for the rules in force now (a job queued before a rule).
+        dispatcher.screen(principal, operation, payload, record)
         record.payload = payload
         needs = None
         if operation is Operation.CHAT and (

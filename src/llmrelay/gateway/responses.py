@@ -6,9 +6,11 @@ as it came, only `model` rewritten; any other provider gets it through chat
 carry (stored conversation state, built-in tools). A request that continues a conversation
 (`previous_response_id`) goes back to the route that answered it, while that route is healthy
 (the provider holds the conversation). `background: true` is checked and resolved the same
-way, then handed to the durable jobs (`Dispatcher.durable`, gateway/background.py: queued,
-answered with the Response in status `queued`, or its events with `stream: true`; its job
-makes the call and records it). Errors are OpenAI-shaped, as on every OpenAI route.
+way and screened by the key's guardrails (a block refuses it here, a mask changes the body
+the job keeps), then handed to the durable jobs (`Dispatcher.durable`,
+gateway/background.py: queued, answered with the Response in status `queued`, or its events
+with `stream: true`; its job makes the call and records it). Errors are OpenAI-shaped, as
+on every OpenAI route.
 """
 
 from __future__ import annotations
@@ -66,9 +68,12 @@ class ResponsesRoutes:
             )
             record.virtual_model = model.name
             if background:
+                # Screened before it is stored: the job keeps (and sends) what this lets
+                # through, and a refusal queues nothing.
+                dispatcher.screen(principal, Operation.RESPONSES, payload, record)
                 durable = dispatcher.durable
                 submitted = await submit_background(
-                    durable, scope, principal, model, payload, context
+                    durable, scope, principal, model, payload, context, record.guard_hits
                 )
                 queued = True
                 assert durable is not None

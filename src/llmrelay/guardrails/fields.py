@@ -5,8 +5,9 @@ Screened in a request: Chat Completions `messages[].content` (a string, or its `
 parts), tool results included (a `tool` message's content); Responses `instructions` and
 `input` (a string, or its items' text content, and `function_call_output` outputs);
 Messages `system` (a string or text blocks) and each message's text blocks and
-`tool_result` contents; Embeddings `input` strings; Gemini `systemInstruction` and `contents`
-text parts (thoughts not: their signatures cover them), embedContent's content. In an answer:
+`tool_result` contents; llmrelay's generate `system`, `prompt` and `messages`; Embeddings
+`input` strings; Gemini `systemInstruction` and `contents` text parts (thoughts not: their
+signatures cover them), embedContent's content. In an answer:
 chat `choices[].message.content`, Messages `content[]` text blocks, Responses `output[]`
 message text (and `output_text`), Gemini's candidates' text parts.
 
@@ -93,6 +94,15 @@ def _responses_request(body: dict[str, Any], screen: Screening) -> None:
             _parts(item, "content", ("input", index), screen)
         elif kind == "function_call_output":
             _parts(item, "output", ("input", index), screen)
+
+
+def _generate_request(body: dict[str, Any], screen: Screening) -> None:
+    """`POST /v1/generate` as submitted (a queued one is screened, and stored, in this
+    shape; a served one is screened as the chat request it becomes)."""
+    for key in ("system", "prompt"):
+        if isinstance(body.get(key), str):
+            screen.text(body, key, (key,))
+    _chat_request(body, screen)
 
 
 def _embeddings_request(body: dict[str, Any], screen: Screening) -> None:
@@ -184,6 +194,7 @@ REQUEST_WALKERS: Final[dict[str, Walker]] = {
     "count_tokens": _messages_request,
     "responses": _responses_request,
     "responses_compact": _responses_request,
+    "generate": _generate_request,
     "gemini_generate": _gemini_request,
     "gemini_stream": _gemini_request,
     "gemini_count_tokens": _gemini_request,

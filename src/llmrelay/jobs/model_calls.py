@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -54,6 +55,9 @@ class Submitted:
     expires_at: float
     client_ip: str | None = None
     user_agent: str | None = None
+    #: The guardrail hit rows of the submission's screening (gateway/call.py HIT_COLUMNS:
+    #: where and how much matched, never the text), written with the job's record.
+    guard_hits: tuple[tuple[Any, ...], ...] = ()
 
     @classmethod
     def of(cls, payload: dict[str, Any]) -> Submitted:
@@ -65,11 +69,18 @@ class Submitted:
             expires_at=float(payload["expires_at"]),
             client_ip=payload.get("client_ip"),
             user_agent=payload.get("user_agent"),
+            guard_hits=tuple(tuple(row) for row in payload.get("guard_hits") or ()),
         )
 
     @classmethod
     def now(
-        cls, context: RequestContext, key_digest: str, model: ModelSnap, *, ttl_s: float
+        cls,
+        context: RequestContext,
+        key_digest: str,
+        model: ModelSnap,
+        *,
+        ttl_s: float,
+        hits: Sequence[tuple[Any, ...]] = (),
     ) -> Submitted:
         created = time.time()
         return cls(
@@ -80,7 +91,13 @@ class Submitted:
             expires_at=created + ttl_s,
             client_ip=context.client_ip,
             user_agent=context.user_agent,
+            guard_hits=tuple(hits),
         )
+
+    def hit_rows(self) -> list[tuple[Any, ...]] | None:
+        """The submission's hit rows for a record of the job's call (a new list: the call's
+        own screening may add to it)."""
+        return list(self.guard_hits) if self.guard_hits else None
 
     def payload(self) -> dict[str, Any]:
         return {
@@ -91,6 +108,7 @@ class Submitted:
             "expires_at": self.expires_at,
             "client_ip": self.client_ip,
             "user_agent": self.user_agent,
+            **({"guard_hits": [list(row) for row in self.guard_hits]} if self.guard_hits else {}),
         }
 
 
@@ -120,6 +138,7 @@ def record_for(context: JobContext, submitted: Submitted, endpoint: str) -> Call
     record.project_id = context.job.project_id
     record.key_id = context.job.key_id
     record.virtual_model = submitted.model
+    record.guard_hits = submitted.hit_rows()
     return record
 
 
@@ -173,6 +192,7 @@ async def call_model(
         client_ip=submitted.client_ip,
         user_agent=submitted.user_agent,
     )
+    record.guard_hits = submitted.hit_rows()
     sent = False
 
     async def before_send() -> None:

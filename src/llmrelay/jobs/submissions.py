@@ -2,9 +2,11 @@
 queuing a background response or a generation, reading one back, cancelling a background
 response. Built once per serving process by stack.py.
 
-A submission is one transaction: the job, with the client's request sealed (context = the
-job id) and what is not secret in the clear (the request id, the key's digest, the model, the
-expiry). The runner of this process is woken at once; any other runner finds it at its next
+The data plane screened the request by the key's guardrails before it gets here (what is stored
+is what the provider will be sent); their hit rows ride in the clear part, for the job's
+record. A submission is one transaction: the job, with the client's request sealed (context =
+the job id) and what is not secret in the clear (the request id, the key's digest, the model,
+the expiry). The runner of this process is woken at once; any other runner finds it at its next
 poll. Reads are for the project that submitted (another project's id is a 404, as OpenAI
 answers for an id it does not hold), until the job's expiry; then it is gone.
 """
@@ -12,7 +14,7 @@ answers for an id it does not hold), until the job's expiry; then it is gone.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -59,9 +61,12 @@ class Submissions:
         model: ModelSnap,
         payload: dict[str, Any],
         context: RequestContext,
+        guard_hits: Sequence[tuple[Any, ...]] = (),
     ) -> dict[str, Any]:
         job_id = new_id()
-        submitted = Submitted.now(context, key_digest, model, ttl_s=self.settings.background_ttl_s)
+        submitted = Submitted.now(
+            context, key_digest, model, ttl_s=self.settings.background_ttl_s, hits=guard_hits
+        )
         await self._enqueue(
             background_responses.BACKGROUND_RESPONSE.name,
             job_id,
@@ -132,6 +137,7 @@ class Submissions:
         request: dict[str, Any],
         webhook_url: str,
         context: RequestContext,
+        guard_hits: Sequence[tuple[Any, ...]] = (),
     ) -> dict[str, Any]:
         try:
             await ssrf.check(webhook_url, self.policy, self._resolve)
@@ -142,7 +148,9 @@ class Submissions:
                 code="invalid_webhook_url",
             ) from None
         job_id = new_id()
-        submitted = Submitted.now(context, key_digest, model, ttl_s=self.settings.background_ttl_s)
+        submitted = Submitted.now(
+            context, key_digest, model, ttl_s=self.settings.background_ttl_s, hits=guard_hits
+        )
         await self._enqueue(
             generations.KIND,
             job_id,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import fields, replace
 from datetime import datetime
 from types import MappingProxyType
@@ -115,7 +115,8 @@ async def build_snapshot(session: AsyncSession, sealer: Sealer) -> Snapshot:
     project_rows = {p.id: p for p in await session.scalars(select(Project))}
     projects = {p.id: _project(p) for p in project_rows.values()}
     keys = {}
-    for key in await session.scalars(select(ApiKey)):
+    key_rows = {key.id: key for key in await session.scalars(select(ApiKey))}
+    for key in key_rows.values():
         project = projects.get(key.project_id)
         if project is None:
             raise SnapshotError(f"key {key.id} belongs to a missing project {key.project_id}")
@@ -130,7 +131,8 @@ async def build_snapshot(session: AsyncSession, sealer: Sealer) -> Snapshot:
             guard = guards.for_key(key.project_id, key.id)
         except GuardrailsError as exc:
             raise SnapshotError(str(exc)) from None
-        keys[key.digest] = _key(key, project, policy, guard, key.tenant_id in prepaid)
+        status = _family_status(key, key_rows)
+        keys[key.digest] = _key(key, project, policy, guard, key.tenant_id in prepaid, status)
     snapshot = Snapshot(
         generation=generation,
         built_at=time.time(),
@@ -324,12 +326,29 @@ def _project(row: Project) -> ProjectSnap:
     )
 
 
+def _family_status(row: ApiKey, rows: Mapping[str, ApiKey]) -> str:
+    """A rotated-out secret answers only while the key it is a secret of is active: a
+    disabled or revoked key refuses every secret of it, old ones included."""
+    status = row.status
+    seen = {row.id}
+    parent_id = row.rotated_from_id
+    while status == "active" and parent_id is not None and parent_id not in seen:
+        parent = rows.get(parent_id)
+        if parent is None:
+            break
+        seen.add(parent_id)
+        status = parent.status
+        parent_id = parent.rotated_from_id
+    return status
+
+
 def _key(
     row: ApiKey,
     project: ProjectSnap,
     policy: PolicySnap | None,
     guard: Guard | None,
     prepaid: bool = False,
+    status: str | None = None,
 ) -> KeySnap:
     own = None if row.allowed_models is None else frozenset(row.allowed_models)
     if own is None:
@@ -343,7 +362,7 @@ def _key(
         name=row.name,
         tenant_id=row.tenant_id,
         project=project,
-        status=row.status,
+        status=row.status if status is None else status,
         expires_at=None if row.expires_at is None else row.expires_at.timestamp(),
         allowed_models=allowed,
         ip_allowlist=tuple(ipaddress.ip_network(c, strict=False) for c in row.ip_allowlist),

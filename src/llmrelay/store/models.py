@@ -145,6 +145,12 @@ class ApiKey(Versioned, Timestamped, Base):
     routing_policy_id: Mapped[str | None] = mapped_column(ForeignKey("routing_policies.id"))
     #: Payload capture, CAPTURE_OFF or CAPTURE_FULL (see RequestPayload).
     capture: Mapped[str] = mapped_column(String(8), default=CAPTURE_OFF, server_default="off")
+    #: Set on the row that keeps a rotated-out secret alive for its grace period: the key
+    #: it is a secret of (admin/keys/service.py rotate_key). Revoking, disabling or deleting
+    #: that key ends this secret too (migration 0016).
+    rotated_from_id: Mapped[str | None] = mapped_column(
+        ForeignKey("api_keys.id", ondelete="CASCADE"), index=True
+    )
 
 
 class Provider(Versioned, Timestamped, Base):

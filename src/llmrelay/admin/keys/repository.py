@@ -29,6 +29,20 @@ async def digest_taken(session: AsyncSession, digest: str, other_than: str | Non
     return await session.scalar(query) is not None
 
 
+async def predecessors(session: AsyncSession, key_id: str) -> list[ApiKey]:
+    """The rows that keep secrets rotated out of the key alive (and theirs, when such a
+    row was rotated in turn)."""
+    found: list[ApiKey] = []
+    parents = [key_id]
+    while parents:
+        rows = list(
+            await session.scalars(select(ApiKey).where(ApiKey.rotated_from_id.in_(parents)))
+        )
+        found.extend(rows)
+        parents = [row.id for row in rows]
+    return found
+
+
 async def list_page(
     session: AsyncSession,
     *,

@@ -33,6 +33,9 @@ class KeyOut(LimitsOut):
     capture: str
     #: Who owns the row: config (a file), generated (a file, key generated), api.
     source: str
+    #: For a rotated-out secret kept alive for its grace period: the id of the key it is a
+    #: secret of (revoking, disabling or deleting that key ends it); else null.
+    rotated_from: str | None = None
     version: int
     created_at: datetime
     updated_at: datetime
@@ -75,6 +78,7 @@ def key_values(
         "guardrails": guardrails or [],
         "capture": row.capture,
         "source": row.source,
+        "rotated_from": row.rotated_from_id,
         "version": row.version,
         "created_at": row.created_at,
         "updated_at": row.updated_at,

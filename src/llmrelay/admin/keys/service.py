@@ -192,8 +192,9 @@ async def update_key(
 
 async def rotate_key(session: AsyncSession, row: ApiKey, grace_s: int) -> IssuedKey:
     """A new secret for the same key (its id, limits and usage stay). The old secret stops at
-    once, or after `grace_s` seconds: then it lives on in a separate key row named
-    "<name> rotated <time>" that expires then (and can be revoked sooner like any key)."""
+    once, or after `grace_s` seconds: then it lives on in a row named "<name> rotated <time>"
+    that expires then, tied to the key (`rotated_from_id`): revoking, disabling or deleting
+    the key ends it too. It can be revoked sooner on its own (that ends only this secret)."""
     if row.status == REVOKED:
         raise Invalid("a revoked key cannot be rotated; issue a new one", "status")
     if not 0 <= grace_s <= MAX_GRACE_S:
@@ -237,14 +238,19 @@ def _grace_copy(
         source="api",
         routing_policy_id=row.routing_policy_id,
         capture=row.capture,
+        rotated_from_id=row.id,
     )
 
 
 async def revoke_key(session: AsyncSession, row: ApiKey) -> bool:
-    """Revoke for good; False when it already was."""
-    changed = assign(row, {"status": REVOKED})
+    """Revoke for good, with every secret of the key: the rows that keep rotated-out secrets
+    alive for their grace period are revoked in the same transaction (each replica's next
+    snapshot refuses them all). False when nothing changed."""
+    changed = bool(assign(row, {"status": REVOKED}))
+    for predecessor in await repository.predecessors(session, row.id):
+        changed = bool(assign(predecessor, {"status": REVOKED})) or changed
     await session.flush()
-    return bool(changed)
+    return changed
 
 
 async def delete_key(session: AsyncSession, row: ApiKey) -> None:
