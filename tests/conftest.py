@@ -13,10 +13,15 @@ import httpx2
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from llmrelay.store import migrate
 from llmrelay.store.db import create_engine
 from tests.support.closing import Closing
 from tests.support.databases import postgres_database, sqlite_url
+from tests.support.migrated import (
+    drop_postgres_template,
+    drop_sqlite_template,
+    migrated_postgres_database,
+    migrated_sqlite_url,
+)
 from tests.support.services import (
     REQUIRE_SERVICES,
     postgres_available,
@@ -76,20 +81,22 @@ def need_redis() -> None:
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    """An empty database on each backend (PostgreSQL: a new database per test)."""
+    """A database on each backend (PostgreSQL: a new database per test): empty, or holding the
+    current schema when the test also asks for `engine` (a copy of a migrated template:
+    tests/support/migrated.py)."""
+    migrated = "engine" in request.fixturenames
     if request.param == "sqlite":
-        yield sqlite_url(tmp_path)
+        yield await migrated_sqlite_url(tmp_path) if migrated else sqlite_url(tmp_path)
         return
     need_postgres()
-    async with postgres_database() as url:
+    async with migrated_postgres_database() if migrated else postgres_database() as url:
         yield url
 
 
 @pytest.fixture
 async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
-    """A migrated database on each backend."""
+    """A migrated database on each backend (database_url made it so)."""
     engine = create_engine(database_url)
-    await migrate.upgrade(engine)
     try:
         yield engine
     finally:
@@ -97,23 +104,29 @@ async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
 
 
 @pytest.fixture
-async def postgres_url() -> AsyncIterator[str]:
+async def postgres_url(request: pytest.FixtureRequest) -> AsyncIterator[str]:
     """An empty PostgreSQL database (a new one per test), for what only PostgreSQL has; mark
-    the test `postgres`."""
+    the test `postgres`. Migrated when the test also asks for `postgres_engine`."""
     need_postgres()
-    async with postgres_database() as url:
+    migrated = "postgres_engine" in request.fixturenames
+    async with migrated_postgres_database() if migrated else postgres_database() as url:
         yield url
 
 
 @pytest.fixture
 async def postgres_engine(postgres_url: str) -> AsyncIterator[AsyncEngine]:
-    """A migrated PostgreSQL database."""
+    """A migrated PostgreSQL database (postgres_url made it so)."""
     engine = create_engine(postgres_url)
-    await migrate.upgrade(engine)
     try:
         yield engine
     finally:
         await engine.dispose()
+
+
+def pytest_sessionfinish() -> None:
+    """Each process drops the migrated templates it made (tests/support/migrated.py)."""
+    drop_postgres_template()
+    drop_sqlite_template()
 
 
 #: The longest modules (a minute or more of waiting each, measured with --durations): run
