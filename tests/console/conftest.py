@@ -57,6 +57,8 @@ models:
     routes: [{{provider: up, upstream_model: stall-after-3}}]
   - name: refused
     routes: [{{provider: up, upstream_model: status-401}}]
+  - name: vanished
+    routes: [{{provider: up, upstream_model: status-404}}]
   - name: embed
     embedding: true
     routes: [{{provider: up, upstream_model: echo-embedding}}]
