@@ -37,7 +37,9 @@ def test_chat_completion_passes_through_and_names_the_virtual_model(
     assert sent.body["messages"] == [{"role": "user", "content": MESSAGE}]
     assert sent.headers["Authorization"] == f"Bearer {UPSTREAM_SECRET}"
     assert KEY not in repr(sent.headers)
-    assert sent.headers["X-Request-ID"] == raw.headers["x-request-id"]
+    # Our id travels under a header of its own, never as the provider's own request id.
+    assert sent.headers["x-llmrelay-client-request-id"] == raw.headers["x-request-id"]
+    assert "x-request-id" not in {name.lower() for name in sent.headers}
 
 
 def test_streamed_chat_every_chunk_names_the_virtual_model(client: openai.OpenAI) -> None:

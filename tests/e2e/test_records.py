@@ -118,7 +118,8 @@ def test_a_stream_is_metered_even_when_the_client_asks_for_no_usage(
     sent = next(
         r
         for r in upstream.chat_requests()
-        if {k.lower(): v for k, v in r.headers.items()}.get("x-request-id") == "rec-quiet"
+        if {k.lower(): v for k, v in r.headers.items()}.get("x-llmrelay-client-request-id")
+        == "rec-quiet"
     )
     assert sent.body["stream_options"] == {"include_usage": True}
     row = gateway.records(["rec-quiet"])["rec-quiet"]

@@ -43,12 +43,15 @@ def test_a_bridged_call_keeps_only_its_own_protocols_headers() -> None:
         "anthropic-version": "2023-06-01",
         "anthropic-beta": "context-management-2025-06-27",
         "openai-beta": "responses=v1",
-        "x-request-id": "req_1",
+        "x-llmrelay-client-request-id": "req_1",
     }
-    assert of_kind(forwarded, "openai") == {"openai-beta": "responses=v1", "x-request-id": "req_1"}
-    assert of_kind(forwarded, "gemini") == {"x-request-id": "req_1"}
+    assert of_kind(forwarded, "openai") == {
+        "openai-beta": "responses=v1",
+        "x-llmrelay-client-request-id": "req_1",
+    }
+    assert of_kind(forwarded, "gemini") == {"x-llmrelay-client-request-id": "req_1"}
     assert of_kind(forwarded, "anthropic") == {
         "anthropic-version": "2023-06-01",
         "anthropic-beta": "context-management-2025-06-27",
-        "x-request-id": "req_1",
+        "x-llmrelay-client-request-id": "req_1",
     }

@@ -49,7 +49,7 @@ from llmrelay.observability.tracing import Tracing
 from llmrelay.protocols import openai as wire
 from llmrelay.providers.base import Operation, UpstreamResponse
 from llmrelay.providers.errors import UpstreamProtocolError
-from llmrelay.providers.headers import forwardable
+from llmrelay.providers.headers import CLIENT_REQUEST_ID, forwardable
 from llmrelay.providers.presets import reports_stream_usage, speaks_responses
 from llmrelay.providers.translated import TranslatedResponse
 from llmrelay.snapshot.holder import SnapshotHolder
@@ -445,11 +445,12 @@ class Dispatcher:
         session_id: str | None = None,
     ) -> ModelCall:
         """One call's inputs: the client headers a provider may see, with our request id
-        (it correlates provider-side logs), and the session (the client's, unless given).
+        under its own header (it correlates provider-side logs; providers/headers.py says
+        why not as `x-request-id`), and the session (the client's, unless given).
         The key's guardrails run here (`screen`), before the call is admitted."""
         self.screen(principal, operation, payload, record)
         forwarded = forwardable(headers)
-        forwarded["x-request-id"] = context.request_id
+        forwarded[CLIENT_REQUEST_ID] = context.request_id
         record.payload = payload
         return ModelCall(
             self.live(),

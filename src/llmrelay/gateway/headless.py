@@ -38,6 +38,7 @@ from llmrelay.gateway.dispatch import Answer, Dispatcher, ModelCall, bind, respo
 from llmrelay.gateway.errors import AuthenticationFailed, BillingUnavailable
 from llmrelay.gateway.executor import Executor
 from llmrelay.providers.base import Adapter, Operation, Transport, UpstreamRequest, UpstreamResponse
+from llmrelay.providers.headers import CLIENT_REQUEST_ID
 from llmrelay.providers.presets import speaks_responses
 from llmrelay.snapshot.model import KeySnap, ModelSnap, ProviderSnap, RouteSnap, Snapshot
 
@@ -188,7 +189,7 @@ class Headless:
             runtime,
             operation,
             payload,
-            {"x-request-id": record.request_id},
+            {CLIENT_REQUEST_ID: record.request_id},
             record,
             None,
             session,
@@ -213,7 +214,7 @@ class Headless:
 
         request = UpstreamRequest(
             url=f"{provider.base_url}{path}",
-            headers={**fixed_headers(provider), "x-request-id": request_id},
+            headers={**fixed_headers(provider), CLIENT_REQUEST_ID: request_id},
             body=b"",
             method=method,
         )

@@ -36,6 +36,7 @@ from llmrelay.gateway.ingress import RequestContext
 from llmrelay.protocols import openai as wire
 from llmrelay.providers.base import Operation, UpstreamRequest
 from llmrelay.providers.errors import UpstreamError
+from llmrelay.providers.headers import CLIENT_REQUEST_ID
 from llmrelay.providers.openai import fixed_headers
 from llmrelay.providers.presets import speaks_responses
 from llmrelay.snapshot.model import KeySnap, RouteSnap, Snapshot
@@ -91,7 +92,7 @@ class StoredResponses:
             path = f"/responses/{response_id}" + ("/cancel" if action else "")
             request = UpstreamRequest(
                 url=f"{provider.base_url}{path}",
-                headers={**fixed_headers(provider), "x-request-id": context.request_id},
+                headers={**fixed_headers(provider), CLIENT_REQUEST_ID: context.request_id},
                 body=b"",
                 method=method,
             )

@@ -13,6 +13,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
+#: The header that carries the gateway's request id to a provider, for correlation. Not
+#: `x-request-id`: a provider that is itself an llmrelay (a gateway in front of a gateway, or
+#: one pointing back at itself) keeps a client's `x-request-id` as its own, and its record
+#: would then share the outer request's id (records are idempotent by request id, so one of
+#: the two was lost). Under this name each hop chooses an id of its own and still learns the
+#: outer one (docs/api.md, Request ids).
+CLIENT_REQUEST_ID: Final = "x-llmrelay-client-request-id"
+
 #: Lower-case names forwarded to the provider.
 FORWARDED: Final = frozenset({"openai-beta", "anthropic-version", "anthropic-beta"})
 _FORWARDED_RAW: Final = frozenset(name.encode() for name in FORWARDED)
@@ -37,7 +45,7 @@ _OWN_KIND: Final = {
 def of_kind(forwarded: dict[str, str], protocol: str) -> dict[str, str]:
     """`forwarded` without the protocol headers of another protocol than the provider's (a
     Messages client's `anthropic-beta` means nothing to an OpenAI provider); the gateway's
-    own (`x-request-id`) stay."""
+    own (`x-llmrelay-client-request-id`) stay."""
     own = _OWN_KIND.get(protocol, frozenset())
     return {
         name: value for name, value in forwarded.items() if name in own or name not in FORWARDED
