@@ -37,6 +37,7 @@ from llmrelay.observability.health import Health
 from llmrelay.observability.logging import configure_logging
 from llmrelay.observability.loop_lag import LoopLagSampler
 from llmrelay.observability.metrics import Metrics
+from llmrelay.outbound.policy import OutboundPolicies
 from llmrelay.settings import Settings
 from llmrelay.stack import Stack, provider_online
 from llmrelay.store import partitions, rollups
@@ -132,6 +133,7 @@ def create_app(settings: Settings) -> ASGIApp:
         settings.admin_token,
         sessions=SessionPolicy.from_settings(settings),
         accounts=AccountPolicy.from_settings(settings),
+        outbound=OutboundPolicies.from_settings(settings),
     )
     sso = SsoConfig.from_settings(settings)  # a wrong role map stops the start, named
     if sso is not None:

@@ -14,7 +14,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 MIB = 1024 * 1024
@@ -154,6 +154,12 @@ class Settings(BaseSettings):
     #: CIDRs); loopback is never reached unless LLMRELAY_WEBHOOK_ALLOW_LOOPBACK is true too.
     webhook_allowed_hosts: Annotated[tuple[str, ...], NoDecode] = ()
     webhook_allow_loopback: bool = False
+    #: The outbound address policy (outbound/): networks (CIDRs) and host names that providers
+    #: and webhooks configured by a tenant may reach although they are private, loopback,
+    #: link-local or otherwise internal (comma-separated). Cloud metadata addresses open only
+    #: to an entry that names them: their host name, or the single address (/32, /128), for
+    #: tenants and for the operator's own providers alike (docs/security.md).
+    tenant_outbound_allow: Annotated[tuple[str, ...], NoDecode] = ()
     #: The waits between a failed delivery and its next attempt (seconds, comma-separated):
     #: one attempt more than waits (default: 8 attempts over about 27 hours).
     webhook_retry_schedule_s: Annotated[tuple[float, ...], NoDecode] = (
@@ -380,13 +386,14 @@ class Settings(BaseSettings):
         except ValueError as exc:
             raise ValueError(f"LLMRELAY_TRUSTED_PROXIES: {exc}") from exc
 
-    @field_validator("webhook_allowed_hosts", mode="before")
+    @field_validator("webhook_allowed_hosts", "tenant_outbound_allow", mode="before")
     @classmethod
-    def _parse_hosts(cls, value: object) -> tuple[str, ...]:
+    def _parse_hosts(cls, value: object, info: ValidationInfo) -> tuple[str, ...]:
         """Hostnames (lower-cased, no trailing dot) and CIDRs, checked here so a typo
         stops the process at start rather than leaving a webhook refused."""
         if value is None or value == "":
             return ()
+        variable = f"LLMRELAY_{(info.field_name or '').upper()}"
         items = value.split(",") if isinstance(value, str) else list(value)  # type: ignore[call-overload]
         hosts = []
         for item in (str(i).strip().lower().rstrip(".") for i in items):
@@ -396,11 +403,9 @@ class Settings(BaseSettings):
                 try:
                     ipaddress.ip_network(item, strict=False)
                 except ValueError as exc:
-                    raise ValueError(f"LLMRELAY_WEBHOOK_ALLOWED_HOSTS: {exc}") from exc
+                    raise ValueError(f"{variable}: {exc}") from exc
             elif not _HOSTNAME.fullmatch(item):
-                raise ValueError(
-                    f"LLMRELAY_WEBHOOK_ALLOWED_HOSTS: {item!r} is neither a hostname nor a CIDR"
-                )
+                raise ValueError(f"{variable}: {item!r} is neither a hostname nor a CIDR")
             hosts.append(item)
         return tuple(hosts)
 

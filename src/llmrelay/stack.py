@@ -36,6 +36,7 @@ from llmrelay.limits.spend import seed as seed_spend
 from llmrelay.observability.metrics import Metrics
 from llmrelay.observability.tracing import Tracing
 from llmrelay.observability.tracing import from_environment as tracing_from_environment
+from llmrelay.outbound.policy import OutboundPolicies
 from llmrelay.providers.http import HttpTransport
 from llmrelay.providers.registry import ProviderRegistry
 from llmrelay.routing.breaker import Breakers
@@ -92,7 +93,10 @@ class Stack:
             await snapshots.load()
             loop = asyncio.get_running_loop()
             deadlines = Deadlines(loop)
-            registry = ProviderRegistry(HttpTransport(deadlines))
+            outbound = OutboundPolicies.from_settings(settings)
+            registry = ProviderRegistry(
+                HttpTransport(deadlines, operator=outbound.operator, tenant=outbound.tenant)
+            )
             recorder = Recorder(
                 engine,
                 max_queue=settings.record_queue_size,

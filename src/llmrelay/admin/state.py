@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.admin.admin_error import AdminError
 from llmrelay.admin.identity.credentials import Passwords
+from llmrelay.outbound.policy import OutboundPolicies
 from llmrelay.settings import Environment, Settings
 from llmrelay.store.crypto import Sealer
 
@@ -115,6 +116,9 @@ class AdminState:
     #: Single sign-on (admin/sso/config.SsoConfig; None: off) and its provider's client.
     sso: Any = None
     sso_client: Any = None
+    #: The outbound address policy a provider's base URL is judged by when it is saved
+    #: (LLMRELAY_TENANT_OUTBOUND_ALLOW; outbound/policy.py).
+    outbound: OutboundPolicies = field(default_factory=OutboundPolicies)
 
     def database(self) -> AsyncEngine:
         if self.engine is None:

@@ -44,6 +44,7 @@ from llmrelay.protocols.translation import TranslationError
 from llmrelay.providers.base import Operation, UnsupportedOperation, UpstreamResponse
 from llmrelay.providers.bridges import build_request
 from llmrelay.providers.errors import (
+    UpstreamAddressRefused,
     UpstreamConnectError,
     UpstreamError,
     UpstreamTimeoutError,
@@ -357,6 +358,10 @@ class Executor:
             except UpstreamTimeoutError as timed_out:
                 breakers.failed(ticket)
                 raise _NextRoute(UpstreamTimeout(f"provider {slug}: {timed_out}")) from None
+            except UpstreamAddressRefused as refused:
+                breakers.failed(ticket, misconfigured=True)
+                error = UpstreamFailed(f"provider {slug}: {refused}", code="address_refused")
+                raise _NextRoute(error) from None
             except UpstreamError as failed:
                 breakers.failed(ticket)
                 error = UpstreamFailed(f"provider {slug}: {failed}", code="upstream_unreachable")

@@ -11,6 +11,11 @@ class UpstreamConnectError(UpstreamError):
     """Connection refused, reset, DNS failure, TLS failure, or the connection dropped."""
 
 
+class UpstreamAddressRefused(UpstreamConnectError):
+    """The outbound address policy refused the provider's address (outbound/); no connection
+    was made. The route is misconfigured: no retry, the next candidate is tried."""
+
+
 class UpstreamTimeoutError(UpstreamError):
     """No answer within a time limit; `phase` says which (connect, first_byte, idle)."""
 

@@ -1,5 +1,5 @@
-"""The shared aiohttp transport: one connection pool per process, no redirects, and every
-aiohttp failure mapped to providers.errors here.
+"""The shared aiohttp transport: one connection pool per process (per audience of the outbound
+address policy), no redirects, and every aiohttp failure mapped to providers.errors here.
 
 Time limits: aiohttp's `sock_connect` is the provider's connect limit (it costs nothing on a
 pooled connection). The wait for the response head, and for a non-streamed body, is bounded
@@ -13,10 +13,17 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
+from aiohttp.abc import AbstractResolver
 
 from llmrelay.deadlines import Deadline, Deadlines
+from llmrelay.outbound.connector import CheckedConnector, refused
+from llmrelay.outbound.policy import OutboundPolicy
 from llmrelay.providers.base import UpstreamRequest
-from llmrelay.providers.errors import UpstreamConnectError, UpstreamTimeoutError
+from llmrelay.providers.errors import (
+    UpstreamAddressRefused,
+    UpstreamConnectError,
+    UpstreamTimeoutError,
+)
 from llmrelay.snapshot.model import ProviderSnap
 
 
@@ -66,16 +73,35 @@ class HttpUpstreamResponse:
 
 
 class HttpTransport:
-    def __init__(self, deadlines: Deadlines, *, limit: int = 1000) -> None:
+    """Two pools, one per audience of the outbound address policy (outbound/): providers the
+    operator declared, and providers a tenant's admin did (`ProviderSnap.tenant_declared`).
+    Each pool's connector judges the addresses it connects to by its audience's rules."""
+
+    def __init__(
+        self,
+        deadlines: Deadlines,
+        *,
+        limit: int = 1000,
+        operator: OutboundPolicy | None = None,
+        tenant: OutboundPolicy | None = None,
+        resolver: AbstractResolver | None = None,
+    ) -> None:
         self._deadlines = deadlines
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=limit, ttl_dns_cache=300),
+        self._session = self._pool(operator or OutboundPolicy(operator=True), limit, resolver)
+        self._tenant_session = self._pool(tenant or OutboundPolicy(), limit, resolver)
+        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
+
+    @staticmethod
+    def _pool(
+        policy: OutboundPolicy, limit: int, resolver: AbstractResolver | None
+    ) -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(
+            connector=CheckedConnector(policy, limit=limit, ttl_dns_cache=300, resolver=resolver),
             timeout=aiohttp.ClientTimeout(total=None),
             trust_env=False,
             skip_auto_headers=("User-Agent",),
             auto_decompress=True,
         )
-        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
 
     def _timeout(self, provider: ProviderSnap) -> aiohttp.ClientTimeout:
         connect_s = provider.connect_timeout_s
@@ -87,8 +113,9 @@ class HttpTransport:
 
     async def send(self, request: UpstreamRequest, provider: ProviderSnap) -> HttpUpstreamResponse:
         deadline = self._deadlines.watch(provider.timeout_s, "first_byte")
+        session = self._tenant_session if provider.tenant_declared else self._session
         try:
-            response = await self._session.request(
+            response = await session.request(
                 request.method,
                 request.url,
                 data=request.body,
@@ -106,12 +133,16 @@ class HttpTransport:
             raise UpstreamTimeoutError("connect", provider.connect_timeout_s) from None
         except (aiohttp.ClientError, ConnectionError) as exc:
             deadline.stop()
+            refusal = refused(exc)
+            if refusal is not None:
+                raise UpstreamAddressRefused(str(refusal)) from None
             raise UpstreamConnectError(_lost(exc)) from None
         deadline.pause()
         return HttpUpstreamResponse(response, provider, deadline)
 
     async def close(self) -> None:
         await self._session.close()
+        await self._tenant_session.close()
 
 
 def _lost(exc: BaseException) -> str:

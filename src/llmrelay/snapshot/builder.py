@@ -37,6 +37,7 @@ from llmrelay.store.crypto import Sealer
 from llmrelay.store.models import (
     CAPTURE_FULL,
     CATALOGUE_SOURCE,
+    TENANT_DECLARED,
     ApiKey,
     GatewaySetting,
     PriceVersion,
@@ -198,6 +199,7 @@ def provider_snap(row: Provider, sealer: Sealer) -> ProviderSnap:
         api_version=row.api_version,
         region=row.region,
         preset=row.preset,
+        tenant_declared=row.declared_by == TENANT_DECLARED,
     )
 
 

@@ -29,6 +29,9 @@ class ProviderSnap:
     region: str | None = None
     #: An OpenAI-compatible server's preset name (providers/presets.py).
     preset: str | None = None
+    #: Its base URL was set by a tenant's admin, not the operator: the outbound address
+    #: policy for tenants applies to every connection made to it (outbound/).
+    tenant_declared: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,11 @@ NAMING_CONVENTION = {
 
 DEFAULT_TENANT_SLUG = "default"
 
+#: Who set a provider's base URL (`providers.declared_by`): the outbound address policy
+#: judges a tenant's provider by stricter rules than the operator's (outbound/policy.py).
+OPERATOR_DECLARED = "operator"
+TENANT_DECLARED = "tenant"
+
 #: A key's payload capture: "off" (the default) or "full" (request and response bodies).
 CAPTURE_OFF = "off"
 CAPTURE_FULL = "full"
@@ -178,6 +183,12 @@ class Provider(Versioned, Timestamped, Base):
     #: The upstream models this provider offers (admin API inventory; migration 0012):
     #: [{"id": "gpt-4o-mini", ...}], or None when nobody listed them.
     model_inventory: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONDoc, nullable=True)
+    #: Who set its base URL last (migration 0017): "operator" (the YAML config, the admin
+    #: token, a platform admin) or "tenant" (a tenant's admin). Chooses the outbound address
+    #: policy its connections are judged by (outbound/policy.py).
+    declared_by: Mapped[str] = mapped_column(
+        String(16), default=OPERATOR_DECLARED, server_default=OPERATOR_DECLARED
+    )
 
 
 class VirtualModel(Versioned, Timestamped, Base):

@@ -34,6 +34,12 @@ class Invalid(ServiceError):
     """The input breaks a rule (the same rules the YAML has)."""
 
 
+class AddressRefused(Invalid):
+    """A URL whose host the outbound address policy refuses (outbound/policy.py)."""
+
+    kind = "address_refused"
+
+
 class NotFound(ServiceError):
     status = 404
     kind = "not_found"

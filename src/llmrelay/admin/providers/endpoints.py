@@ -25,7 +25,7 @@ from llmrelay.admin.kit.problems import Invalid, NotFound
 from llmrelay.admin.kit.scope import visible
 from llmrelay.admin.providers import repository, service
 from llmrelay.admin.providers.schemas import Inventory, ProviderOut, ProviderPage, provider_out
-from llmrelay.store.models import Provider
+from llmrelay.store.models import OPERATOR_DECLARED, TENANT_DECLARED, Provider
 
 router = APIRouter(tags=["providers"])
 Reader = Annotated[Actor, Depends(require("providers:read"))]
@@ -38,6 +38,12 @@ async def load(session: AsyncSession, actor: Actor, permission: str, provider_id
         raise NotFound(f"no provider {provider_id!r}")
     actor.ensure(permission, row.tenant_id)
     return row
+
+
+def declared_by(actor: Actor) -> str:
+    """Whose outbound address policy a base URL this actor sets is judged by: the operator's
+    for the admin token and platform admins, a tenant's for everyone else."""
+    return OPERATOR_DECLARED if actor.platform_admin else TENANT_DECLARED
 
 
 def _out(request: Request, row: Provider) -> ProviderOut:
@@ -78,7 +84,14 @@ async def create_provider(
     never shown again)."""
     config = service.parse(body)
     tenant = await tenant_for_create(session, actor, "providers:write", tenant_id)
-    row = await service.create_provider(session, tenant, config, state(request).secrets())
+    row = await service.create_provider(
+        session,
+        tenant,
+        config,
+        state(request).secrets(),
+        declared_by=declared_by(actor),
+        policies=state(request).outbound,
+    )
     out = _out(request, row)
     return await handlers.created(request, response, session, row, "provider.create", tenant, out)
 
@@ -111,7 +124,14 @@ async def update_provider(
         "provider.update",
         row.tenant_id,
         show=lambda: _out(request, row),
-        apply=lambda: service.update_provider(session, row, changes, state(request).secrets()),
+        apply=lambda: service.update_provider(
+            session,
+            row,
+            changes,
+            state(request).secrets(),
+            declared_by=declared_by(actor),
+            policies=state(request).outbound,
+        ),
     )
 
 

@@ -6,7 +6,13 @@ whether a key is set, its last four characters and the header names).
 
 A slug is stable (clients pin "model:slug"; policies name it), so it cannot be changed, and
 a provider that routes or policies still name cannot be deleted (deleting it would silently
-drop those routes)."""
+drop those routes).
+
+Its base URL is judged by the outbound address policy (outbound/policy.py) of whoever sets
+it: a tenant's admin may point a provider at public addresses only (unless
+LLMRELAY_TENANT_OUTBOUND_ALLOW opens more), the operator (YAML, admin token, platform admin)
+at private and loopback ones too. The row remembers who (`declared_by`), and every connection
+to it is judged by that audience's rules again (outbound/connector.py)."""
 
 from __future__ import annotations
 
@@ -18,15 +24,16 @@ import orjson
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from llmrelay.admin.kit.problems import Conflict, Invalid, from_validation
+from llmrelay.admin.kit.problems import AddressRefused, Conflict, Invalid, from_validation
 from llmrelay.admin.kit.rows import Outcome, assign
 from llmrelay.admin.providers import repository
 from llmrelay.config.schema import ProviderConfig
 from llmrelay.jobs import queue
 from llmrelay.jobs.keys import probe_key
+from llmrelay.outbound.policy import OutboundPolicies, RefusedAddress, check_url
 from llmrelay.store.credentials import open_credentials
 from llmrelay.store.crypto import CredentialError, Sealer
-from llmrelay.store.models import Provider, new_id
+from llmrelay.store.models import OPERATOR_DECLARED, TENANT_DECLARED, Provider, new_id
 
 _SECRET_FIELDS = ("api_key", "headers")
 #: Changes after which a pending health probe of the provider runs at once.
@@ -73,20 +80,34 @@ def _values(config: ProviderConfig) -> dict[str, Any]:
     }
 
 
+async def admit_base_url(url: str | None, declared_by: str, policies: OutboundPolicies) -> None:
+    """AddressRefused (400, naming the rule) when `declared_by`'s audience may not reach the
+    URL's host. A host that does not resolve now passes: its connections are judged when
+    they are made."""
+    if url is None:
+        return
+    policy = policies.of(declared_by == TENANT_DECLARED)
+    try:
+        await check_url(url, policy, policies.resolve, what="provider", unresolved_ok=True)
+    except RefusedAddress as refused:
+        raise AddressRefused(f"base_url: {refused}", "base_url") from None
+
+
 def upsert_provider(
     session: AsyncSession,
     tenant_id: str,
     config: ProviderConfig,
     row: Provider | None,
     sealer: Sealer,
+    declared_by: str = OPERATOR_DECLARED,
 ) -> Outcome[Provider]:
-    """Create or bring one provider in line with `config` (what apply does); credentials
-    are re-sealed only when they differ from the stored ones."""
+    """Create or bring one provider in line with `config` (what apply does: the operator
+    declares it); credentials are re-sealed only when they differ from the stored ones."""
     created = row is None
     if row is None:
         row = Provider(id=new_id(), tenant_id=tenant_id, slug=config.slug)
         session.add(row)
-    changed = assign(row, _values(config))
+    changed = assign(row, {**_values(config), "declared_by": declared_by})
     wanted = _credentials(config.api_key, config.headers)
     try:
         same = not created and open_credentials(row, sealer) == wanted
@@ -100,11 +121,18 @@ def upsert_provider(
 
 
 async def create_provider(
-    session: AsyncSession, tenant_id: str, config: ProviderConfig, sealer: Sealer
+    session: AsyncSession,
+    tenant_id: str,
+    config: ProviderConfig,
+    sealer: Sealer,
+    *,
+    declared_by: str = OPERATOR_DECLARED,
+    policies: OutboundPolicies | None = None,
 ) -> Provider:
     if await repository.by_slug(session, tenant_id, config.slug) is not None:
         raise Conflict(f"slug: a provider {config.slug!r} exists", "slug")
-    row = upsert_provider(session, tenant_id, config, None, sealer).row
+    await admit_base_url(config.effective_base_url, declared_by, policies or OutboundPolicies())
+    row = upsert_provider(session, tenant_id, config, None, sealer, declared_by).row
     await session.flush()
     return row
 
@@ -128,17 +156,29 @@ def current_config(row: Provider) -> dict[str, Any]:
 
 
 async def update_provider(
-    session: AsyncSession, row: Provider, changes: Mapping[str, Any], sealer: Sealer
+    session: AsyncSession,
+    row: Provider,
+    changes: Mapping[str, Any],
+    sealer: Sealer,
+    *,
+    declared_by: str = OPERATOR_DECLARED,
+    policies: OutboundPolicies | None = None,
 ) -> list[str]:
     """A partial change, validated whole. `api_key` and `headers` replace the stored ones
-    when given (`api_key: null` removes the key); left out, they stay as they are."""
+    when given (`api_key: null` removes the key); left out, they stay as they are. A change
+    that names or moves the base URL is judged by `declared_by`'s outbound policy and makes
+    the provider theirs; any other change leaves who declared it as it was."""
     if "slug" in changes and changes["slug"] != row.slug:
         raise Invalid("slug: a provider's slug cannot change (clients and policies use it)", "slug")
     merged = {**current_config(row), **changes}
     if changes.get("type") not in (None, row.type) and "base_url" not in changes:
         merged.pop("base_url", None)  # the old type's default URL is not the new one's
     config = parse(merged)
-    changed = assign(row, _values(config))
+    values = _values(config)
+    if "base_url" in changes or values["base_url"] != row.base_url:
+        await admit_base_url(values["base_url"], declared_by, policies or OutboundPolicies())
+        values["declared_by"] = declared_by
+    changed = assign(row, values)
     if any(name in changes for name in _SECRET_FIELDS):
         try:
             stored = open_credentials(row, sealer)
