@@ -180,6 +180,9 @@ def site(browser: Browser, tmp_path_factory: pytest.TempPathFactory) -> Iterator
             "LLMRELAY_ROLLUP_INTERVAL_S": "1",
             "LLMRELAY_SMTP_URL": mail.url(),
             "LLMRELAY_JOBS_POLL_S": "0.2",
+            # The tenant admin's providers point at the mock upstream, on loopback: the
+            # outbound address policy lets tenants reach that one address only.
+            "LLMRELAY_TENANT_OUTBOUND_ALLOW": "127.0.0.1/32",
         },
     )
     gateway.env["LLMRELAY_PUBLIC_URL"] = gateway.url  # the links mails carry lead here

@@ -76,3 +76,22 @@ def test_jobs_are_listed_with_their_status(site: Site) -> None:
         page.reload()
     expect(row.locator(".badge")).to_have_text("succeeded")
     page.close()
+
+
+def test_a_provider_the_outbound_policy_refuses_is_named_in_the_form(site: Site) -> None:
+    """A tenant admin's provider at cloud metadata, or at a loopback address the operator did
+    not open (the site opens 127.0.0.1 only): refused with the rule next to the field."""
+    page = site.signed_in("tenant_admin").new_page()
+    for slug, base_url, rule in [
+        ("console-md", "http://169.254.169.254/latest", "is a cloud metadata address"),
+        ("console-loop", "http://127.0.0.2:9/v1", "is a loopback address"),
+    ]:
+        page.goto("/providers")
+        page.get_by_label("Slug").fill(slug)
+        page.get_by_label("Type").select_option("openai_compatible")
+        page.get_by_label("Base URL").first.fill(base_url)
+        page.get_by_role("button", name="Add provider").click()
+        expect(page.locator("main")).to_contain_text(rule)
+        expect(page.locator("main")).to_contain_text("LLMRELAY_TENANT_OUTBOUND_ALLOW")
+        expect(page.get_by_role("heading", name=slug)).to_have_count(0)
+    page.close()

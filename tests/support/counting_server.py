@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socketserver
+import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -50,3 +52,40 @@ async def counting_server(host: str = "127.0.0.1") -> AsyncIterator[CountingServ
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
         await server.wait_closed()
+
+
+class ThreadedCountingServer:
+    """The same, in a thread of its own, for tests that are not asynchronous (a gateway
+    process calls it)."""
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        counter = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                with counter._lock:
+                    counter.connections += 1
+                with contextlib.suppress(OSError):
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    self.wfile.write(_ANSWER)
+
+        self.host = host
+        self.connections = 0
+        self._lock = threading.Lock()
+        self._server = socketserver.ThreadingTCPServer((host, 0), Handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def url(self, path: str = "/v1") -> str:
+        return f"http://{self.host}:{self.port}{path}"
+
+    def start(self) -> ThreadedCountingServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()

@@ -359,7 +359,9 @@ class Executor:
                 breakers.failed(ticket)
                 raise _NextRoute(UpstreamTimeout(f"provider {slug}: {timed_out}")) from None
             except UpstreamAddressRefused as refused:
-                breakers.failed(ticket, misconfigured=True)
+                # Judged without a connection, at the cost of a dictionary look-up: no breaker
+                # to open, and every client is told the rule rather than "cooling down".
+                breakers.abandon(ticket)
                 error = UpstreamFailed(f"provider {slug}: {refused}", code="address_refused")
                 raise _NextRoute(error) from None
             except UpstreamError as failed:

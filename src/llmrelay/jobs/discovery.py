@@ -34,7 +34,7 @@ from llmrelay.jobs.kinds import GiveUp, JobContext, JobKind, RetryLater
 from llmrelay.jobs.services import Services
 from llmrelay.metering.catalogue import Catalogue, bundled
 from llmrelay.metering.cost import Price
-from llmrelay.providers.errors import UpstreamError
+from llmrelay.providers.errors import UpstreamAddressRefused, UpstreamError
 from llmrelay.providers.model_list import (
     ListedModel,
     Listing,
@@ -137,6 +137,8 @@ async def run(context: JobContext) -> dict[str, Any]:
             raise GiveUp(f"the provider's credentials cannot be opened: {sealed}") from None
     try:
         listing = await list_models(services.registry, provider, all_pages=True)
+    except UpstreamAddressRefused as refused:  # no connection made; retrying changes nothing
+        raise GiveUp(f"provider {provider.slug}: {refused}") from None
     except UpstreamError as failed:
         raise RetryLater(f"provider {provider.slug} unreachable: {failed}") from None
     except UnlistableProvider as unlistable:

@@ -13,7 +13,8 @@ class UpstreamConnectError(UpstreamError):
 
 class UpstreamAddressRefused(UpstreamConnectError):
     """The outbound address policy refused the provider's address (outbound/); no connection
-    was made. The route is misconfigured: no retry, the next candidate is tried."""
+    was made. The route is misconfigured: no retry, the next candidate is tried, and the
+    breaker is left alone (the refusal costs nothing, and names its rule each time)."""
 
 
 class UpstreamTimeoutError(UpstreamError):
