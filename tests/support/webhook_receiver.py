@@ -7,6 +7,8 @@ The path chooses the answer:
     /fail-first-N...  500 to the first N requests on that path, then 200
     /status-CODE...   always CODE
     /redirect...      307 to /moved (which a sender must not follow)
+    /redirect-to-HOST:PORT
+                      307 to http://HOST:PORT/moved (another, internal, address)
     /slow-MS...       wait MS milliseconds, then 200
 """
 
@@ -91,6 +93,8 @@ class WebhookReceiver:
         path = request.path
         self.received.append(Received(path, dict(request.headers), body))
         self._seen[path] = self._seen.get(path, 0) + 1
+        if path.startswith("/redirect-to-"):
+            raise web.HTTPTemporaryRedirect(f"http://{path.removeprefix('/redirect-to-')}/moved")
         if path.startswith("/redirect"):
             raise web.HTTPTemporaryRedirect("/moved")
         number = re.search(r"\d+", path)

@@ -24,6 +24,7 @@ from llmrelay.store.db import session_factory
 from llmrelay.store.models import Project, Tenant
 from llmrelay.store.models_jobs import Job
 from llmrelay.store.webhook_secrets import project_secret
+from tests.support.counting_server import counting_server
 from tests.support.webhook_receiver import WebhookReceiver
 
 SEALER = Sealer("webhook-delivery-tests-secret-key-0123456789")
@@ -173,3 +174,21 @@ async def test_refused_at_delivery_without_a_request(
         assert row["last_status_code"] is None and says in row["last_error"]
         assert row["last_error"].startswith("refused:")
     assert len(receiver.received) == before
+
+
+async def test_a_redirect_to_an_internal_address_is_not_followed(
+    engine: AsyncEngine, receiver: WebhookReceiver
+) -> None:
+    """The tenants' outbound policy opens the receiver's one address (127.0.0.1/32); it
+    answers 307 to a real server at 127.0.0.2, which the policy does not open: the attempt
+    fails on the 307 and that server gets no connection; named directly, it is refused."""
+    opened = Settings(tenant_outbound_allow="127.0.0.1/32", webhook_retry_schedule_s="0.05")
+    project = await _project(engine)
+    async with counting_server("127.0.0.2") as inner:
+        path = f"/redirect-to-127.0.0.2:{inner.port}"
+        row = await _send(engine, opened, project, receiver.url(path))
+        assert (row["status"], row["last_status_code"]) == ("failed", 307)
+        direct = await _send(engine, opened, project, inner.url("/hook"), n=1)
+        assert direct["status"] == "failed" and "loopback" in direct["last_error"]
+        assert inner.connections == 0
+    assert len(receiver.on(path)) == 2  # both attempts reached the allowed receiver
