@@ -388,3 +388,54 @@ async def test_sqlite_records_stay_a_plain_table(engine: AsyncEngine) -> None:
             text("SELECT sql FROM sqlite_master WHERE name = 'request_records'")
         )
         assert "UNIQUE (request_id)" in sql.scalar_one()
+
+
+async def test_existing_providers_are_the_operators_in_the_default_tenant_only(
+    database_url: str,
+) -> None:
+    """0017 adds `providers.declared_by`: the default tenant's providers (the YAML's and the
+    admin token's) stay the operator's, every other tenant's become the tenant's (the outbound
+    address policy's stricter rules); no route is lost to a table copy."""
+    engine = create_engine(database_url)
+    now = "CURRENT_TIMESTAMP"
+    try:
+        await _to(engine, "0016")
+        async with engine.begin() as conn:
+            for tenant, slug in (("t1", "default"), ("t2", "acme")):
+                await conn.execute(
+                    text(
+                        "INSERT INTO tenants (id, slug, name, created_at, updated_at)"
+                        f" VALUES ('{tenant}', '{slug}', '{slug}', {now}, {now})"
+                    )
+                )
+                await conn.execute(
+                    text(
+                        "INSERT INTO providers (id, tenant_id, slug, type, created_at,"
+                        f" updated_at) VALUES ('p-{tenant}', '{tenant}', 'up', 'openai', {now},"
+                        f" {now})"
+                    )
+                )
+            await conn.execute(
+                text(
+                    "INSERT INTO virtual_models (id, tenant_id, name, strategy, retry_attempts,"
+                    " retry_backoff_ms, deadline_s, fallbacks, context_fallbacks, embedding,"
+                    f" created_at, updated_at) VALUES ('m', 't2', 'chat', 'priority', 1, 0, 1,"
+                    f" '[]', '[]', false, {now}, {now})"
+                )
+            )
+            await conn.execute(
+                text(
+                    "INSERT INTO routes (id, model_id, provider_id, upstream_model, priority,"
+                    " weight, disabled, position, created_at, updated_at) VALUES ('r', 'm',"
+                    f" 'p-t2', 'x', 0, 1, false, 0, {now}, {now})"
+                )
+            )
+        await _to(engine, "0017")
+        async with engine.connect() as conn:
+            found = await conn.execute(text("SELECT id, declared_by FROM providers ORDER BY id"))
+            assert [tuple(row) for row in found] == [("p-t1", "operator"), ("p-t2", "tenant")]
+            routes = await conn.execute(text("SELECT count(*) FROM routes"))
+            assert routes.scalar() == 1
+        await _to(engine, "0016", down=True)
+    finally:
+        await engine.dispose()
