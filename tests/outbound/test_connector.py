@@ -163,3 +163,15 @@ async def test_the_setting_opens_a_network_for_tenants(
         assert server.connections == 1
     finally:
         await transport.close()
+
+
+@pytest.mark.parametrize("host", ["[::1]", "[::ffff:127.0.0.1]", "0x7f000001", "[fd00:ec2::254]"])
+async def test_an_inward_literal_in_any_spelling_makes_no_connection(host: str) -> None:
+    # The system resolver (0x7f000001 is resolved); aiohttp itself refuses the one-number
+    # and short forms, 2130706433 and 127.1.
+    transport = HttpTransport(Deadlines(asyncio.get_running_loop()))
+    try:
+        with pytest.raises(UpstreamAddressRefused, match=r"loopback|metadata"):
+            await send(transport, f"http://{host}:9/v1", tenant=True)
+    finally:
+        await transport.close()

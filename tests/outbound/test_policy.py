@@ -120,3 +120,21 @@ async def test_a_name_that_does_not_resolve_passes_when_allowed_but_not_a_metada
         await check_url("http://later.example/v1", TENANT, fails)
     with pytest.raises(RefusedAddress, match="cloud metadata"):
         await check_url("http://metadata.google.internal/", OPERATOR, fails, unresolved_ok=True)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://2130706433:8000/v1",  # 127.0.0.1 as one number
+        "http://0x7f000001:8000/v1",
+        "http://127.1:8000/v1",
+        "http://[::ffff:127.0.0.1]:8000/v1",
+        "http://[::1]:8000/v1",
+        "http://localhost:8000/v1",
+    ],
+)
+async def test_loopback_in_any_spelling_is_refused_to_a_tenant(url: str) -> None:
+    """The system resolver reads the legacy numeric forms as the address they are."""
+    with pytest.raises(RefusedAddress, match="loopback"):
+        await check_url(url, TENANT, what="provider", unresolved_ok=True)
+    assert (await check_url(url, OPERATOR, what="provider", unresolved_ok=True)).addresses
