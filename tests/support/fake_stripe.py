@@ -42,6 +42,7 @@ import orjson
 from aiohttp import ClientSession, web
 
 from llmrelay.billing.stripe_config import StripeConfig
+from tests.support.background_app import BackgroundApp
 from tests.support.ports import free_port
 
 SECRET_KEY = "sk_test_fake_0123456789abcdef"
@@ -109,9 +110,7 @@ class FakeStripe:
     #: Events delivered: (event, the webhook's status).
     delivered: list[tuple[dict[str, Any], int]] = field(default_factory=list)
     _idempotent: dict[str, tuple[str, dict[str, Any], int, bytes]] = field(default_factory=dict)
-    _loop: asyncio.AbstractEventLoop | None = None
-    _thread: threading.Thread | None = None
-    _runner: web.AppRunner | None = None
+    _served: BackgroundApp = field(default_factory=lambda: BackgroundApp("fake-stripe"))
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -122,33 +121,13 @@ class FakeStripe:
     # -- life cycle ----------------------------------------------------------------------------
 
     def start(self) -> FakeStripe:
-        ready = threading.Event()
-        self._loop = asyncio.new_event_loop()
-
-        def run() -> None:
-            assert self._loop is not None
-            asyncio.set_event_loop(self._loop)
-            self._loop.run_until_complete(self._start())
-            ready.set()
-            self._loop.run_forever()
-
-        self._thread = threading.Thread(target=run, name="fake-stripe", daemon=True)
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("the fake Stripe did not start")
+        self._served.start(self._app(), self.host, self.port)
         return self
 
     def stop(self) -> None:
-        if self._loop is None:
-            return
-        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        assert self._thread is not None
-        self._thread.join(10)
-        self._loop.close()
-        self._loop = None
+        self._served.stop()
 
-    async def _start(self) -> None:
+    def _app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/customers", self._create_customer)
         app.router.add_post("/v1/checkout/sessions", self._create_session)
@@ -156,15 +135,13 @@ class FakeStripe:
         app.router.add_post("/v1/checkout/sessions/{id}/expire", self._expire_session)
         app.router.add_post("/v1/payment_intents", self._create_intent)
         app.router.add_get("/v1/payment_intents/{id}", self._get_intent)
-        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, self.host, self.port).start()
+        app.on_shutdown.append(self._cancel_sends)
+        return app
 
-    async def _stop(self) -> None:
+    async def _cancel_sends(self, _app: web.Application) -> None:
+        """Events still being sent when the server stops are dropped, not left running."""
         for task in list(self._tasks):
             task.cancel()
-        if self._runner is not None:
-            await self._runner.cleanup()
 
     # -- the API ---------------------------------------------------------------------------------
 
