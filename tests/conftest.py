@@ -28,6 +28,7 @@ from tests.support.services import (
     redis_available,
     skipped_services,
 )
+from tests.support.webhook_receiver import WebhookReceiver
 
 #: The agent matrix's outcomes, for docs/agents.md (tests/agents/results.py).
 pytest_plugins = ["tests.agents.results"]
@@ -212,3 +213,14 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         red=True,
     )
     terminalreporter.write_line(bar, red=True, bold=True)
+
+
+@pytest.fixture(scope="module")
+def webhook_receiver() -> Iterator[WebhookReceiver]:
+    """A module's webhook endpoint (tests/support/webhook_receiver.py: the path picks the
+    answer, so tests of one module share it by using paths of their own)."""
+    server = WebhookReceiver().start()
+    try:
+        yield server
+    finally:
+        server.stop()
