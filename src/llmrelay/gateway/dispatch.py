@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from time import time as now
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import orjson
 from starlette.types import Receive, Send
@@ -37,6 +37,7 @@ from llmrelay.gateway.prepaid import reserve
 from llmrelay.gateway.recorder import Recorder
 from llmrelay.gateway.relay import ChatStreamRelay
 from llmrelay.gateway.responses_relay import ResponsesStreamRelay
+from llmrelay.gateway.stream_relay import ParsedEventRelay
 from llmrelay.gateway.watch import ClientWatches
 from llmrelay.guardrails.policy import Guard
 from llmrelay.limits.base import Limiter, Plan
@@ -54,6 +55,9 @@ from llmrelay.providers.presets import reports_stream_usage, speaks_responses
 from llmrelay.providers.translated import TranslatedResponse
 from llmrelay.snapshot.holder import SnapshotHolder
 from llmrelay.snapshot.model import KeySnap, ModelSnap, PolicySnap, RouteSnap, Snapshot
+
+#: A relay of parsed events (see _event_primer).
+R = TypeVar("R", bound=ParsedEventRelay)
 
 if TYPE_CHECKING:
     from llmrelay.gateway.durable import DurableJobs
@@ -258,11 +262,12 @@ class Dispatcher:
         elif operation is _CHAT:
             finish = self._stream_primer(call, model)
         elif operation is Operation.MESSAGES:
-            finish = self._messages_primer(call, model)
+            finish = self._event_primer(call, model, MessagesStreamRelay)
         elif operation is Operation.RESPONSES:
-            finish = self._responses_primer(call, model)
+            remember = partial(self.remember_response, model, call.record.project_id)
+            finish = self._event_primer(call, model, ResponsesStreamRelay, on_response_id=remember)
         elif operation is Operation.GEMINI_STREAM:
-            finish = self._gemini_primer(call, model)
+            finish = self._event_primer(call, model, GeminiStreamRelay)
         else:
             finish = self._stream_primer(call, model)
         return executor.execute(
@@ -306,14 +311,17 @@ class Dispatcher:
 
         return prime
 
-    def _messages_primer(self, call: ModelCall, model: ModelSnap) -> Finisher[MessagesStreamRelay]:
-        """The finisher that opens an Anthropic stream relay and reads to its first content."""
+    def _event_primer(
+        self, call: ModelCall, model: ModelSnap, relay: Callable[..., R], **extra: Any
+    ) -> Finisher[R]:
+        """The finisher that opens a relay of parsed events (Messages, Responses, Gemini:
+        `relay` is its class, `extra` more of its arguments) and reads to its first content."""
         runtime = call.runtime
         record = call.record
 
-        async def prime(route: RouteSnap, response: UpstreamResponse) -> MessagesStreamRelay:
+        async def prime(route: RouteSnap, response: UpstreamResponse) -> R:
             slug = route.provider.slug
-            relay = MessagesStreamRelay(
+            opened = relay(
                 route,
                 response,
                 request_id=record.request_id,
@@ -321,59 +329,15 @@ class Dispatcher:
                 record=record,
                 on_malformed=lambda: runtime.metrics.malformed_events.labels(slug).inc(),
                 on_end=self.finish,
+                **extra,
             )
-            await relay.prime(runtime.deadlines)
-            return relay
-
-        return prime
-
-    def _responses_primer(
-        self, call: ModelCall, model: ModelSnap
-    ) -> Finisher[ResponsesStreamRelay]:
-        """The finisher that opens a Responses stream relay and reads to its first content."""
-        runtime = call.runtime
-        record = call.record
-
-        async def prime(route: RouteSnap, response: UpstreamResponse) -> ResponsesStreamRelay:
-            slug = route.provider.slug
-            relay = ResponsesStreamRelay(
-                route,
-                response,
-                request_id=record.request_id,
-                virtual_model=model.name,
-                record=record,
-                on_malformed=lambda: runtime.metrics.malformed_events.labels(slug).inc(),
-                on_response_id=partial(self.remember_response, model, route, record.project_id),
-                on_end=self.finish,
-            )
-            await relay.prime(runtime.deadlines)
-            return relay
-
-        return prime
-
-    def _gemini_primer(self, call: ModelCall, model: ModelSnap) -> Finisher[GeminiStreamRelay]:
-        """The finisher that opens a Gemini stream relay and reads to its first content."""
-        runtime = call.runtime
-        record = call.record
-
-        async def prime(route: RouteSnap, response: UpstreamResponse) -> GeminiStreamRelay:
-            slug = route.provider.slug
-            relay = GeminiStreamRelay(
-                route,
-                response,
-                request_id=record.request_id,
-                virtual_model=model.name,
-                record=record,
-                on_malformed=lambda: runtime.metrics.malformed_events.labels(slug).inc(),
-                on_end=self.finish,
-            )
-            await relay.prime(runtime.deadlines)
-            return relay
+            await opened.prime(runtime.deadlines)
+            return opened
 
         return prime
 
     def remember_response(
-        self, model: ModelSnap, route: RouteSnap, project_id: str | None, response_id: str
+        self, model: ModelSnap, project_id: str | None, route: RouteSnap, response_id: str
     ) -> None:
         """A Response's id -> the route that holds it: a request continuing it
         (`previous_response_id`) goes back there while that route is healthy, and one

@@ -119,7 +119,7 @@ class ResponsesRoutes:
                 dispatcher.screen_answer(guard, Operation.RESPONSES, answered, record)
             response_id = answered.get("id")
             if isinstance(response_id, str):
-                dispatcher.remember_response(served, answer.route, record.project_id, response_id)
+                dispatcher.remember_response(served, record.project_id, answer.route, response_id)
             dispatcher.served_headers(headers, served, record)
             add_header(headers, record.dropped)
             await send_json(send, 200, orjson.dumps(answered), headers)
