@@ -25,7 +25,7 @@ MESSAGES_KEY = "e2e-scopes-messages-0123456789"
 GEMINI_KEY = "e2e-scopes-gemini-0123456789"
 ADMIN_TOKEN = "e2e-scopes-admin-token-0123456789"
 SECRET = "sk-provider-secret-scopes"
-HELLO = [{"role": "user", "content": "hello"}]
+HELLO: Any = [{"role": "user", "content": "hello"}]
 GEMINI_ASK = {"contents": [{"role": "user", "parts": [{"text": "hello"}]}]}
 
 
