@@ -11,6 +11,7 @@ from typing import Annotated, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from llmrelay import apikeys
 from llmrelay.apikeys import MIN_KEY_LENGTH
 from llmrelay.guardrails import custom as guardrail_patterns
 from llmrelay.guardrails.detectors import CUSTOM as CUSTOM_DETECTORS
@@ -262,6 +263,8 @@ class KeyConfig(_Strict):
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     monthly_budget_usd: BudgetUsd | None = None
     ip_allowlist: list[str] = Field(default_factory=list)
+    #: The APIs the key may call (apikeys.SCOPES); left out or null: every API.
+    scopes: list[apikeys.Scope] | None = None
     expires_at: datetime | None = None
     disabled: bool = False
     routing_policy: Name | None = None
@@ -285,6 +288,17 @@ class KeyConfig(_Strict):
     @classmethod
     def _cidrs(cls, value: list[str]) -> list[str]:
         return [_check_cidr(v) for v in value]
+
+    @field_validator("scopes")
+    @classmethod
+    def _scopes(cls, value: list[apikeys.Scope] | None) -> list[apikeys.Scope] | None:
+        """At least one (an empty list would be a key that can call nothing, easily mistaken
+        for "no restriction"), each once, in the canonical order (so applying twice agrees)."""
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("give at least one API, or leave scopes out (null) for every API")
+        return sorted(set(value), key=apikeys.SCOPES.index)
 
     @field_validator("expires_at")
     @classmethod

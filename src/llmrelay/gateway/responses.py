@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 from starlette.types import Receive, Scope, Send
 
+from llmrelay import apikeys
 from llmrelay.gateway import requests as checks
 from llmrelay.gateway.asgi import read_body, send_json, send_sse
 from llmrelay.gateway.auth import authenticate
@@ -53,7 +54,9 @@ class ResponsesRoutes:
         queued = False  # a background response: its job records the call
         try:
             snapshot = runtime.snapshots.current
-            principal = authenticate(scope["headers"], snapshot, context.client_ip, time.time())
+            principal = authenticate(
+                scope["headers"], snapshot, context.client_ip, time.time(), apikeys.RESPONSES
+            )
             bind(record, principal)
             if principal.capture:
                 send, receive = dispatcher.capture(record, send, receive)

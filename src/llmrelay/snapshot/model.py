@@ -142,6 +142,9 @@ class KeySnap:
     allowed_models: frozenset[str] | None
     ip_allowlist: tuple[IPNetwork, ...]
     limits: Limits
+    #: The APIs the key may call (apikeys.SCOPES names); None means every API, so a key
+    #: without scopes costs one attribute check and a scoped one a frozenset lookup.
+    scopes: frozenset[str] | None = None
     #: The routing policy in force: the key's binding, else the project's, else the global
     #: one (the most specific alone); None when none is bound.
     policy: PolicySnap | None = None

@@ -134,6 +134,8 @@ class ApiKey(Versioned, Timestamped, Base):
     expires_at: Mapped[datetime | None]
     allowed_models: Mapped[list[str] | None] = mapped_column(JSONDoc, nullable=True)
     ip_allowlist: Mapped[list[str]] = mapped_column(JSONDoc, default=list)
+    #: The APIs the key may call (names from apikeys.SCOPES); null = every API (0017).
+    scopes: Mapped[list[str] | None] = mapped_column(JSONDoc, nullable=True)
     rpm: Mapped[int | None]
     tpm: Mapped[int | None]
     concurrency: Mapped[int | None]
