@@ -20,7 +20,9 @@ without its ledger entry, and a refusal puts it back.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 import structlog
@@ -264,6 +266,36 @@ async def _reverse(conn: AsyncConnection, row: Any, failure: str) -> None:
             updated_at=utcnow(),
         )
     )
+
+
+async def resume_pending(payments: Payments, after_s: float, batch: int = 500) -> Counter[str]:
+    """For the reconciliation job: refunds still `pending` `after_s` after their last change
+    (Stripe could not be reached and nobody asked again) are asked of Stripe again, with the
+    same Idempotency-Key: made once, or refused and given back. Counts by outcome."""
+    counts: Counter[str] = Counter()
+    if payments.stripe is None:
+        return counts
+    before = utcnow() - timedelta(seconds=after_s)
+    async with payments.engine.connect() as conn:
+        pending = (
+            await conn.execute(
+                select(card_refunds)
+                .where(card_refunds.c.status == PENDING, card_refunds.c.updated_at <= before)
+                .order_by(card_refunds.c.updated_at)
+                .limit(batch)
+            )
+        ).all()
+    for row in pending:
+        async with payments.engine.connect() as conn:
+            order = await orders.get(conn, row.order_id)
+        intent = None if order is None else order.stripe_payment_intent_id
+        try:
+            done = await _ask_stripe(payments, row, intent or "")
+        except PaymentProviderError as error:
+            counts[FAILED if not error.retryable else "unreachable"] += 1
+            continue
+        counts[done.status] += 1
+    return counts
 
 
 async def of_order(conn: AsyncConnection, order_id: str) -> list[Any]:
