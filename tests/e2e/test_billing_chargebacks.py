@@ -274,3 +274,23 @@ def test_a_refund_stripe_refuses_gives_the_debit_back(
     over = refund(api, tenant, order["id"], "15.01", "rf-over-disputed")
     assert over.status_code == 400  # the disputed $5 is not refunded again
     db.assert_balanced(tenant)
+
+
+def test_a_dispute_of_money_already_spent_takes_the_balance_below_zero(
+    api: httpx.Client, db: BillingDb, tenant: str, stripe_server: FakeStripe
+) -> None:
+    """The bank has the money back already: the hold is never refused, and the tenant's
+    available balance goes negative (its prepaid requests then get 402)."""
+    order = paid_top_up(api, stripe_server, tenant, "10")
+    available, reserved = db.wallet(tenant)
+    spent = api.post(
+        f"/billing/{tenant}/adjustments",
+        json={"amount_micros": -(available - 2 * USD), "reason": "spent", "adjustment_id": "spent"},
+    )
+    assert spent.status_code == 201, spent.text
+    opened = stripe_server.open_dispute(order["stripe_payment_intent_id"])
+    assert stripe_server.deliver(opened).json()["outcome"] == "held"
+    assert db.wallet(tenant) == (-8 * USD, reserved + 10 * USD)
+    refused = refund(api, tenant, order["id"], "1", "rf-after-dispute")
+    assert refused.status_code == 400  # nothing of the payment is left to refund
+    db.assert_balanced(tenant)
