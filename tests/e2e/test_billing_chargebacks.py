@@ -294,3 +294,9 @@ def test_a_dispute_of_money_already_spent_takes_the_balance_below_zero(
     refused = refund(api, tenant, order["id"], "1", "rf-after-dispute")
     assert refused.status_code == 400  # nothing of the payment is left to refund
     db.assert_balanced(tenant)
+    back = api.post(  # the other tests of the module find the balance they would have found
+        f"/billing/{tenant}/adjustments",
+        json={"amount_micros": available + 8 * USD, "reason": "back", "adjustment_id": "back"},
+    )
+    assert back.status_code == 201, back.text
+    assert db.wallet(tenant)[0] == available
