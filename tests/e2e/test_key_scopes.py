@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -16,8 +17,10 @@ import httpx
 import openai
 import pytest
 
+from tests.support.closing import Closing
 from tests.support.gateway_process import GatewayProcess, serving
 from tests.support.mock_upstream import MockUpstream
+from tests.support.worker_process import WorkerProcess
 
 ALL_KEY = "e2e-scopes-all-0123456789"
 CHAT_KEY = "e2e-scopes-chat-0123456789"
@@ -264,3 +267,57 @@ def test_scopes_changed_through_the_admin_api_apply_within_the_reload_window(
     )
     assert narrowed.status_code == 200, narrowed.text
     _wait_for(lambda: _chat_status(gateway, secret) == 403, 10)
+
+
+def test_a_queued_job_of_a_key_whose_scopes_were_narrowed_does_not_run(
+    upstream: MockUpstream, tmp_path: Path, closing: Closing
+) -> None:
+    """`serve` runs no jobs here: a background response queued by a `responses` key waits
+    while the key's scopes become `chat` only; the worker that takes it then refuses it
+    (`scope_not_allowed`, recorded) and the provider is never called for it."""
+    key = "e2e-scopes-queued-0123456789"
+    yaml = f"""
+providers:
+  - {{slug: oai, type: openai, base_url: "{upstream.base_url}", api_key: {SECRET}}}
+models:
+  - name: queued-chat
+    routes: [{{provider: oai, upstream_model: echo}}]
+projects:
+  - name: queued
+    keys: [{{name: q, key: {key}, scopes: [responses]}}]
+"""
+    env = {"LLMRELAY_JOBS_IN_PROCESS": "false", "LLMRELAY_ADMIN_TOKEN": ADMIN_TOKEN}
+    for gateway in serving(tmp_path, yaml, env=env):
+        client = closing(
+            openai.OpenAI(api_key=key, base_url=gateway.base_url, max_retries=0, timeout=15)
+        )
+        raw = client.responses.with_raw_response.create(
+            model="queued-chat", input="never sent", background=True
+        )
+        queued = raw.parse()
+        assert queued.status == "queued"
+        with httpx.Client(
+            base_url=f"{gateway.url}/api/admin",
+            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+            timeout=15,
+        ) as admin:
+            (row,) = [k for k in admin.get("/keys").json()["data"] if k["name"] == "q"]
+            current = admin.get(f"/keys/{row['id']}")
+            changed = admin.patch(
+                f"/keys/{row['id']}",
+                json={"scopes": ["chat"]},
+                headers={"If-Match": current.headers["ETag"]},
+            )
+            assert changed.status_code == 200, changed.text
+        sent_before = len(upstream.requests)
+        worker_env = {"LLMRELAY_DATABASE_URL": gateway.database_url}
+        worker = WorkerProcess(tmp_path, "scopes", worker_env).start()
+        try:
+            request_id = raw.headers["x-request-id"]
+            record = gateway.records([request_id], timeout_s=30)[request_id]
+        finally:
+            assert worker.stop() == 0, worker.logs()
+        assert (record["status_code"], record["error_code"]) == (403, "scope_not_allowed")
+        assert len(upstream.requests) == sent_before
+        polled = _raw(gateway, key, "GET", f"/v1/responses/{queued.id}")
+        assert polled.status_code == 403  # and the key may not read responses any more

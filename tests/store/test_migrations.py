@@ -46,7 +46,7 @@ _DROPPED_IN_0010 = {
 #: What revisions after 0010 add: a database stopped at an earlier revision lacks them, and
 #: only them, compared with the models (0011 console identity and audit, 0012 resource versions,
 #: 0013 durable jobs, 0014 billing and mail, 0015 guardrails, 0016 key predecessors, 0017 key
-#: scopes).
+#: scopes, 0018 disputes and card refunds).
 _TABLES_ADDED_AFTER_0010 = {
     "users",
     "memberships",
@@ -67,6 +67,8 @@ _TABLES_ADDED_AFTER_0010 = {
     "guardrail_policies",
     "guardrail_bindings",
     "guardrail_hits",
+    "disputes",
+    "card_refunds",
 }
 _COLUMNS_ADDED_AFTER_0010 = {
     ("tenants", "require_2fa"),
@@ -78,6 +80,8 @@ _COLUMNS_ADDED_AFTER_0010 = {
     ("users", "email_verified_at"),
     ("api_keys", "rotated_from_id"),
     ("api_keys", "scopes"),
+    ("payment_orders", "refunded_micros"),
+    ("payment_orders", "disputed_micros"),
     *(
         (table, "version")
         for table in (
