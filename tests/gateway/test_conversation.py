@@ -99,9 +99,12 @@ def test_a_session_header_then_prompt_cache_key_then_the_key_and_digest() -> Non
     assert conversation_of("messages", cached, "abc", "key1") == "s:abc"
     by_key = conversation_of("messages", first, None, "key1")
     assert by_key == conversation_of("messages", second, None, "key1")
-    assert by_key.startswith("p:key1:") and len(by_key) < 60
+    assert by_key is not None and by_key.startswith("p:key1:") and len(by_key) < 60
     assert conversation_of("messages", first, None, "key2") != by_key
     assert response_session("resp_1") == "response:resp_1"
+    # no conversation: each embedding or token count takes the strategy's own draw
+    assert conversation_of("embeddings", {"input": "x"}, "abc", "key1") is None
+    assert conversation_of("count_tokens", first, None, "key1") is None
 
 
 def _session(headers: list[tuple[bytes, bytes]]) -> str | None:

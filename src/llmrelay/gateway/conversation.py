@@ -47,8 +47,12 @@ def response_session(response_id: str) -> str:
 
 def conversation_of(
     operation: str, payload: dict[str, Any], session_id: str | None, key_id: str | None
-) -> str:
-    """The conversation a request belongs to (see the module's docstring), as a short key."""
+) -> str | None:
+    """The conversation a request belongs to (see the module's docstring), as a short key;
+    None for an operation that is no conversation (embeddings, token counts: each request
+    takes the strategy's own draw)."""
+    if operation not in _HEADS:
+        return None
     if session_id is not None:
         return "s:" + session_id
     cache_key = payload.get("prompt_cache_key")

@@ -239,7 +239,7 @@ class Dispatcher:
         if not model.sticky:
             return None
         conversation = conversation_of(call.operation, call.payload, session, call.record.key_id)
-        return f"{model.id}:{conversation}"
+        return None if conversation is None else f"{model.id}:{conversation}"
 
     def served_headers(
         self, headers: list[tuple[bytes, bytes]], served: ModelSnap, record: CallRecord

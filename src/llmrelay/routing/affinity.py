@@ -19,12 +19,12 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import Final, Protocol, TypeVar
 
 R = TypeVar("R")
 
 #: How long an idle binding lasts when its model says nothing (ModelConfig.affinity.ttl_s).
-DEFAULT_TTL_S = 3600.0
+DEFAULT_TTL_S: Final = 3600.0
 
 
 class AffinityStore(Protocol):
