@@ -4,7 +4,11 @@ calling key and a digest of its first turn (never the growing history)."""
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from llmrelay.gateway.conversation import (
     SESSION_HEADERS,
@@ -15,6 +19,7 @@ from llmrelay.gateway.conversation import (
 from llmrelay.gateway.ingress import begin
 
 SYSTEM = "You are a coding agent."
+CAPTURED = Path(__file__).resolve().parents[1] / "agents" / "captured"
 TOOLS = [{"name": "Bash", "input_schema": {"type": "object"}}]
 
 
@@ -122,3 +127,29 @@ def test_ingress_reads_the_agents_session_headers_the_strongest_first() -> None:
     assert _session([(b"x-claude-code-session-id", b"  ")]) is None
     assert _session([(b"user-agent", b"x")]) is None
     assert all(name == name.lower() for name in SESSION_HEADERS)  # as ASGI hands them over
+
+
+@pytest.mark.parametrize(
+    ("agent", "operation"),
+    [
+        ("claude-code", "messages"),
+        ("codex", "responses"),
+        ("gemini-cli", "gemini_stream"),
+        ("qwen-code", "chat"),
+    ],
+)
+def test_an_agents_captured_turns_have_one_digest(agent: str, operation: str) -> None:
+    """The two requests of a real agent's tool task (the second carries the call and its
+    result) name one conversation; another task of the same agent names another."""
+    tool = json.loads((CAPTURED / f"{agent}-tool.json").read_text())["exchanges"]
+    plain = json.loads((CAPTURED / f"{agent}-plain.json").read_text())["exchanges"]
+    first, second = (prefix_digest(operation, e["body"]) for e in tool[:2])
+    assert first == second
+    assert prefix_digest(operation, plain[-1]["body"]) != first
+
+
+def test_a_tools_schema_is_not_read_only_its_name() -> None:
+    first, _ = _messages_turns()
+    described = copy.deepcopy(first)
+    described["tools"][0]["description"] = "Runs a command."
+    assert prefix_digest("messages", described) == prefix_digest("messages", first)
