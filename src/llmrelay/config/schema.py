@@ -189,6 +189,15 @@ class RetryConfig(_Strict):
     backoff_ms: Annotated[int, Field(ge=0, le=60_000)] = 200
 
 
+class AffinityConfig(_Strict):
+    """Sticky routing: a conversation stays on the route that served its first turn, so the
+    provider's prompt cache stays warm (docs/api.md, "Sticky routing"). It acts only on a
+    model with several routes; `ttl_s` is how long an idle conversation keeps its route."""
+
+    enabled: bool = True
+    ttl_s: Annotated[float, Field(gt=0, le=7 * 86_400)] = 3600.0
+
+
 class PricingConfig(_Strict):
     """USD per million tokens, by bucket."""
 
@@ -208,6 +217,7 @@ class ModelConfig(_Strict):
     context_fallbacks: list[ModelName] = Field(default_factory=list)
     pricing: PricingConfig | None = None
     embedding: bool = False
+    affinity: AffinityConfig = Field(default_factory=AffinityConfig)
 
     @model_validator(mode="after")
     def _no_self_fallback(self) -> Self:

@@ -27,7 +27,8 @@ from llmrelay.gateway.asgi import read_body, send_json, send_sse
 from llmrelay.gateway.auth import authenticate
 from llmrelay.gateway.background import answer_background, submit_background
 from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
-from llmrelay.gateway.dispatch import Dispatcher, bind, response_session
+from llmrelay.gateway.conversation import response_session
+from llmrelay.gateway.dispatch import Dispatcher, bind
 from llmrelay.gateway.dropped import add_header
 from llmrelay.gateway.errors import ClientDisconnected, GatewayError, InvalidRequest
 from llmrelay.gateway.executor import UpstreamRejected

@@ -98,6 +98,7 @@ async def build_snapshot(session: AsyncSession, sealer: Sealer) -> Snapshot:
             embedding=model.embedding,
             price=prices.get(model.id),
             created=int(model.created_at.timestamp()),
+            affinity_ttl_s=model.affinity_ttl_s if model.affinity_enabled else None,
         )
 
     default_models = await _apply_preferences(session, models)

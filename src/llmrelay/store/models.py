@@ -19,6 +19,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    true,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
 
@@ -196,6 +197,10 @@ class VirtualModel(Versioned, Timestamped, Base):
     fallbacks: Mapped[list[str]] = mapped_column(JSONDoc, default=list)
     context_fallbacks: Mapped[list[str]] = mapped_column(JSONDoc, default=list)
     embedding: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: Sticky routing per conversation (migration 0017): on, and how long an idle
+    #: conversation keeps its route.
+    affinity_enabled: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
+    affinity_ttl_s: Mapped[float] = mapped_column(Float, default=3600.0, server_default="3600")
 
 
 class Route(Versioned, Timestamped, Base):
