@@ -6,6 +6,8 @@
     python -m bench.run --compare-stack --with-llmrelay   # ... and llmrelay under both servers
     python -m bench.run --routing        # 8 routes (least_time) against 1 route, about 8 minutes
     python -m bench.run --translation    # chat from an anthropic upstream against an openai one
+    python -m bench.run --agent          # a 50 kB Claude Code request translated to an openai
+                                         # upstream against passed through to an anthropic one
     python -m bench.run --limits         # a limited key against an unlimited one, with and
                                          # without Redis (admission cost)
     python -m bench.run --instructions   # CPU instructions per request under callgrind (steady
@@ -44,6 +46,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from bench.agent import compare_agent
+from bench.agent import markdown as agent_markdown
 from bench.constants import ALL_MODES, ECHO_MODULE
 from bench.instructions import count_instructions
 from bench.instructions import markdown as instructions_markdown
@@ -76,6 +80,7 @@ from bench.usage_api import markdown as usage_markdown
 MARKDOWN = {
     "routing": routing_markdown,
     "translation": translation_markdown,
+    "agent": agent_markdown,
     "limits": limits_markdown,
     "usage-api": usage_markdown,
     "recording": recording_markdown,
@@ -326,6 +331,12 @@ def main() -> None:
         help="llmrelay alone: chat clients from an anthropic upstream against an openai one",
     )
     parser.add_argument(
+        "--agent",
+        action="store_true",
+        help="llmrelay alone: a 50 kB Claude Code request translated to an openai upstream "
+        "against passed through to an anthropic one (CPU per request)",
+    )
+    parser.add_argument(
         "--limits",
         action="store_true",
         help="llmrelay alone: a key with limits against one without, in process and with Redis",
@@ -392,6 +403,15 @@ def main() -> None:
             data["kind"] = "prepaid"
             print(prepaid_markdown(data))
             print(f"\nresults: {save('prepaid', data)}")
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        return
+    if args.agent:  # its own load generator (bench.agent_load): no wrk needed
+        folder = Path(tempfile.mkdtemp(prefix="llmrelay-bench-"))
+        try:
+            data = compare_agent(folder, args.quick, args.rounds)
+            print("\n" + agent_markdown(data))
+            print(f"\nresults: {save('agent-quick' if args.quick else 'agent', data)}")
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         return

@@ -28,6 +28,7 @@ from tests.support.services import (
     redis_available,
     skipped_services,
 )
+from tests.support.webhook_receiver import WebhookReceiver
 
 #: The agent matrix's outcomes, for docs/agents.md (tests/agents/results.py).
 pytest_plugins = ["tests.agents.results"]
@@ -155,7 +156,7 @@ def closing() -> Iterator[Closing]:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """What collection imported lives for the whole run: out of every later collection (see
-    _own_garbage), so that one walks only what tests made since."""
+    _own_garbage)."""
     gc.collect()
     gc.freeze()
 
@@ -164,16 +165,26 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def _own_garbage() -> Iterator[None]:
     """A test's garbage is collected at its own end, so a socket, transport or loop it left
     unclosed in a reference cycle warns (and fails) in that test, not in whichever later test
-    the collector happened to run in."""
+    the collector happened to run in.
+
+    What survives is frozen (out of every later collection), so that each collection walks
+    only what the test made: a full collection at every test's end walked everything the
+    worker had accumulated, hundreds of thousands of objects, and took more than half of the
+    workers' CPU (py-spy, run E of issue 28). The price: cyclic garbage of what a module's
+    fixtures made (frozen at its first test's end) is never collected, so a module fixture
+    closes what it opens itself, as docs/testing.md says every fixture does."""
     yield
     gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(autouse=True, scope="module")
 def _own_module_garbage() -> Iterator[None]:
-    """The same for a module's shared fixtures (set up before them, so torn down after)."""
+    """What a module's fixtures left in cycles while tearing down, collected at the module's
+    end (set up before them, so torn down after)."""
     yield
     gc.collect()
+    gc.freeze()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -212,3 +223,14 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         red=True,
     )
     terminalreporter.write_line(bar, red=True, bold=True)
+
+
+@pytest.fixture(scope="module")
+def webhook_receiver() -> Iterator[WebhookReceiver]:
+    """A module's webhook endpoint (tests/support/webhook_receiver.py: the path picks the
+    answer, so tests of one module share it by using paths of their own)."""
+    server = WebhookReceiver().start()
+    try:
+        yield server
+    finally:
+        server.stop()

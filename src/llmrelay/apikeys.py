@@ -9,10 +9,32 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
+from typing import Final, Literal, get_args
 
 KEY_PREFIX = "sk-lr-"
 MIN_KEY_LENGTH = 20
 _DISPLAY_PREFIX_CHARS = 10
+
+#: The APIs a key's scopes may name, one per family of data-plane routes (docs/security.md,
+#: "Key scopes"). A key with no scopes (null) may call every one of them.
+Scope = Literal[
+    "chat", "responses", "messages", "embeddings", "generate", "models", "gemini-native"
+]
+SCOPES: Final[tuple[str, ...]] = get_args(Scope)
+#: POST /v1/chat/completions
+CHAT: Final = "chat"
+#: POST /v1/responses, /v1/responses/compact; GET /v1/responses/{id}, POST .../cancel
+RESPONSES: Final = "responses"
+#: POST /v1/messages, /v1/messages/count_tokens
+MESSAGES: Final = "messages"
+#: POST /v1/embeddings
+EMBEDDINGS: Final = "embeddings"
+#: POST /v1/generate, GET /v1/generate/{id}
+GENERATE: Final = "generate"
+#: GET /v1/models (OpenAI's and Anthropic's list)
+MODELS: Final = "models"
+#: every path under /v1beta/ (Gemini's own API, its model list included)
+GEMINI_NATIVE: Final = "gemini-native"
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ COMPILED = (
     "llmrelay.gateway.auth",
     "llmrelay.gateway.call",
     "llmrelay.gateway.capture",
+    "llmrelay.gateway.conversation",
     "llmrelay.gateway.dispatch",
     "llmrelay.gateway.ending",
     "llmrelay.gateway.entry",

@@ -285,6 +285,26 @@ async def _order(world: World, side: Side) -> str:
         return (await orders.create(conn, side.tenant, orders.CHECKOUT, 10_000_000)).id
 
 
+async def _paid_order(world: World, side: Side) -> str:
+    """A top-up paid at the world's fake Stripe (an off-session payment with its charge) and
+    credited: what a refund to the card needs."""
+    payments = world.state.payments
+    assert payments is not None and payments.stripe is not None
+    config = payments.stripe.config
+    async with httpx.AsyncClient() as client:
+        paid = await client.post(
+            f"{config.api_base}/v1/payment_intents",
+            data={"amount": "1000", "currency": "usd", "confirm": "true", "payment_method": "pm_m"},
+            headers={"Authorization": f"Bearer {config.secret_key}"},
+        )
+    assert paid.status_code == 200, paid.text
+    async with world.engine.begin() as conn:
+        order = await orders.create(conn, side.tenant, orders.AUTO_TOPUP, 10_000_000)
+        verdict = orders.Verdict("paid", payment_intent=paid.json()["id"])
+        await orders.credit(conn, order, verdict, payments.sealer)
+    return order.id
+
+
 def _route_body(world: World, side: Side) -> dict[str, Any]:
     return {"provider": side.provider_slug, "upstream_model": f"up-model-{world.n()}"}
 
@@ -608,6 +628,10 @@ ROUTES: list[Route] = [
     Route("GET", "/billing/{tenant_id}/orders/{order_id}", "billing:read", make=_order),
     Route("POST", "/billing/{tenant_id}/checkout", "billing:write", new=True,
           action="order.checkout", body=lambda w, s: {"amount_usd": "10"}),
+    Route("POST", "/billing/{tenant_id}/orders/{order_id}/refund", "billing:write",
+          make=_paid_order, action="order.refund",
+          body=lambda w, s: {"amount_usd": "1", "reason": "r", "refund_id": f"cr{w.n()}"}),
+    Route("GET", "/billing/{tenant_id}/disputes", "billing:read"),
     # guardrails: policies, the dry run, the audit records of hits, the global binding
     *_crud("guardrail", "/guardrails", "{guardrail_id}", _guardrail_body,
            lambda w, s: {"description": f"d{w.n()}"}, _guardrail),

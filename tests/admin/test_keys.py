@@ -138,3 +138,67 @@ async def test_delete_needs_if_match(admin: httpx.AsyncClient, engine: AsyncEngi
     assert (await admin.delete(url, headers=match(created))).status_code == 204
     assert_error(await admin.get(url), 404)
     assert not (await snapshot(engine)).keys_by_digest
+
+
+async def test_scopes_are_validated_stored_and_served(
+    admin: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    """An unknown API or an empty list is a 400 naming the field, and nothing is stored; a
+    valid list is kept once each, in the canonical order, and reaches the snapshot; null
+    (the default) means every API; a rotated-out secret keeps the key's scopes."""
+    project = await _project(admin)
+    url = f"/projects/{project['id']}/keys"
+    assert_error(
+        await admin.post(url, json={"name": "bad", "scopes": ["chat", "bogus"]}), 400, "scopes[1]"
+    )
+    assert_error(await admin.post(url, json={"name": "bad", "scopes": []}), 400, "scopes")
+    assert_error(await admin.post(url, json={"name": "bad", "scopes": "chat"}), 400, "scopes")
+    assert (await admin.get("/keys", params={"project_id": project["id"]})).json()["data"] == []
+
+    created = await admin.post(
+        url, json={"name": "ci", "scopes": ["gemini-native", "chat", "embeddings", "chat"]}
+    )
+    assert created.status_code == 201, created.text
+    key_id, secret = created.json()["id"], created.json()["key"]
+    assert created.json()["scopes"] == ["chat", "embeddings", "gemini-native"]
+    assert (await admin.get(f"/keys/{key_id}")).json()["scopes"] == [
+        "chat",
+        "embeddings",
+        "gemini-native",
+    ]
+    served = (await snapshot(engine)).keys_by_digest[apikeys.digest(secret)]
+    assert served.scopes == frozenset({"chat", "embeddings", "gemini-native"})
+
+    current = await admin.get(f"/keys/{key_id}")
+    refused = await admin.patch(
+        f"/keys/{key_id}", json={"scopes": ["messages", "everything"]}, headers=match(current)
+    )
+    assert_error(refused, 400, "scopes[1]")
+    assert (await admin.get(f"/keys/{key_id}")).json()["scopes"] == [
+        "chat",
+        "embeddings",
+        "gemini-native",
+    ]
+    # A secret rotated out with a grace period follows its key's scopes, narrowed or cleared.
+    graced = await admin.post(f"/keys/{key_id}/rotate", json={"grace_s": 3600})
+    newest = graced.json()["key"]
+    current = await admin.get(f"/keys/{key_id}")
+    changed = await admin.patch(
+        f"/keys/{key_id}", json={"scopes": ["messages"]}, headers=match(current)
+    )
+    assert changed.status_code == 200, changed.text
+    assert changed.json()["scopes"] == ["messages"]
+    digests = (await snapshot(engine)).keys_by_digest
+    assert digests[apikeys.digest(newest)].scopes == frozenset({"messages"})
+    old_secret = digests[apikeys.digest(secret)]
+    assert old_secret.id != key_id and old_secret.scopes == frozenset({"messages"})
+
+    current = await admin.get(f"/keys/{key_id}")
+    cleared = await admin.patch(f"/keys/{key_id}", json={"scopes": None}, headers=match(current))
+    assert cleared.status_code == 200, cleared.text
+    assert cleared.json()["scopes"] is None
+    digests = (await snapshot(engine)).keys_by_digest
+    assert digests[apikeys.digest(newest)].scopes is None
+    assert digests[apikeys.digest(secret)].scopes is None
+    plain = await admin.post(url, json={"name": "plain"})
+    assert plain.json()["scopes"] is None

@@ -153,3 +153,39 @@ async def test_price_versions(admin: httpx.AsyncClient, engine: AsyncEngine) -> 
     assert_error(await admin.delete(f"{url}/{now.json()['id']}"), 409)
     assert (await admin.delete(f"{url}/{scheduled.json()['id']}")).status_code == 204
     assert len((await admin.get(url)).json()["data"]) == 1
+
+
+@pytest.mark.usefixtures("providers")
+async def test_sticky_routing_is_on_by_default_and_set_per_model(
+    admin: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    two_routes = [
+        {"provider": "up", "upstream_model": "m1"},
+        {"provider": "backup", "upstream_model": "m2"},
+    ]
+    created = await admin.post("/models", json=_model(routes=two_routes))
+    assert created.status_code == 201, created.text
+    model = created.json()
+    assert model["affinity"] == {"enabled": True, "ttl_s": 3600.0}
+    served = (await snapshot(engine)).models[model["tenant_id"]]["chat"]
+    assert served.sticky and served.affinity_ttl_s == 3600.0
+
+    url = f"/models/{model['id']}"
+    changed = await admin.patch(
+        url, json={"affinity": {"enabled": True, "ttl_s": 600}}, headers=match(created)
+    )
+    assert changed.status_code == 200, changed.text
+    assert changed.json()["affinity"] == {"enabled": True, "ttl_s": 600.0}
+    assert (await snapshot(engine)).models[model["tenant_id"]]["chat"].affinity_ttl_s == 600.0
+    off = await admin.patch(url, json={"affinity": {"enabled": False}}, headers=match(changed))
+    assert off.status_code == 200, off.text
+    served = (await snapshot(engine)).models[model["tenant_id"]]["chat"]
+    assert not served.sticky and served.affinity_ttl_s is None
+    assert_error(
+        await admin.patch(url, json={"affinity": {"ttl_s": 0}}, headers=match(off)),
+        400,
+        "affinity.ttl_s",
+    )
+    single = await admin.post("/models", json=_model(name="single"))
+    assert single.json()["affinity"]["enabled"] is True
+    assert not (await snapshot(engine)).models[model["tenant_id"]]["single"].sticky  # one route

@@ -13,7 +13,8 @@ import pytest
 from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from llmrelay.billing import ledger, orders
+from llmrelay.billing import card_refunds, ledger, orders
+from llmrelay.billing.errors import PaymentProviderError
 from llmrelay.billing.payments import Payments
 from llmrelay.billing.reconcile import reconcile
 from llmrelay.store.bootstrap import ensure_default_tenant
@@ -127,3 +128,40 @@ async def test_reservations_left_held_are_settled_from_their_records(
     assert tuple(wallet) == (1_000_000 - 4_321 - 200_000, 200_000)
     again = await reconcile(payments, order_after_s=3600, reservation_after_s=3600)
     assert again["reservations"] == {}  # nothing held is old enough any more
+
+
+async def test_a_refund_to_the_card_left_pending_is_made_once(
+    engine: AsyncEngine, payments: Payments, fake_stripe: FakeStripe
+) -> None:
+    """Stripe was unreachable when the refund was asked (its answer lost after it made the
+    refund) and nobody asked again: the job asks with the same Idempotency-Key, Stripe
+    answers the refund it made, and the wallet stays debited once."""
+    tenant = await _tenant(engine)
+    paid = await payments.start_checkout(tenant, 20_000_000, created_by="test")
+    fake_stripe.pay_session(paid.session_id)
+    await reconcile(payments, order_after_s=0, reservation_after_s=3600)  # credited
+    fake_stripe.refund_outage = "after"
+    try:
+        with pytest.raises(PaymentProviderError):
+            await card_refunds.refund_to_card(
+                payments, tenant, paid.order.id, 7_000_000, "rf-1", reason="r", actor="test"
+            )
+    finally:
+        fake_stripe.refund_outage = None
+    recent = await reconcile(payments, order_after_s=3600, reservation_after_s=3600)
+    assert recent["card_refunds"] == {}  # not old enough yet
+    counts = await reconcile(payments, order_after_s=0, reservation_after_s=3600)
+    assert counts["card_refunds"] == {"succeeded": 1}
+    again = await reconcile(payments, order_after_s=0, reservation_after_s=3600)
+    assert again["card_refunds"] == {}
+    made = [r for r in fake_stripe.refunds.values() if r["metadata"]["order_id"] == paid.order.id]
+    assert [r["amount"] for r in made] == [700]
+    async with engine.connect() as conn:
+        wallet = (await conn.execute(select(Wallet.__table__))).one()
+        debits = (
+            await conn.execute(
+                select(LedgerEntry.amount_micros).where(LedgerEntry.kind == "card_refund")
+            )
+        ).all()
+    assert [d[0] for d in debits] == [-7_000_000]
+    assert wallet.balance_micros == 13_000_000

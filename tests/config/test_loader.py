@@ -110,6 +110,22 @@ def test_bad_cidr() -> None:
     ), problems
 
 
+def test_key_scopes_are_known_apis() -> None:
+    scoped = GOOD.replace(
+        "        models: [chat-fast]\n        ip_",
+        "        models: [chat-fast]\n        scopes: [messages, chat, chat]\n        ip_",
+    )
+    assert parse_config(scoped, "gw.yaml", ENV).projects[0].keys[0].scopes == ["chat", "messages"]
+    assert parse_config(GOOD, "gw.yaml", ENV).projects[0].keys[0].scopes is None
+    problems = _problems(scoped.replace("scopes: [messages, chat, chat]", "scopes: [chat, admin]"))
+    assert any(p.startswith("gw.yaml: projects[0].keys[0].scopes[1]:") for p in problems), problems
+    problems = _problems(scoped.replace("scopes: [messages, chat, chat]", "scopes: []"))
+    assert any(
+        p.startswith("gw.yaml: projects[0].keys[0].scopes:") and "at least one API" in p
+        for p in problems
+    ), problems
+
+
 def test_key_shorter_than_20_characters() -> None:
     problems = _problems(GOOD, {**ENV, "ACME_CI_KEY": "short-key"})
     assert len(problems) == 1

@@ -94,3 +94,11 @@ def test_every_error_goes_to_its_field_in_plain_words() -> None:
     }
     assert state.message == "needs at least 1"
     assert "Input should" not in str(state.errors)
+
+
+def test_an_error_on_a_list_member_is_shown_next_to_the_list() -> None:
+    error = {"error": {"message": "scopes[1]: Input should be 'chat'", "field": "scopes[1]"}}
+    answer = Answer(400, (), error)
+    state = FormState.failed({"scopes": "chat chatt", "name": "k"}, answer)
+    assert state.errors == {"scopes": "must be chat"}
+    assert state.message is None

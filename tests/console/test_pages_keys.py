@@ -4,6 +4,7 @@ request's page, escaped; limits typed wrong come back next to their field."""
 
 from __future__ import annotations
 
+import httpx
 import openai
 from playwright.sync_api import Dialog, Page, expect
 
@@ -108,4 +109,47 @@ def test_a_wrong_limit_is_shown_next_to_its_field_with_the_input_kept(site: Site
     with site.admin() as admin:
         names = [k["name"] for k in admin.get("/keys", params={"limit": 500}).json()["data"]]
     assert "bad-limits" not in names
+    page.close()
+
+
+def test_a_key_with_scopes_made_in_the_console_calls_only_those_apis(
+    site: Site, closing: Closing
+) -> None:
+    page = site.signed_in("developer").new_page()
+    page.goto("/keys")
+    page.get_by_label("Project").last.select_option(label="main")
+    page.get_by_label("Name").fill("scoped-typo")
+    page.get_by_label("APIs (scopes)").fill("chat, chatt")
+    page.get_by_role("button", name="Create key").click()
+    field = page.locator(".field.invalid")
+    expect(field).to_have_count(1)
+    expect(field.get_by_label("APIs (scopes)")).to_have_value("chat, chatt")
+
+    page.get_by_label("Name").fill("scoped")
+    page.get_by_label("APIs (scopes)").fill("chat, models")
+    page.get_by_role("button", name="Create key").click()
+    expect(page.get_by_role("heading", name="Key scoped created")).to_be_visible()
+    secret = page.locator("#key-secret").inner_text().strip()
+    site.key_answers(secret, 200)
+    client = closing(_client(site, secret))
+    reply = client.chat.completions.create(
+        model="chat", messages=[{"role": "user", "content": "scoped"}]
+    )
+    assert reply.choices[0].message.content == "scoped"
+    refused = httpx.post(
+        f"{site.gateway.base_url}/embeddings",
+        headers={"Authorization": f"Bearer {secret}"},
+        json={"model": "chat", "input": "x"},
+    )
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "scope_not_allowed"
+
+    page.get_by_role("link", name="Go to the key").click()
+    expect(page.get_by_label("APIs (scopes)")).to_have_value("chat models")
+    page.get_by_label("APIs (scopes)").fill("")  # blank: every API
+    with page.expect_navigation():
+        page.get_by_role("button", name="Save").click()
+    with site.admin() as admin:
+        keys = admin.get("/keys", params={"limit": 500}).json()["data"]
+    assert [k["scopes"] for k in keys if k["name"] == "scoped"] == [None]
+    assert "scoped-typo" not in [k["name"] for k in keys]
     page.close()

@@ -84,13 +84,14 @@ def admin(gateway: GatewayProcess) -> Iterator[httpx.Client]:
         yield made
 
 
-def _ask(client: openai.OpenAI, model: str) -> tuple[str, str]:
-    """The provider that served, and the request id."""
+def _ask(client: openai.OpenAI, model: str, prompt: str = "are you there") -> tuple[str, str]:
+    """The provider that served, and the request id (`prompt`: the conversation's first turn,
+    which keeps it on the route that served it, docs/api.md "Sticky routing")."""
     raw = client.chat.completions.with_raw_response.create(
-        model=model, messages=[{"role": "user", "content": "are you there"}]
+        model=model, messages=[{"role": "user", "content": prompt}]
     )
     completion = raw.parse()
-    assert completion.choices[0].message.content == "are you there"
+    assert completion.choices[0].message.content == prompt
     return raw.headers["x-llmrelay-provider"], raw.headers["x-request-id"]
 
 
@@ -152,7 +153,8 @@ def test_a_route_that_came_back_is_closed_by_the_timers_trial_without_a_request(
     assert trial.headers.get("x-llmrelay-trial") == "breaker"
     assert trial.body.get("max_tokens") == 1
     assert len([r for r in upstream.chat_requests() if r.body.get("model") == "echo-flap"]) == sent
-    assert _ask(client, "flapping")[0] == "up"  # and the primary serves again
+    assert _ask(client, "flapping")[0] == "up2"  # the conversation stays where it moved
+    assert _ask(client, "flapping", "a new one")[0] == "up"  # and the primary serves again
 
 
 def test_a_health_probe_that_finds_the_provider_online_closes_its_breakers(

@@ -47,13 +47,6 @@ projects:
 
 
 @pytest.fixture(scope="module")
-def receiver() -> Iterator[WebhookReceiver]:
-    server = WebhookReceiver().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def gateway(
     upstream: MockUpstream, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
@@ -103,13 +96,13 @@ def openssl_hmac(key: str, data: bytes) -> str:
 
 
 def events_on(
-    receiver: WebhookReceiver, path: str, count: int, timeout_s: float = 15
+    webhook_receiver: WebhookReceiver, path: str, count: int, timeout_s: float = 15
 ) -> list[Received]:
     deadline = time.monotonic() + timeout_s
-    while len(receiver.on(path)) < count:
-        assert time.monotonic() < deadline, f"{len(receiver.on(path))} events on {path}"
+    while len(webhook_receiver.on(path)) < count:
+        assert time.monotonic() < deadline, f"{len(webhook_receiver.on(path))} events on {path}"
         time.sleep(0.05)
-    return receiver.on(path)
+    return webhook_receiver.on(path)
 
 
 USAGE_KEYS = {"input_tokens", "output_tokens", "total_tokens"}
@@ -206,14 +199,14 @@ def test_bad_input_is_a_400_naming_the_field(gateway: GatewayProcess) -> None:
 
 
 def test_a_queued_generation_reaches_its_webhook_signed(
-    gateway: GatewayProcess, receiver: WebhookReceiver
+    gateway: GatewayProcess, webhook_receiver: WebhookReceiver
 ) -> None:
     answer = generate(
         gateway,
         {
             "model": "gen",
             "prompt": "sent by webhook",
-            "webhook_url": receiver.url("/ok-signed"),
+            "webhook_url": webhook_receiver.url("/ok-signed"),
             "metadata": {"order": "42"},
         },
     )
@@ -222,7 +215,7 @@ def test_a_queued_generation_reaches_its_webhook_signed(
     assert re.fullmatch(r"gen_[0-9a-f]{32}", queued["id"])
     assert (queued["object"], queued["status"], queued["model"]) == ("generation", "queued", "gen")
     assert queued["request_id"] == answer.headers["x-request-id"]
-    (event,) = events_on(receiver, "/ok-signed", 1)
+    (event,) = events_on(webhook_receiver, "/ok-signed", 1)
     body = orjson.loads(event.body)
     assert set(body) == {"id", "type", "created", "data"}
     assert body["type"] == "generation.completed" and body["id"] == event.header("X-Webhook-Id")
@@ -260,13 +253,14 @@ def test_a_queued_generation_reaches_its_webhook_signed(
 
 
 def test_a_failing_receiver_gets_the_same_event_again_until_it_takes_it(
-    gateway: GatewayProcess, receiver: WebhookReceiver
+    gateway: GatewayProcess, webhook_receiver: WebhookReceiver
 ) -> None:
     answer = generate(
-        gateway, {"model": "gen", "prompt": "again", "webhook_url": receiver.url("/fail-first-2")}
+        gateway,
+        {"model": "gen", "prompt": "again", "webhook_url": webhook_receiver.url("/fail-first-2")},
     )
     assert answer.status_code == 202
-    first, second, third = events_on(receiver, "/fail-first-2", 3)
+    first, second, third = events_on(webhook_receiver, "/fail-first-2", 3)
     assert first.body == second.body == third.body
     assert len({e.header("X-Webhook-Id") for e in (first, second, third)}) == 1
     deliveries = _deliveries(gateway, first.header("X-Webhook-Id"))
@@ -276,10 +270,12 @@ def test_a_failing_receiver_gets_the_same_event_again_until_it_takes_it(
 
 
 def test_a_redirect_is_a_failed_attempt_never_followed(
-    gateway: GatewayProcess, receiver: WebhookReceiver
+    gateway: GatewayProcess, webhook_receiver: WebhookReceiver
 ) -> None:
-    generate(gateway, {"model": "gen", "prompt": "x", "webhook_url": receiver.url("/redirect")})
-    attempts = events_on(receiver, "/redirect", 4)
+    generate(
+        gateway, {"model": "gen", "prompt": "x", "webhook_url": webhook_receiver.url("/redirect")}
+    )
+    attempts = events_on(webhook_receiver, "/redirect", 4)
     event_id = attempts[0].header("X-Webhook-Id")
     deadline = time.monotonic() + 10
     while (found := _deliveries(gateway, event_id))["status"] == "pending":
@@ -287,16 +283,17 @@ def test_a_redirect_is_a_failed_attempt_never_followed(
         time.sleep(0.1)
     assert found["status"] == "failed" and found["attempts"] == 4
     assert [a["status_code"] for a in found["attempt_log"]] == [307] * 4
-    assert receiver.on("/moved") == []
+    assert webhook_receiver.on("/moved") == []
 
 
 def test_a_failed_generation_sends_its_error(
-    gateway: GatewayProcess, receiver: WebhookReceiver
+    gateway: GatewayProcess, webhook_receiver: WebhookReceiver
 ) -> None:
     answer = generate(
-        gateway, {"model": "gen-failing", "prompt": "x", "webhook_url": receiver.url("/ok-failed")}
+        gateway,
+        {"model": "gen-failing", "prompt": "x", "webhook_url": webhook_receiver.url("/ok-failed")},
     )
-    (event,) = events_on(receiver, "/ok-failed", 1)
+    (event,) = events_on(webhook_receiver, "/ok-failed", 1)
     body = orjson.loads(event.body)
     assert body["type"] == "generation.failed"
     data = body["data"]
@@ -323,15 +320,16 @@ def test_a_failed_generation_sends_its_error(
     ],
 )
 def test_internal_webhook_urls_are_refused_at_submission(
-    gateway: GatewayProcess, receiver: WebhookReceiver, url: str
+    gateway: GatewayProcess, webhook_receiver: WebhookReceiver, url: str
 ) -> None:
     answer = generate(
-        gateway, {"model": "gen", "prompt": "x", "webhook_url": url.format(port=receiver.port)}
+        gateway,
+        {"model": "gen", "prompt": "x", "webhook_url": url.format(port=webhook_receiver.port)},
     )
     assert answer.status_code == 400, answer.text
     error = answer.json()["error"]
     assert (error["param"], error["code"]) == ("webhook_url", "invalid_webhook_url")
-    assert receiver.on("/ok") == []
+    assert webhook_receiver.on("/ok") == []
 
 
 def _deliveries(gateway: GatewayProcess, event_id: str) -> dict[str, Any]:

@@ -59,13 +59,6 @@ projects:
 
 
 @pytest.fixture(scope="module")
-def receiver() -> Iterator[WebhookReceiver]:
-    server = WebhookReceiver().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def gateway(
     upstream: MockUpstream, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
@@ -186,7 +179,7 @@ def test_a_masked_background_response_is_stored_and_sent_masked(
 
 
 def test_a_blocked_queued_generation_is_refused_at_submission(
-    gateway: GatewayProcess, upstream: MockUpstream, receiver: WebhookReceiver
+    gateway: GatewayProcess, upstream: MockUpstream, webhook_receiver: WebhookReceiver
 ) -> None:
     marker = "gen-block-5d2"
     answer = _post(
@@ -196,7 +189,7 @@ def test_a_blocked_queued_generation_is_refused_at_submission(
         {
             "model": "chat",
             "prompt": f"{marker} to {EMAIL}",
-            "webhook_url": receiver.url("/blocked"),
+            "webhook_url": webhook_receiver.url("/blocked"),
         },
     )
     _assert_refused_in_openai_shape(answer, "prompt")
@@ -208,7 +201,7 @@ def test_a_blocked_queued_generation_is_refused_at_submission(
 
 
 def test_a_masked_queued_generation_is_stored_and_sent_masked(
-    gateway: GatewayProcess, upstream: MockUpstream, receiver: WebhookReceiver
+    gateway: GatewayProcess, upstream: MockUpstream, webhook_receiver: WebhookReceiver
 ) -> None:
     marker = "gen-mask-1c7"
     answer = _post(
@@ -219,7 +212,7 @@ def test_a_masked_queued_generation_is_stored_and_sent_masked(
             "model": "chat",
             "system": f"reply to {EMAIL}",
             "messages": [{"role": "user", "content": f"{marker} cc {EMAIL}"}],
-            "webhook_url": receiver.url("/masked"),
+            "webhook_url": webhook_receiver.url("/masked"),
         },
     )
     assert answer.status_code == 202, answer.text

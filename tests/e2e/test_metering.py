@@ -332,3 +332,58 @@ def test_an_upstream_cut_mid_stream_is_charged_an_estimate_of_what_was_delivered
     assert row["status_code"] == 502 and row["usage_source"] == "estimated"
     assert row["output_tokens"] == 2  # two content events reached the client before the cut
     assert row["input_tokens"] > 0 and row["cost_micros"] > 0
+
+
+#: A system prompt long enough that its cache write and reads cost whole micro-dollars.
+LONG_SYSTEM = " ".join(f"rule{i}" for i in range(399))
+
+
+def _messages(gateway: GatewayProcess, request_id: str, body: dict[str, Any]) -> httpx.Response:
+    headers = {"x-api-key": KEY, "anthropic-version": "2023-06-01", "X-Request-ID": request_id}
+    return httpx.post(f"{gateway.url}/v1/messages", headers=headers, json=body, timeout=10)
+
+
+def test_cache_marks_reach_anthropic_and_cache_writes_and_reads_are_billed_apart(
+    gateway: GatewayProcess,
+) -> None:
+    system = [
+        {"type": "text", "text": f"{LONG_SYSTEM} pass", "cache_control": {"type": "ephemeral"}}
+    ]
+    turn = {"model": "claude", "max_tokens": 50, "system": system}
+    first = _messages(gateway, "m-cw-1", {**turn, "messages": [{"role": "user", "content": "a"}]})
+    assert first.status_code == 200, first.text
+    assert first.json()["usage"]["cache_creation_input_tokens"] == 400  # the mock saw the mark
+    second = _messages(
+        gateway,
+        "m-cw-2",
+        {**turn, "stream": True, "messages": [{"role": "user", "content": "b c"}]},
+    )
+    assert second.status_code == 200 and b"message_stop" in second.content
+    rows = gateway.records(["m-cw-1", "m-cw-2"])
+    written, read = rows["m-cw-1"], rows["m-cw-2"]
+    assert buckets(written)[:3] == (1, 0, 400) and buckets(read)[:3] == (2, 400, 0)
+    assert costs(written)[:3] == (1, 0, 500)  # 1 input, 400 written at $1.25 / Mtok
+    assert costs(read)[:3] == (2, 200, 0)  # 400 read at $0.50 / Mtok
+    for row in (written, read):
+        assert row["cost_micros"] == sum(costs(row))
+
+
+def test_a_chat_clients_cache_marks_are_kept_to_anthropic_and_billed(
+    gateway: GatewayProcess,
+) -> None:
+    marked = {"type": "text", "text": f"{LONG_SYSTEM} chat", "cache_control": {"type": "ephemeral"}}
+    for request_id, question in (("m-cw-chat-1", "x"), ("m-cw-chat-2", "y z")):
+        response = chat(
+            gateway,
+            request_id,
+            "claude",
+            messages=[
+                {"role": "system", "content": [marked]},
+                {"role": "user", "content": question},
+            ],
+        )
+        assert response.status_code == 200, response.text
+    rows = gateway.records(["m-cw-chat-1", "m-cw-chat-2"])
+    assert buckets(rows["m-cw-chat-1"])[:3] == (1, 0, 400)
+    assert buckets(rows["m-cw-chat-2"])[:3] == (2, 400, 0)
+    assert costs(rows["m-cw-chat-1"])[2] == 500 and costs(rows["m-cw-chat-2"])[1] == 200

@@ -133,12 +133,12 @@ def test_a_continued_conversation_stays_on_the_route_that_holds_it(
         assert raw.headers["x-llmrelay-provider"] == provider
         previous = raw.parse().id
     others = {
-        client.responses.with_raw_response.create(model="spread", input="x").headers[
+        client.responses.with_raw_response.create(model="spread", input=f"x {i}").headers[
             "x-llmrelay-provider"
         ]
-        for _ in range(20)
+        for i in range(20)
     }
-    assert others == {"oai", "oai2"}  # without one, the strategy spreads them
+    assert others == {"oai", "oai2"}  # other conversations: the strategy spreads them
 
 
 def test_what_chat_cannot_carry_is_a_400_naming_the_field(client: openai.OpenAI) -> None:

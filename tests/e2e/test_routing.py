@@ -126,11 +126,14 @@ def client(gateway: GatewayProcess) -> Iterator[openai.OpenAI]:
 
 
 def _ask(
-    client: openai.OpenAI, model: str, extra_headers: dict[str, str] | None = None
+    client: openai.OpenAI,
+    model: str,
+    extra_headers: dict[str, str] | None = None,
+    prompt: str = "hello there",
 ) -> httpx2.Response:
     raw = client.chat.completions.with_raw_response.create(
         model=model,
-        messages=[{"role": "user", "content": "hello there"}],
+        messages=[{"role": "user", "content": prompt}],
         extra_headers=extra_headers,
     )
     return raw.http_response
@@ -230,11 +233,11 @@ def test_a_retry_after_past_the_deadline_moves_to_the_next_route_at_once(
 def test_the_breaker_opens_after_failures_and_the_route_is_skipped(
     client: openai.OpenAI, upstream: MockUpstream, gateway: GatewayProcess
 ) -> None:
-    for _ in range(2):
-        response = _ask(client, "breaking")
+    for i in range(2):  # two conversations (one stays where it failed over to)
+        response = _ask(client, "breaking", prompt=f"conversation {i}")
         assert response.headers["x-llmrelay-provider"] == "up2"
     assert _sent(upstream, "status-500") == 2
-    response = _ask(client, "breaking")
+    response = _ask(client, "breaking", prompt="a third conversation")
     assert response.status_code == 200 and response.headers["x-llmrelay-provider"] == "up2"
     assert _sent(upstream, "status-500") == 2  # open: not tried again
     metrics = httpx.get(f"{gateway.url}/metrics", timeout=5).text
@@ -321,8 +324,11 @@ def test_the_model_deadline_bounds_the_whole_request(client: openai.OpenAI) -> N
 
 
 def test_a_session_stays_on_the_route_that_served_it(client: openai.OpenAI) -> None:
-    unpinned = {_ask(client, "sticky").headers["x-llmrelay-provider"] for _ in range(30)}
-    assert unpinned == {"up", "up2"}  # weighted 1:1 without a session (2^-29 to fail)
+    unpinned = {
+        _ask(client, "sticky", prompt=f"hello {i}").headers["x-llmrelay-provider"]
+        for i in range(30)
+    }
+    assert unpinned == {"up", "up2"}  # weighted 1:1 over conversations (2^-29 to fail)
     session = {"x-llmrelay-session-id": "conversation-42"}
     served = {_ask(client, "sticky", session).headers["x-llmrelay-provider"] for _ in range(15)}
     assert len(served) == 1

@@ -32,6 +32,7 @@ providers:
 models:
   - name: chat
     strategy: weighted
+    affinity: {{enabled: false}}  # every request its own draw (sticky routing: test_sticky)
     routes:
       - {{provider: us, upstream_model: chat-us, weight: 1, tag: blue}}
       - {{provider: eu, upstream_model: chat-eu, weight: 1, tag: green}}

@@ -185,7 +185,7 @@ async def test_a_responses_stream_reports_usage_on_completion() -> None:
         virtual_model="r",
         record=record,
         on_malformed=lambda: None,
-        on_response_id=lambda _id: None,
+        on_response_id=lambda _route, _id: None,
         on_end=lambda r: None,
     )
     await _run(relay)

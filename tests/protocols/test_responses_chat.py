@@ -123,12 +123,12 @@ def test_sampling_stream_and_user() -> None:
         "stream": True,
         "stream_options": {"include_usage": True},
         "user": "u-1",
+        "prompt_cache_key": "p",  # Chat Completions has it too
     }
     assert set(dropped) == {
         "store",
         "metadata",
         "service_tier",
-        "prompt_cache_key",
         "safety_identifier",
         "truncation",
         "background",

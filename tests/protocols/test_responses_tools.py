@@ -81,7 +81,8 @@ def test_codex_request_translates_with_its_namespace_flattened_and_web_search_le
     assert flattened["function"]["parameters"] == namespace["tools"][0]["parameters"]
     assert len(names) == len(payload["tools"]) - 2 + len(namespace["tools"])  # web_search out
     assert "tools.web_search" in dropped
-    assert {"prompt_cache_key", "client_metadata"} <= set(dropped)
+    assert "client_metadata" in dropped and "prompt_cache_key" not in dropped
+    assert body["prompt_cache_key"] == payload["prompt_cache_key"]  # chat has it too
     # store: false is honoured, include and reasoning.summary are carried: not dropped.
     assert not {"store", "include", "reasoning.summary"} & set(dropped)
     assert body["tool_choice"] == "auto" and body["parallel_tool_calls"] is True

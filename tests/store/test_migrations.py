@@ -45,8 +45,8 @@ _DROPPED_IN_0010 = {
 
 #: What revisions after 0010 add: a database stopped at an earlier revision lacks them, and
 #: only them, compared with the models (0011 console identity and audit, 0012 resource versions,
-#: 0013 durable jobs, 0014 billing and mail, 0015 guardrails, 0016 key predecessors,
-#: 0017 provider declared_by).
+#: 0013 durable jobs, 0014 billing and mail, 0015 guardrails, 0016 key predecessors, 0017 key
+#: scopes, 0018 disputes and card refunds, 0019 model affinity, 0020 provider declared_by).
 _TABLES_ADDED_AFTER_0010 = {
     "users",
     "memberships",
@@ -67,6 +67,8 @@ _TABLES_ADDED_AFTER_0010 = {
     "guardrail_policies",
     "guardrail_bindings",
     "guardrail_hits",
+    "disputes",
+    "card_refunds",
 }
 _COLUMNS_ADDED_AFTER_0010 = {
     ("tenants", "require_2fa"),
@@ -77,6 +79,11 @@ _COLUMNS_ADDED_AFTER_0010 = {
     ("users", "pending"),
     ("users", "email_verified_at"),
     ("api_keys", "rotated_from_id"),
+    ("api_keys", "scopes"),
+    ("payment_orders", "refunded_micros"),
+    ("payment_orders", "disputed_micros"),
+    ("virtual_models", "affinity_enabled"),
+    ("virtual_models", "affinity_ttl_s"),
     ("providers", "declared_by"),
     *(
         (table, "version")
@@ -393,13 +400,13 @@ async def test_sqlite_records_stay_a_plain_table(engine: AsyncEngine) -> None:
 async def test_existing_providers_are_the_operators_in_the_default_tenant_only(
     database_url: str,
 ) -> None:
-    """0017 adds `providers.declared_by`: the default tenant's providers (the YAML's and the
+    """0020 adds `providers.declared_by`: the default tenant's providers (the YAML's and the
     admin token's) stay the operator's, every other tenant's become the tenant's (the outbound
     address policy's stricter rules); no route is lost to a table copy."""
     engine = create_engine(database_url)
     now = "CURRENT_TIMESTAMP"
     try:
-        await _to(engine, "0016")
+        await _to(engine, "0019")
         async with engine.begin() as conn:
             for tenant, slug in (("t1", "default"), ("t2", "acme")):
                 await conn.execute(
@@ -430,12 +437,12 @@ async def test_existing_providers_are_the_operators_in_the_default_tenant_only(
                     f" 'p-t2', 'x', 0, 1, false, 0, {now}, {now})"
                 )
             )
-        await _to(engine, "0017")
+        await _to(engine, "0020")
         async with engine.connect() as conn:
             found = await conn.execute(text("SELECT id, declared_by FROM providers ORDER BY id"))
             assert [tuple(row) for row in found] == [("p-t1", "operator"), ("p-t2", "tenant")]
             routes = await conn.execute(text("SELECT count(*) FROM routes"))
             assert routes.scalar() == 1
-        await _to(engine, "0016", down=True)
+        await _to(engine, "0019", down=True)
     finally:
         await engine.dispose()

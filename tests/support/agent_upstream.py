@@ -24,8 +24,6 @@ well-behaved model an agent needs, nothing more.
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +32,7 @@ from aiohttp import web
 
 from tests.support import agent_anthropic, agent_gemini, agent_openai_chat, agent_responses
 from tests.support.agent_script import Conversation, Decision, decide, summary
+from tests.support.background_app import BackgroundApp
 from tests.support.ports import free_port
 
 #: What the model lists name (any model name is answered, listed or not).
@@ -59,9 +58,7 @@ class AgentUpstream:
     port: int = field(default_factory=free_port)
     requests: list[AgentRequest] = field(default_factory=list)
     listed_models: list[str] = field(default_factory=lambda: list(LISTED_MODELS))
-    _loop: asyncio.AbstractEventLoop | None = None
-    _thread: threading.Thread | None = None
-    _runner: web.AppRunner | None = None
+    _served: BackgroundApp = field(default_factory=lambda: BackgroundApp("agent-upstream"))
 
     @property
     def root_url(self) -> str:
@@ -74,37 +71,17 @@ class AgentUpstream:
         return f"{self.root_url}/v1"
 
     def start(self) -> AgentUpstream:
-        ready = threading.Event()
-        self._loop = asyncio.new_event_loop()
-
-        def run() -> None:
-            assert self._loop is not None
-            asyncio.set_event_loop(self._loop)
-            self._loop.run_until_complete(self._start())
-            ready.set()
-            self._loop.run_forever()
-
-        self._thread = threading.Thread(target=run, name="agent-upstream", daemon=True)
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("agent upstream did not start")
+        self._served.start(self._app(), self.host, self.port)
         return self
 
     def stop(self) -> None:
-        if self._loop is None:
-            return
-        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        assert self._thread is not None
-        self._thread.join(10)
-        self._loop.close()
-        self._loop = None
+        self._served.stop()
 
     def model_requests(self) -> list[AgentRequest]:
         """The requests that asked the model for an answer (not lists nor token counts)."""
         return [r for r in self.requests if r.answer.startswith(("text:", "call:"))]
 
-    async def _start(self) -> None:
+    def _app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/responses", self._responses)
@@ -115,13 +92,7 @@ class AgentUpstream:
         app.router.add_get("/v1beta/models", self._gemini_models)
         app.router.add_get("/v1beta/models/{model}", self._gemini_model)
         app.router.add_route("*", "/{tail:.*}", self._unknown)
-        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, self.host, self.port).start()
-
-    async def _stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        return app
 
     async def _receive(self, request: web.Request) -> tuple[AgentRequest, bytes]:
         raw = await request.read()

@@ -10,13 +10,24 @@ reads them (form-encoded bodies with `a[b][0][c]` keys, `Authorization: Bearer s
     POST /v1/checkout/sessions/{id}/expire
     POST /v1/payment_intents                             an off-session payment (confirm=true)
     GET  /v1/payment_intents/{id}
+    POST /v1/refunds                                     a refund of a payment to its card
+    GET  /v1/refunds/{id}
+    GET  /v1/disputes/{id}
+
+Every succeeded payment has its Charge (`latest_charge`), which counts what was refunded of
+it (`amount_refunded`) and whether it was disputed: a refund above what is left answers 400
+`amount_too_large`, one of a fully refunded charge `charge_already_refunded`, one of a
+disputed charge `charge_disputed`, as Stripe does.
 
 A POST with an Idempotency-Key that was used before answers what it answered then (the same
 object, `Idempotent-Replayed: true`), or a 400 `idempotency_error` when the parameters differ.
 
 Test-side actions stand in for the payer and for Stripe's event delivery: `pay_session`
 (the payer paid: the session is complete and paid, its PaymentIntent succeeded with a saved
-card), `decline` (the card a later off-session payment uses is declined), and `deliver`,
+card), `decline` (the card a later off-session payment uses is declined), `open_dispute`
+and `close_dispute` (a card holder's chargeback, and its end: the `charge.dispute.created`
+and `charge.dispute.closed` events to deliver), `refund_outage` (refund calls answer 500:
+"before" nothing is made, "after" the refund is made and its answer lost), and `deliver`,
 which POSTs an event to the webhook URL signed exactly as Stripe signs
 (`Stripe-Signature: t=<ts>,v1=<hex HMAC-SHA256(secret, "<ts>.<payload>")>`), or signed with
 another secret, with an old timestamp, or with its body changed after signing. An automatic
@@ -42,6 +53,7 @@ import orjson
 from aiohttp import ClientSession, web
 
 from llmrelay.billing.stripe_config import StripeConfig
+from tests.support.background_app import BackgroundApp
 from tests.support.ports import free_port
 
 SECRET_KEY = "sk_test_fake_0123456789abcdef"
@@ -102,6 +114,12 @@ class FakeStripe:
     customers: dict[str, dict[str, Any]] = field(default_factory=dict)
     sessions: dict[str, dict[str, Any]] = field(default_factory=dict)
     intents: dict[str, dict[str, Any]] = field(default_factory=dict)
+    charges: dict[str, dict[str, Any]] = field(default_factory=dict)
+    refunds: dict[str, dict[str, Any]] = field(default_factory=dict)
+    disputes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: While set, POST /v1/refunds answers 500: "before" making the refund, or "after" it
+    #: (made and kept under its Idempotency-Key, the answer lost).
+    refund_outage: str | None = None
     #: Payment methods a payment is declined with.
     declined: set[str] = field(default_factory=set)
     #: Every API call: (method, path, params, Idempotency-Key).
@@ -109,9 +127,7 @@ class FakeStripe:
     #: Events delivered: (event, the webhook's status).
     delivered: list[tuple[dict[str, Any], int]] = field(default_factory=list)
     _idempotent: dict[str, tuple[str, dict[str, Any], int, bytes]] = field(default_factory=dict)
-    _loop: asyncio.AbstractEventLoop | None = None
-    _thread: threading.Thread | None = None
-    _runner: web.AppRunner | None = None
+    _served: BackgroundApp = field(default_factory=lambda: BackgroundApp("fake-stripe"))
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -122,33 +138,13 @@ class FakeStripe:
     # -- life cycle ----------------------------------------------------------------------------
 
     def start(self) -> FakeStripe:
-        ready = threading.Event()
-        self._loop = asyncio.new_event_loop()
-
-        def run() -> None:
-            assert self._loop is not None
-            asyncio.set_event_loop(self._loop)
-            self._loop.run_until_complete(self._start())
-            ready.set()
-            self._loop.run_forever()
-
-        self._thread = threading.Thread(target=run, name="fake-stripe", daemon=True)
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("the fake Stripe did not start")
+        self._served.start(self._app(), self.host, self.port)
         return self
 
     def stop(self) -> None:
-        if self._loop is None:
-            return
-        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        assert self._thread is not None
-        self._thread.join(10)
-        self._loop.close()
-        self._loop = None
+        self._served.stop()
 
-    async def _start(self) -> None:
+    def _app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/customers", self._create_customer)
         app.router.add_post("/v1/checkout/sessions", self._create_session)
@@ -156,15 +152,16 @@ class FakeStripe:
         app.router.add_post("/v1/checkout/sessions/{id}/expire", self._expire_session)
         app.router.add_post("/v1/payment_intents", self._create_intent)
         app.router.add_get("/v1/payment_intents/{id}", self._get_intent)
-        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, self.host, self.port).start()
+        app.router.add_post("/v1/refunds", self._create_refund)
+        app.router.add_get("/v1/refunds/{id}", self._get_refund)
+        app.router.add_get("/v1/disputes/{id}", self._get_dispute)
+        app.on_shutdown.append(self._cancel_sends)
+        return app
 
-    async def _stop(self) -> None:
+    async def _cancel_sends(self, _app: web.Application) -> None:
+        """Events still being sent when the server stops are dropped, not left running."""
         for task in list(self._tasks):
             task.cancel()
-        if self._runner is not None:
-            await self._runner.cleanup()
 
     # -- the API ---------------------------------------------------------------------------------
 
@@ -323,7 +320,7 @@ class FakeStripe:
                               decline_code="generic_decline", payment_intent=intent)  # fmt: skip
             intent["status"] = "succeeded"
             intent["amount_received"] = intent["amount"]
-            intent["latest_charge"] = f"ch_{secrets.token_hex(12)}"
+            self._charge(intent)
             self._send_later("payment_intent.succeeded", intent)
             return _json(intent)
 
@@ -362,6 +359,113 @@ class FakeStripe:
         self.intents[intent_id] = intent
         return intent
 
+    def _charge(self, intent: dict[str, Any]) -> dict[str, Any]:
+        """The Charge of a succeeded PaymentIntent (its `latest_charge`)."""
+        charge: dict[str, Any] = {
+            "id": f"ch_{secrets.token_hex(12)}",
+            "object": "charge",
+            "amount": intent["amount_received"],
+            "amount_captured": intent["amount_received"],
+            "amount_refunded": 0,
+            "currency": intent["currency"],
+            "customer": intent["customer"],
+            "payment_intent": intent["id"],
+            "payment_method": intent["payment_method"],
+            "paid": True,
+            "refunded": False,
+            "disputed": False,
+            "status": "succeeded",
+            "created": int(time.time()),
+            "livemode": False,
+        }
+        self.charges[charge["id"]] = charge
+        intent["latest_charge"] = charge["id"]
+        return charge
+
+    async def _create_refund(self, request: web.Request) -> web.Response:
+        outage = self.refund_outage
+        if outage == "before":
+            self.calls.append(("POST", request.path, {}, request.headers.get("Idempotency-Key")))
+            return _error(500, "api_error", "An unknown error occurred (a stand-in outage)")
+
+        def make(params: dict[str, Any]) -> web.Response:
+            intent = self.intents.get(str(params.get("payment_intent") or ""))
+            charge = None
+            if intent is not None:
+                charge = self.charges.get(str(intent.get("latest_charge") or ""))
+            elif params.get("charge"):
+                charge = self.charges.get(str(params["charge"]))
+            if charge is None:
+                return _error(
+                    400,
+                    "invalid_request_error",
+                    f"No such payment_intent: '{params.get('payment_intent')}'",
+                    code="resource_missing",
+                    param="payment_intent",
+                )
+            left = charge["amount"] - charge["amount_refunded"]
+            amount = int(params.get("amount", left))
+            if charge["disputed"]:
+                return _error(
+                    400,
+                    "invalid_request_error",
+                    f"Charge {charge['id']} has been charged back; cannot issue a refund.",
+                    code="charge_disputed",
+                )
+            if left <= 0:
+                return _error(
+                    400,
+                    "invalid_request_error",
+                    f"Charge {charge['id']} has already been refunded.",
+                    code="charge_already_refunded",
+                )
+            if amount > left:
+                return _error(
+                    400,
+                    "invalid_request_error",
+                    f"Refund amount (${amount / 100:.2f}) is greater than unrefunded amount "
+                    f"on charge (${left / 100:.2f})",
+                    code="amount_too_large",
+                    param="amount",
+                )
+            charge["amount_refunded"] += amount
+            charge["refunded"] = charge["amount_refunded"] == charge["amount"]
+            refund = {
+                "id": f"re_{secrets.token_hex(12)}",
+                "object": "refund",
+                "amount": amount,
+                "balance_transaction": f"txn_{secrets.token_hex(12)}",
+                "charge": charge["id"],
+                "created": int(time.time()),
+                "currency": charge["currency"],
+                "destination_details": {"card": {"type": "refund"}, "type": "card"},
+                "failure_reason": None,
+                "metadata": params.get("metadata", {}),
+                "payment_intent": charge["payment_intent"],
+                "reason": params.get("reason"),
+                "receipt_number": None,
+                "source_transfer_reversal": None,
+                "status": "succeeded",
+                "transfer_reversal": None,
+            }
+            self.refunds[refund["id"]] = refund
+            return _json(refund)
+
+        answer = await self._post(request, make)
+        if outage == "after":
+            return _error(500, "api_error", "An unknown error occurred (a stand-in outage)")
+        return answer
+
+    async def _get_refund(self, request: web.Request) -> web.Response:
+        response = self._get(request, self.refunds, "refund")
+        assert isinstance(response, web.Response)
+        return response
+
+    async def _get_dispute(self, request: web.Request) -> web.Response:
+        response = self._get(request, self.disputes, "dispute")
+        assert isinstance(response, web.Response)
+        return response
+
     def _send_later(self, kind: str, obj: dict[str, Any]) -> None:
         """Deliver an event about `obj` shortly after the call that made it answered."""
         if not self.auto_webhooks or self.webhook_url is None:
@@ -399,10 +503,55 @@ class FakeStripe:
             dict(session["payment_intent_data"].get("metadata", {})),
         )  # fmt: skip
         intent.update(status="succeeded", amount_received=paid, setup_future_usage="off_session")
+        self._charge(intent)
         session.update(
             status="complete", payment_status="paid", payment_intent=intent["id"], amount_total=paid
         )
         return self.event("checkout.session.completed", _public_session(session))
+
+    def open_dispute(
+        self,
+        intent_id: str,
+        *,
+        amount: int | None = None,
+        reason: str = "fraudulent",
+        status: str = "needs_response",
+    ) -> dict[str, Any]:
+        """The card holder disputed the payment (`amount` cents, the whole charge when
+        None): returns the `charge.dispute.created` event to deliver."""
+        charge = self.charges[self.intents[intent_id]["latest_charge"]]
+        charge["disputed"] = True
+        dispute = {
+            "id": f"dp_{secrets.token_hex(12)}",
+            "object": "dispute",
+            "amount": charge["amount"] if amount is None else amount,
+            "balance_transactions": [],
+            "charge": charge["id"],
+            "created": int(time.time()),
+            "currency": charge["currency"],
+            "evidence": {"uncategorized_text": None},
+            "evidence_details": {
+                "due_by": int(time.time()) + 7 * 86_400,
+                "has_evidence": False,
+                "past_due": False,
+                "submission_count": 0,
+            },
+            "is_charge_refundable": False,
+            "livemode": False,
+            "metadata": {},
+            "payment_intent": intent_id,
+            "reason": reason,
+            "status": status,
+        }
+        self.disputes[dispute["id"]] = dispute
+        return self.event("charge.dispute.created", dict(dispute))
+
+    def close_dispute(self, dispute_id: str, *, won: bool) -> dict[str, Any]:
+        """The dispute ended (`won` for the merchant, else lost): returns the
+        `charge.dispute.closed` event to deliver."""
+        dispute = self.disputes[dispute_id]
+        dispute["status"] = "won" if won else "lost"
+        return self.event("charge.dispute.closed", dict(dispute))
 
     def event(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
         return {

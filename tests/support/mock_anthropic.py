@@ -18,14 +18,20 @@ The mock model echoes the text of the last user turn; when the request has `tool
 text starts with "call:", it calls the first tool with `{"query": <the rest>}`; when the last
 user turn holds a `tool_result`, it answers "result: <its text>". Answers longer than
 `max_tokens` words are cut there (stop_reason "max_tokens"). Tokens are words:
-input_tokens + cache_read_input_tokens is the number of words in the request's text, and a
-request with a top-level `system` reads 3 of them from the cache (input_tokens, as in the API,
-counts only the uncached rest), so tests can check how a gateway fills its cache buckets.
+input_tokens + cache_read_input_tokens + cache_creation_input_tokens is the number of words in
+the request's text (input_tokens, as in the API, counts only the uncached rest). A request
+whose system or message blocks carry `cache_control` uses a prompt cache as the API does: the
+text up to the last marked block is read from the cache when an earlier request wrote that
+prefix (or the longest earlier marked prefix that was written, the rest being written), and
+written to it otherwise (`prompt_cache` keeps the prefixes, per server). A request without
+marks but with a top-level `system` reads 3 words from the cache, so tests can check how a
+gateway fills its cache buckets either way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -75,6 +81,8 @@ class AnthropicMessages:
 
     def __init__(self, server: MockUpstream) -> None:
         self.server = server
+        #: Digests of the prompt prefixes written to the cache (requests with cache_control).
+        self.prompt_cache: set[bytes] = set()
 
     async def messages(self, request: web.Request) -> web.StreamResponse:
         body = await self.server._receive(request)
@@ -85,9 +93,10 @@ class AnthropicMessages:
         if refused is not None:
             return refused
         answer = _answer(body)
+        prompt = _prompt_usage(body, self.prompt_cache)
         if not body.get("stream"):
-            return _json_response(_message(body, answer, _content(answer)))
-        return await _stream(request, body, answer, *_behaviour(model))
+            return _json_response(_message(body, answer, _content(answer), prompt))
+        return await _stream(request, body, answer, prompt, *_behaviour(model))
 
     async def count_tokens(self, request: web.Request) -> web.StreamResponse:
         body = await self.server._receive(request)
@@ -151,15 +160,40 @@ def _prompt_words(body: dict[str, Any]) -> int:
     return words(body.get("system", "")) + words(body.get("messages", []))
 
 
-def _usage(body: dict[str, Any], output_tokens: int) -> dict[str, int]:
+def _prompt_usage(body: dict[str, Any], cache: set[bytes]) -> dict[str, int]:
+    """The prompt's usage fields, from the cache marks (and `cache`, updated) or the system."""
     total = _prompt_words(body)
-    cached = min(CACHED_SYSTEM_TOKENS, total) if body.get("system") else 0
+    system = body.get("system")
+    blocks = [{"type": "text", "text": system}] if isinstance(system, str) else list(system or [])
+    for message in body.get("messages", []):
+        content = message.get("content", "")
+        blocks += [{"type": "text", "text": content}] if isinstance(content, str) else content
+    marked: list[tuple[bytes, int]] = []  # (digest of the prefix, its words), per marked block
+    words = 0
+    for index, block in enumerate(blocks):
+        words += len(_text([block]).split()) if block.get("type") == "text" else 0
+        if block.get("cache_control") is not None:
+            digest = hashlib.sha256(orjson.dumps(_unmarked(blocks[: index + 1]))).digest()
+            marked.append((digest, words))
+    if not marked:
+        read = min(CACHED_SYSTEM_TOKENS, total) if system else 0
+        return {
+            "input_tokens": total - read,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": read,
+        }
+    read = max((n for digest, n in marked if digest in cache), default=0)
+    written = marked[-1][1] - read
+    cache.update(digest for digest, _ in marked)
     return {
-        "input_tokens": total - cached,
-        "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": cached,
-        "output_tokens": output_tokens,
+        "input_tokens": total - read - written,
+        "cache_creation_input_tokens": written,
+        "cache_read_input_tokens": read,
     }
+
+
+def _unmarked(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in block.items() if k != "cache_control"} for block in blocks]
 
 
 def _content(answer: Answer) -> list[dict[str, Any]]:
@@ -169,7 +203,12 @@ def _content(answer: Answer) -> list[dict[str, Any]]:
 
 
 def _message(
-    body: dict[str, Any], answer: Answer, content: list[dict[str, Any]], *, final: bool = True
+    body: dict[str, Any],
+    answer: Answer,
+    content: list[dict[str, Any]],
+    prompt: dict[str, int],
+    *,
+    final: bool = True,
 ) -> dict[str, Any]:
     """A Message object; the one `message_start` carries is empty, with no stop reason yet."""
     return {
@@ -180,12 +219,17 @@ def _message(
         "content": content,
         "stop_reason": answer.stop_reason if final else None,
         "stop_sequence": None,
-        "usage": _usage(body, answer.output_tokens if final else 1),
+        "usage": {**prompt, "output_tokens": answer.output_tokens if final else 1},
     }
 
 
 async def _stream(
-    request: web.Request, body: dict[str, Any], answer: Answer, kind: str, arg: int
+    request: web.Request,
+    body: dict[str, Any],
+    answer: Answer,
+    prompt: dict[str, int],
+    kind: str,
+    arg: int,
 ) -> web.StreamResponse:
     """The documented event flow: message_start, one content block (start, ping, deltas,
     stop), message_delta with the stop reason and cumulative output_tokens, message_stop."""
@@ -197,7 +241,7 @@ async def _stream(
         data = orjson.dumps({"type": event, **fields})
         await response.write(b"event: " + event.encode() + b"\ndata: " + data + b"\n\n")
 
-    await send("message_start", message=_message(body, answer, [], final=False))
+    await send("message_start", message=_message(body, answer, [], prompt, final=False))
     block: dict[str, Any] = {"type": "text", "text": ""}
     if answer.tool is not None:  # a tool's input arrives as pieces of JSON text
         block = {"type": "tool_use", **answer.tool, "input": {}}

@@ -59,7 +59,6 @@ import base64
 import re
 import socket
 import struct
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -67,6 +66,7 @@ from typing import Any, Protocol
 import orjson
 from aiohttp import web
 
+from tests.support.background_app import BackgroundApp
 from tests.support.ports import free_port
 
 #: What the model lists name by default: catalogue models (dated or not) and one it lacks.
@@ -114,9 +114,7 @@ class MockUpstream:
     trials: list[ReceivedRequest] = field(default_factory=list)
     #: flood-N: bytes of the answer written so far, per upstream model.
     flooded: dict[str, int] = field(default_factory=dict)
-    _loop: asyncio.AbstractEventLoop | None = None
-    _thread: threading.Thread | None = None
-    _runner: web.AppRunner | None = None
+    _served: BackgroundApp = field(default_factory=lambda: BackgroundApp("mock-upstream"))
 
     @property
     def base_url(self) -> str:
@@ -128,34 +126,13 @@ class MockUpstream:
         return f"http://{self.host}:{self.port}"
 
     def start(self) -> MockUpstream:
-        ready = threading.Event()
-        self._loop = asyncio.new_event_loop()
-
-        def run() -> None:
-            assert self._loop is not None
-            asyncio.set_event_loop(self._loop)
-            self._loop.run_until_complete(self._start())
-            ready.set()
-            self._loop.run_forever()
-
-        self._thread = threading.Thread(target=run, name="mock-upstream", daemon=True)
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("mock upstream did not start")
+        self._served.start(self._app(), self.host, self.port)
         return self
 
     def stop(self) -> None:
-        if self._loop is None:
-            return
-        future = asyncio.run_coroutine_threadsafe(self._stop(), self._loop)
-        future.result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        assert self._thread is not None
-        self._thread.join(10)
-        self._loop.close()
-        self._loop = None
+        self._served.stop()
 
-    async def _start(self) -> None:
+    def _app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/embeddings", self._embeddings)
@@ -182,13 +159,7 @@ class MockUpstream:
         app.router.add_post("/v1/messages", anthropic.messages)
         app.router.add_post("/v1/messages/count_tokens", anthropic.count_tokens)
         app.router.add_post("/{version:v1beta|v1}/models/{target}", GeminiModels(self).target)
-        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, self.host, self.port).start()
-
-    async def _stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        return app
 
     def chat_requests(self) -> list[ReceivedRequest]:
         return [r for r in self.requests if r.path.endswith("/chat/completions")]

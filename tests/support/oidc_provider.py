@@ -10,12 +10,10 @@ it misbehave on purpose (a wrong audience, an expired token, another key, a wron
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
 import json
 import secrets
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +23,7 @@ from aiohttp import web
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
+from tests.support.background_app import BackgroundApp
 from tests.support.ports import free_port
 
 
@@ -60,9 +59,7 @@ class OidcProvider:
     #: Every token request's form, as received (the tests check PKCE and the client's secret).
     token_requests: list[dict[str, str]] = field(default_factory=list)
     _grants: dict[str, Grant] = field(default_factory=dict)
-    _loop: asyncio.AbstractEventLoop | None = None
-    _thread: threading.Thread | None = None
-    _runner: web.AppRunner | None = None
+    _served: BackgroundApp = field(default_factory=lambda: BackgroundApp("oidc-provider"))
 
     def __post_init__(self) -> None:
         self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -74,45 +71,19 @@ class OidcProvider:
         return f"http://{self.host}:{self.port}"
 
     def start(self) -> OidcProvider:
-        ready = threading.Event()
-        self._loop = asyncio.new_event_loop()
-
-        def run() -> None:
-            assert self._loop is not None
-            asyncio.set_event_loop(self._loop)
-            self._loop.run_until_complete(self._start())
-            ready.set()
-            self._loop.run_forever()
-
-        self._thread = threading.Thread(target=run, name="oidc-provider", daemon=True)
-        self._thread.start()
-        assert ready.wait(10), "the OIDC provider did not start"
+        self._served.start(self._app(), self.host, self.port)
         return self
 
     def stop(self) -> None:
-        if self._loop is None:
-            return
-        future = asyncio.run_coroutine_threadsafe(self._stop(), self._loop)
-        future.result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        assert self._thread is not None
-        self._thread.join(10)
-        self._loop.close()
-        self._loop = None
+        self._served.stop()
 
-    async def _start(self) -> None:
+    def _app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/.well-known/openid-configuration", self._discovery)
         app.router.add_get("/authorize", self._authorize)
         app.router.add_post("/token", self._token)
         app.router.add_get("/jwks", self._jwks)
-        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, self.host, self.port).start()
-
-    async def _stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        return app
 
     async def _discovery(self, _request: web.Request) -> web.Response:
         return web.json_response(

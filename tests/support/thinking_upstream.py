@@ -12,8 +12,6 @@ SIGNATURE, so a test sees whether the next turn carried it back.
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -21,6 +19,7 @@ import orjson
 from aiohttp import web
 
 from tests.support.agent_wire import sse_data
+from tests.support.background_app import BackgroundApp
 from tests.support.ports import free_port
 
 THOUGHT: Final = "The user wants the files listed; call the tool."
@@ -35,55 +34,27 @@ class ThinkingUpstream:
     host: str = "127.0.0.1"
     port: int = field(default_factory=free_port)
     requests: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    _loop: asyncio.AbstractEventLoop | None = None
-    _thread: threading.Thread | None = None
-    _runner: web.AppRunner | None = None
+    _served: BackgroundApp = field(default_factory=lambda: BackgroundApp("thinking-upstream"))
 
     @property
     def root_url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
     def start(self) -> ThinkingUpstream:
-        ready = threading.Event()
-        self._loop = asyncio.new_event_loop()
-
-        def run() -> None:
-            assert self._loop is not None
-            asyncio.set_event_loop(self._loop)
-            self._loop.run_until_complete(self._start())
-            ready.set()
-            self._loop.run_forever()
-
-        self._thread = threading.Thread(target=run, name="thinking-upstream", daemon=True)
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("thinking upstream did not start")
+        self._served.start(self._app(), self.host, self.port)
         return self
 
     def stop(self) -> None:
-        if self._loop is None:
-            return
-        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        assert self._thread is not None
-        self._thread.join(10)
-        self._loop.close()
-        self._loop = None
+        self._served.stop()
 
     def last(self, fragment: str) -> dict[str, Any]:
         return [body for path, body in self.requests if fragment in path][-1]
 
-    async def _start(self) -> None:
+    def _app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1beta/models/{target}", self._gemini)
-        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, self.host, self.port).start()
-
-    async def _stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        return app
 
     # -- OpenAI Chat Completions ------------------------------------------------------------
 

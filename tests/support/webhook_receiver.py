@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import re
-import threading
 from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from tests.support.background_app import BackgroundApp
 from tests.support.ports import free_port
 
 
@@ -40,9 +40,7 @@ class WebhookReceiver:
     port: int = field(default_factory=free_port)
     received: list[Received] = field(default_factory=list)
     _seen: dict[str, int] = field(default_factory=dict)
-    _loop: asyncio.AbstractEventLoop | None = None
-    _thread: threading.Thread | None = None
-    _runner: web.AppRunner | None = None
+    _served: BackgroundApp = field(default_factory=lambda: BackgroundApp("webhook-receiver"))
 
     def url(self, path: str) -> str:
         return f"http://{self.host}:{self.port}{path}"
@@ -51,42 +49,16 @@ class WebhookReceiver:
         return [r for r in self.received if r.path == path]
 
     def start(self) -> WebhookReceiver:
-        ready = threading.Event()
-        self._loop = asyncio.new_event_loop()
-
-        def run() -> None:
-            assert self._loop is not None
-            asyncio.set_event_loop(self._loop)
-            self._loop.run_until_complete(self._start())
-            ready.set()
-            self._loop.run_forever()
-
-        self._thread = threading.Thread(target=run, name="webhook-receiver", daemon=True)
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("webhook receiver did not start")
+        self._served.start(self._app(), self.host, self.port)
         return self
 
     def stop(self) -> None:
-        if self._loop is None:
-            return
-        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        assert self._thread is not None
-        self._thread.join(10)
-        self._loop.close()
-        self._loop = None
+        self._served.stop()
 
-    async def _start(self) -> None:
+    def _app(self) -> web.Application:
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._receive)
-        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, self.host, self.port).start()
-
-    async def _stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        return app
 
     async def _receive(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()

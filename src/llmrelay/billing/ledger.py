@@ -6,6 +6,10 @@ appends its ledger entry together, made at most once by its idempotency key.
     hold      a reservation whose metering failed stays reserved (`metering_failed`)
     credit    + available                a top-up (per order), an adjustment
     refund    + available                money given back (per refund id)
+    dispute   available -> reserved      a chargeback opened (per dispute), then reserved ->
+                                         available (won) or reserved -> gone (lost)
+    card refund  - available             money sent back to the card (per card refund),
+                                         given back when Stripe refused it
 
 A wallet row is changed only by single UPDATE statements whose WHERE clause carries the
 condition (`balance_micros >= amount`), so concurrent reservations on one wallet are
@@ -75,6 +79,11 @@ async def _balances(conn: AsyncConnection, tenant_id: str) -> tuple[int, int]:
     if row is None:
         raise NoWallet(f"tenant {tenant_id} has no wallet")
     return int(row[0]), int(row[1])
+
+
+async def balances(conn: AsyncConnection, tenant_id: str) -> tuple[int, int]:
+    """The wallet's (available, reserved) balances; raises NoWallet."""
+    return await _balances(conn, tenant_id)
 
 
 async def _move(
@@ -304,6 +313,89 @@ async def credit(
         actor=actor,
         note=note,
         require_available=-amount_micros if amount_micros < 0 else None,
+    )
+
+
+async def hold_dispute(
+    conn: AsyncConnection, tenant_id: str, dispute_id: str, amount_micros: int, *, order_id: str
+) -> Movement:
+    """Hold a disputed amount: available -> reserved, once per dispute. Never refused: the
+    card holder's bank has taken the money back already, so the available balance may go
+    below zero (the tenant's requests then get 402 until it is covered)."""
+    return await _move(
+        conn,
+        tenant_id,
+        kind="dispute_hold",
+        available=-amount_micros,
+        reserved=amount_micros,
+        key=f"dispute_hold:{dispute_id}",
+        order_id=order_id,
+        note=f"dispute {dispute_id} opened",
+    )
+
+
+async def close_dispute(
+    conn: AsyncConnection,
+    tenant_id: str,
+    dispute_id: str,
+    held_micros: int,
+    *,
+    lost: bool,
+    order_id: str,
+) -> Movement:
+    """End a dispute's hold, once: won, the held money is available again; lost, it leaves
+    the wallet (the debit of the chargeback)."""
+    return await _move(
+        conn,
+        tenant_id,
+        kind="dispute_loss" if lost else "dispute_release",
+        available=0 if lost else held_micros,
+        reserved=-held_micros,
+        key=f"dispute_close:{dispute_id}",
+        order_id=order_id,
+        note=f"dispute {dispute_id} {'lost' if lost else 'won'}",
+    )
+
+
+async def debit_card_refund(
+    conn: AsyncConnection,
+    tenant_id: str,
+    card_refund_id: str,
+    amount_micros: int,
+    *,
+    order_id: str,
+    actor: str | None,
+    note: str | None,
+) -> Movement:
+    """Take a refund to the card from the available balance, once per card refund; raises
+    InsufficientBalance (nothing changes) when the balance cannot cover it."""
+    return await _move(
+        conn,
+        tenant_id,
+        kind="card_refund",
+        available=-amount_micros,
+        reserved=0,
+        key=f"card_refund:{card_refund_id}",
+        require_available=amount_micros,
+        order_id=order_id,
+        actor=actor,
+        note=note,
+    )
+
+
+async def reverse_card_refund(
+    conn: AsyncConnection, tenant_id: str, card_refund_id: str, amount_micros: int, *, order_id: str
+) -> Movement:
+    """Give back a card refund's debit that Stripe refused, once."""
+    return await _move(
+        conn,
+        tenant_id,
+        kind="card_refund_reversal",
+        available=amount_micros,
+        reserved=0,
+        key=f"card_refund_reversal:{card_refund_id}",
+        order_id=order_id,
+        note="Stripe refused the refund",
     )
 
 

@@ -17,7 +17,7 @@ from sqlalchemy import Table, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from llmrelay.billing import ledger, orders
+from llmrelay.billing import disputes, ledger, orders
 from llmrelay.billing.errors import BillingError, PaymentsNotConfigured, usd
 from llmrelay.billing.orders import Order, Verdict
 from llmrelay.billing.stripe_config import MICROS_PER_CENT, StripeConfig
@@ -160,7 +160,8 @@ class Payments:
 
     async def receive(self, payload: bytes, signature: str | None) -> str:
         """Handle one webhook delivery whose signature verify_event checked; the outcome
-        (credited, ignored, duplicate, mismatch, failed, expired, pending). Raises
+        (credited, ignored, duplicate, mismatch, failed, expired, pending; for disputes
+        held, won, lost: disputes.py). Raises
         PaymentProviderError when Stripe could not be asked (the delivery is answered 503:
         Stripe retries it)."""
         event = self.api().verify_event(payload, signature)
@@ -180,9 +181,12 @@ class Payments:
                 return "duplicate"
         order: Order | None = None
         detail: str | None = None
+        order_id: str | None = None
         if kind in SESSION_EVENTS or kind in INTENT_EVENTS:
             order = await self._order_of(obj, session=kind in SESSION_EVENTS)
-        if order is None:
+        if kind in disputes.EVENTS:
+            outcome, detail, order_id = await disputes.handle(self, obj)
+        elif order is None:
             outcome, detail = "ignored", "not an event about a top-up order of this gateway"
         elif kind in INTENT_EVENTS and order.kind != orders.AUTO_TOPUP:
             outcome, detail = "ignored", "a Checkout payment: its session's events complete it"
@@ -192,6 +196,8 @@ class Payments:
                 verdict = Verdict("failed", "the delayed payment failed")
             outcome = await self.apply(order, verdict)
             detail = verdict.reason
+        if order is not None:
+            order_id = order.id
         async with self.engine.begin() as conn:
             await conn.execute(
                 update(events)
@@ -199,7 +205,7 @@ class Payments:
                 .values(
                     outcome=outcome,
                     detail=detail,
-                    order_id=order.id if order else None,
+                    order_id=order_id,
                     processed_at=utcnow(),
                 )
             )

@@ -11,6 +11,9 @@ a process that died left open is closed from the source of truth.
   (charge.py), or marked `metering_failed` when no record exists (the process stopped
   before writing it: the operator reconciles it through the admin API). A stream still
   running past that horizon is settled by its own end all the same (prepaid.settle_one).
+- Refunds to the card still `pending` LLMRELAY_BILLING_ORDER_PENDING_S after their last
+  change (Stripe was unreachable and nobody asked again) are asked of Stripe again with the
+  same Idempotency-Key (card_refunds.resume_pending): made once, or refused and given back.
 
 Counts go to the log, the metrics (`llmrelay_billing_reconciled`) and the job's result.
 """
@@ -24,7 +27,7 @@ from typing import Any, Final
 import structlog
 from sqlalchemy import select
 
-from llmrelay.billing import ledger, orders
+from llmrelay.billing import card_refunds, ledger, orders
 from llmrelay.billing.charge import charge_of
 from llmrelay.billing.errors import PaymentProviderError
 from llmrelay.billing.payments import Payments
@@ -87,6 +90,7 @@ async def reconcile(
     counts: dict[str, Any] = {
         "orders": dict(await reconcile_orders(payments, order_after_s)),
         "reservations": dict(await reconcile_reservations(payments, reservation_after_s)),
+        "card_refunds": dict(await card_refunds.resume_pending(payments, order_after_s)),
     }
     if metrics is not None:
         for what, outcomes in counts.items():

@@ -1,7 +1,8 @@
 """The Stripe calls prepaid top-ups make, through the official `stripe` SDK (async, over
 aiohttp), as plain dicts: create a customer, a Checkout Session or an off-session
 PaymentIntent (each with an Idempotency-Key: the order id, so a retried call never makes a
-second payment), read them back, expire a session, and verify a webhook's signature.
+second payment), read them back, expire a session, read a dispute, refund a payment to its
+card (Idempotency-Key: the card refund's id), and verify a webhook's signature.
 
 Stripe's failures become PaymentProviderError with `retryable` set for the ones another
 attempt may get past (connection, rate limit, Stripe's own 5xx).
@@ -150,6 +151,37 @@ class StripeApi:
             lambda: self._client.v1.payment_intents.retrieve_async(intent_id),
         )
         return intent.to_dict()
+
+    async def retrieve_dispute(self, dispute_id: str) -> dict[str, Any]:
+        dispute = await self._call(
+            "to read the dispute",
+            lambda: self._client.v1.disputes.retrieve_async(dispute_id),
+        )
+        return dispute.to_dict()
+
+    async def create_refund(
+        self,
+        card_refund_id: str,
+        payment_intent: str,
+        amount_micros: int,
+        metadata: dict[str, str],
+    ) -> dict[str, Any]:
+        """Refund part or all of a payment to its card. Idempotency-Key `refund:<card
+        refund id>`: asked again (a retry after a timeout), Stripe answers the refund it
+        made, never a second one."""
+        refund = await self._call(
+            "the refund",
+            lambda: self._client.v1.refunds.create_async(
+                {
+                    "payment_intent": payment_intent,
+                    "amount": cents(amount_micros),
+                    "reason": "requested_by_customer",
+                    "metadata": metadata,
+                },
+                {"idempotency_key": f"refund:{card_refund_id}"},
+            ),
+        )
+        return refund.to_dict()
 
     def verify_event(self, payload: bytes, signature: str | None) -> dict[str, Any]:
         """The event a webhook delivered, once its `Stripe-Signature` is verified with the

@@ -7,7 +7,7 @@ verified with the endpoint's signing secret before anything is read or stored.
     503  top-ups are not configured, or Stripe or the database could not be reached to
          re-check and record it: Stripe delivers it again later
     200  handled: `{"received": true, "outcome": ...}` (credited, duplicate, ignored,
-         mismatch, failed, expired, pending)
+         mismatch, failed, expired, pending; a dispute's held, won, lost)
 """
 
 from __future__ import annotations

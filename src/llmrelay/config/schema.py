@@ -11,6 +11,7 @@ from typing import Annotated, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from llmrelay import apikeys
 from llmrelay.apikeys import MIN_KEY_LENGTH
 from llmrelay.guardrails import custom as guardrail_patterns
 from llmrelay.guardrails.detectors import CUSTOM as CUSTOM_DETECTORS
@@ -188,6 +189,15 @@ class RetryConfig(_Strict):
     backoff_ms: Annotated[int, Field(ge=0, le=60_000)] = 200
 
 
+class AffinityConfig(_Strict):
+    """Sticky routing: a conversation stays on the route that served its first turn, so the
+    provider's prompt cache stays warm (docs/api.md, "Sticky routing"). It acts only on a
+    model with several routes; `ttl_s` is how long an idle conversation keeps its route."""
+
+    enabled: bool = True
+    ttl_s: Annotated[float, Field(gt=0, le=7 * 86_400)] = 3600.0
+
+
 class PricingConfig(_Strict):
     """USD per million tokens, by bucket."""
 
@@ -207,6 +217,7 @@ class ModelConfig(_Strict):
     context_fallbacks: list[ModelName] = Field(default_factory=list)
     pricing: PricingConfig | None = None
     embedding: bool = False
+    affinity: AffinityConfig = Field(default_factory=AffinityConfig)
 
     @model_validator(mode="after")
     def _no_self_fallback(self) -> Self:
@@ -262,6 +273,8 @@ class KeyConfig(_Strict):
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     monthly_budget_usd: BudgetUsd | None = None
     ip_allowlist: list[str] = Field(default_factory=list)
+    #: The APIs the key may call (apikeys.SCOPES); left out or null: every API.
+    scopes: list[apikeys.Scope] | None = None
     expires_at: datetime | None = None
     disabled: bool = False
     routing_policy: Name | None = None
@@ -285,6 +298,17 @@ class KeyConfig(_Strict):
     @classmethod
     def _cidrs(cls, value: list[str]) -> list[str]:
         return [_check_cidr(v) for v in value]
+
+    @field_validator("scopes")
+    @classmethod
+    def _scopes(cls, value: list[apikeys.Scope] | None) -> list[apikeys.Scope] | None:
+        """At least one (an empty list would be a key that can call nothing, easily mistaken
+        for "no restriction"), each once, in the canonical order (so applying twice agrees)."""
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("give at least one API, or leave scopes out (null) for every API")
+        return sorted(set(value), key=apikeys.SCOPES.index)
 
     @field_validator("expires_at")
     @classmethod

@@ -17,6 +17,8 @@ from llmrelay.console.messages import plain
 
 Kind = Literal["text", "list", "bool", "lines"]
 _SPLIT = re.compile(r"[\s,]+")
+#: A list member's path in an admin error (`scopes[1]`): the list's name.
+_MEMBER = re.compile(r"([\w.]+)\[\d+\]")
 
 
 def text(fields: Mapping[str, str], name: str) -> str | None:
@@ -80,6 +82,12 @@ class FormState:
         for place, message in answer.errors:
             if place is not None and names:
                 place = names.get(place, place)
+            if place is not None and place not in values:
+                # A list's member (`scopes[1]`) is shown next to the list's one input.
+                member = _MEMBER.fullmatch(place)
+                if member is not None and member[1] in values:
+                    state.errors.setdefault(member[1], plain(message))
+                    continue
             if place is not None and place in values:
                 state.errors.setdefault(place, plain(message, place))
             else:

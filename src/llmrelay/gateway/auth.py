@@ -1,6 +1,6 @@
 """Who is calling: the API key from `Authorization: Bearer` or `x-api-key` (Gemini clients:
 also `x-goog-api-key` or `?key=`), looked up by digest in the snapshot (no database call),
-then the key's IP allowlist."""
+then the key's IP allowlist and its scopes (the APIs it may call: apikeys.SCOPES)."""
 
 from __future__ import annotations
 
@@ -53,19 +53,28 @@ def gemini_key(headers: Iterable[tuple[bytes, bytes]], query: dict[str, str]) ->
 
 
 def authenticate(
-    headers: Iterable[tuple[bytes, bytes]], snapshot: Snapshot, client_ip: str | None, now: float
+    headers: Iterable[tuple[bytes, bytes]],
+    snapshot: Snapshot,
+    client_ip: str | None,
+    now: float,
+    api: str,
 ) -> KeySnap:
-    """The key's principal; `now` is a Unix timestamp."""
+    """The key's principal, allowed to call `api` (an apikeys.SCOPES name); `now` is a Unix
+    timestamp."""
     key = presented_key(headers)
     if key is None:
         raise AuthenticationFailed(
             "no API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'"
         )
-    return principal_of(key, snapshot, client_ip, now)
+    return principal_of(key, snapshot, client_ip, now, api)
 
 
-def principal_of(key: str, snapshot: Snapshot, client_ip: str | None, now: float) -> KeySnap:
-    """The principal of a presented key (the checks of `authenticate`)."""
+def principal_of(
+    key: str, snapshot: Snapshot, client_ip: str | None, now: float, api: str
+) -> KeySnap:
+    """The principal of a presented key (the checks of `authenticate`). The scope check is
+    one attribute test for a key without scopes and a frozenset lookup for a scoped one,
+    on the object the digest lookup already found."""
     principal = snapshot.keys_by_digest.get(key_digest(key))
     if principal is None:
         raise AuthenticationFailed("invalid API key")
@@ -77,7 +86,20 @@ def principal_of(key: str, snapshot: Snapshot, client_ip: str | None, now: float
         raise PermissionDenied(
             f"client address {client_ip} is not in this key's IP allowlist", code="ip_not_allowed"
         )
+    if principal.scopes is not None and api not in principal.scopes:
+        raise scope_refused(principal.scopes, api)
     return principal
+
+
+def scope_refused(scopes: frozenset[str], api: str) -> PermissionDenied:
+    """403 `scope_not_allowed`, naming the API refused and the ones the key may call (the
+    message carries the code too: Anthropic's error shape has no code field)."""
+    allowed = ", ".join(s for s in apikeys.SCOPES if s in scopes)
+    return PermissionDenied(
+        f"this API key may not call the {api!r} API "
+        f"(scope_not_allowed; the key's scopes: {allowed})",
+        code="scope_not_allowed",
+    )
 
 
 def _ip_allowed(client_ip: str | None, principal: KeySnap) -> bool:

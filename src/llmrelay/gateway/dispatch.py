@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from time import time as now
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import orjson
 from starlette.types import Receive, Send
@@ -25,6 +25,11 @@ from llmrelay.deadlines import Deadlines
 from llmrelay.gateway.call import CallRecord
 from llmrelay.gateway.capabilities import Needs, expected_tokens, price_of
 from llmrelay.gateway.capture import DEFAULT_MAX_BYTES, Capture
+from llmrelay.gateway.conversation import (
+    RESPONSE_SESSION_PREFIX,
+    conversation_of,
+    response_session,
+)
 from llmrelay.gateway.ending import end_call
 from llmrelay.gateway.errors import UpstreamTimeout
 from llmrelay.gateway.executor import Executor, Finisher, candidates
@@ -37,6 +42,7 @@ from llmrelay.gateway.prepaid import reserve
 from llmrelay.gateway.recorder import Recorder
 from llmrelay.gateway.relay import ChatStreamRelay
 from llmrelay.gateway.responses_relay import ResponsesStreamRelay
+from llmrelay.gateway.stream_relay import ParsedEventRelay
 from llmrelay.gateway.watch import ClientWatches
 from llmrelay.guardrails.policy import Guard
 from llmrelay.limits.base import Limiter, Plan
@@ -52,8 +58,12 @@ from llmrelay.providers.errors import UpstreamProtocolError
 from llmrelay.providers.headers import CLIENT_REQUEST_ID, forwardable
 from llmrelay.providers.presets import reports_stream_usage, speaks_responses
 from llmrelay.providers.translated import TranslatedResponse
+from llmrelay.routing.affinity import DEFAULT_TTL_S, prefer
 from llmrelay.snapshot.holder import SnapshotHolder
 from llmrelay.snapshot.model import KeySnap, ModelSnap, PolicySnap, RouteSnap, Snapshot
+
+#: A relay of parsed events (see _event_primer).
+R = TypeVar("R", bound=ParsedEventRelay)
 
 if TYPE_CHECKING:
     from llmrelay.gateway.durable import DurableJobs
@@ -93,6 +103,7 @@ class ModelCall:
     built per call, and under mypyc a dataclass keeps a Python `__init__`.)"""
 
     __slots__ = (
+        "bound_route",
         "forwarded",
         "needs",
         "operation",
@@ -127,6 +138,8 @@ class ModelCall:
         self.record = record
         self.route_tag = route_tag
         self.session_id = session_id
+        #: The route its conversation is bound to (sticky routing), once `answer` looked.
+        self.bound_route: str | None = None
         self.policy = policy
         #: What the request uses (examined only when a route declares capabilities).
         self.needs = needs
@@ -189,6 +202,10 @@ class Dispatcher:
                 pinned,
                 call.policy,
             )  # settled by `finish`
+        affinity = runtime.executor.affinity
+        sticky = self.sticky_key(call, model)
+        if sticky is not None:
+            call.bound_route = await affinity.bound(sticky)
         deadline = runtime.deadlines.watch(model.deadline_s, "request")
         deadline_at = runtime.executor.clock() + model.deadline_s
         try:
@@ -203,9 +220,9 @@ class Dispatcher:
                     routes = candidates(model, pinned, call.policy, call.needs)
                     served = model
                     answer = await self.attempt(call, deadline_at, model, routes)
-            if call.session_id is not None and call.record.route_id is not None:
-                session = f"{served.id}:{call.session_id}"
-                runtime.executor.affinity.remember(session, call.record.route_id)
+            route_id = call.record.route_id
+            if sticky is not None and route_id is not None:
+                affinity.remember(sticky, route_id, model.affinity_ttl_s or DEFAULT_TTL_S)
             return served, answer
         except asyncio.CancelledError:
             if deadline.claim():
@@ -215,6 +232,18 @@ class Dispatcher:
             raise
         finally:
             deadline.stop()
+
+    def sticky_key(self, call: ModelCall, model: ModelSnap) -> str | None:
+        """The key of the call's conversation binding for `model`, or None when it has none:
+        a model that does not stick (affinity off, or one route) derives nothing, except a
+        Responses call continuing `previous_response_id` (the provider holds that one)."""
+        session = call.session_id
+        if session is not None and session.startswith(RESPONSE_SESSION_PREFIX):
+            return f"{model.id}:{session}" if len(model.enabled_routes) > 1 else None
+        if not model.sticky:
+            return None
+        conversation = conversation_of(call.operation, call.payload, session, call.record.key_id)
+        return None if conversation is None else f"{model.id}:{conversation}"
 
     def served_headers(
         self, headers: list[tuple[bytes, bytes]], served: ModelSnap, record: CallRecord
@@ -248,9 +277,9 @@ class Dispatcher:
             )
         else:
             ordered = executor.router.order(model, routes, tag=call.route_tag, strategy=strategy)
-        if call.session_id is not None and len(ordered) > 1:
-            session = f"{model.id}:{call.session_id}"
-            ordered = executor.affinity.prefer(session, ordered, _route_id, executor.usable)
+        bound = call.bound_route
+        if bound is not None and len(ordered) > 1:
+            ordered = prefer(bound, ordered, _route_id, executor.usable)
         finish: Finisher[Any]
         operation = call.operation
         if not call.record.stream:
@@ -258,11 +287,12 @@ class Dispatcher:
         elif operation is _CHAT:
             finish = self._stream_primer(call, model)
         elif operation is Operation.MESSAGES:
-            finish = self._messages_primer(call, model)
+            finish = self._event_primer(call, model, MessagesStreamRelay)
         elif operation is Operation.RESPONSES:
-            finish = self._responses_primer(call, model)
+            remember = partial(self.remember_response, model, call.record.project_id)
+            finish = self._event_primer(call, model, ResponsesStreamRelay, on_response_id=remember)
         elif operation is Operation.GEMINI_STREAM:
-            finish = self._gemini_primer(call, model)
+            finish = self._event_primer(call, model, GeminiStreamRelay)
         else:
             finish = self._stream_primer(call, model)
         return executor.execute(
@@ -306,14 +336,17 @@ class Dispatcher:
 
         return prime
 
-    def _messages_primer(self, call: ModelCall, model: ModelSnap) -> Finisher[MessagesStreamRelay]:
-        """The finisher that opens an Anthropic stream relay and reads to its first content."""
+    def _event_primer(
+        self, call: ModelCall, model: ModelSnap, relay: Callable[..., R], **extra: Any
+    ) -> Finisher[R]:
+        """The finisher that opens a relay of parsed events (Messages, Responses, Gemini:
+        `relay` is its class, `extra` more of its arguments) and reads to its first content."""
         runtime = call.runtime
         record = call.record
 
-        async def prime(route: RouteSnap, response: UpstreamResponse) -> MessagesStreamRelay:
+        async def prime(route: RouteSnap, response: UpstreamResponse) -> R:
             slug = route.provider.slug
-            relay = MessagesStreamRelay(
+            opened = relay(
                 route,
                 response,
                 request_id=record.request_id,
@@ -321,65 +354,25 @@ class Dispatcher:
                 record=record,
                 on_malformed=lambda: runtime.metrics.malformed_events.labels(slug).inc(),
                 on_end=self.finish,
+                **extra,
             )
-            await relay.prime(runtime.deadlines)
-            return relay
-
-        return prime
-
-    def _responses_primer(
-        self, call: ModelCall, model: ModelSnap
-    ) -> Finisher[ResponsesStreamRelay]:
-        """The finisher that opens a Responses stream relay and reads to its first content."""
-        runtime = call.runtime
-        record = call.record
-
-        async def prime(route: RouteSnap, response: UpstreamResponse) -> ResponsesStreamRelay:
-            slug = route.provider.slug
-            relay = ResponsesStreamRelay(
-                route,
-                response,
-                request_id=record.request_id,
-                virtual_model=model.name,
-                record=record,
-                on_malformed=lambda: runtime.metrics.malformed_events.labels(slug).inc(),
-                on_response_id=partial(self.remember_response, model, route, record.project_id),
-                on_end=self.finish,
-            )
-            await relay.prime(runtime.deadlines)
-            return relay
-
-        return prime
-
-    def _gemini_primer(self, call: ModelCall, model: ModelSnap) -> Finisher[GeminiStreamRelay]:
-        """The finisher that opens a Gemini stream relay and reads to its first content."""
-        runtime = call.runtime
-        record = call.record
-
-        async def prime(route: RouteSnap, response: UpstreamResponse) -> GeminiStreamRelay:
-            slug = route.provider.slug
-            relay = GeminiStreamRelay(
-                route,
-                response,
-                request_id=record.request_id,
-                virtual_model=model.name,
-                record=record,
-                on_malformed=lambda: runtime.metrics.malformed_events.labels(slug).inc(),
-                on_end=self.finish,
-            )
-            await relay.prime(runtime.deadlines)
-            return relay
+            await opened.prime(runtime.deadlines)
+            return opened
 
         return prime
 
     def remember_response(
-        self, model: ModelSnap, route: RouteSnap, project_id: str | None, response_id: str
+        self, model: ModelSnap, project_id: str | None, route: RouteSnap, response_id: str
     ) -> None:
         """A Response's id -> the route that holds it: a request continuing it
         (`previous_response_id`) goes back there while that route is healthy, and one
         reading or cancelling it is sent there (when that provider stores responses)."""
         executor = self.live().executor
-        executor.affinity.remember(f"{model.id}:{response_session(response_id)}", route.id)
+        executor.affinity.remember(
+            f"{model.id}:{response_session(response_id)}",
+            route.id,
+            model.affinity_ttl_s or DEFAULT_TTL_S,
+        )
         if speaks_responses(route.provider.type, route.provider.preset):
             held = self.stored_responses
             held[response_id] = (route.id, project_id)
@@ -524,8 +517,3 @@ _CHAT: Final = Operation.CHAT
 
 #: Response ids remembered per process for GET and cancel (like session affinity).
 STORED_RESPONSES_MAX: Final = 100_000
-
-
-def response_session(response_id: str) -> str:
-    """The session key of a conversation continued by `previous_response_id`."""
-    return f"response:{response_id}"

@@ -16,6 +16,7 @@ from typing import Final
 import orjson
 from starlette.types import Receive, Scope, Send
 
+from llmrelay import apikeys
 from llmrelay.gateway import requests as checks
 from llmrelay.gateway.asgi import read_body, send_json, send_sse
 from llmrelay.gateway.auth import authenticate
@@ -84,7 +85,9 @@ class DataPlane(Dispatcher):
         anthropic_client = any(name == b"anthropic-version" for name, _ in scope["headers"])
         try:
             snapshot = runtime.snapshots.current
-            principal = authenticate(scope["headers"], snapshot, context.client_ip, time.time())
+            principal = authenticate(
+                scope["headers"], snapshot, context.client_ip, time.time(), apikeys.MODELS
+            )
         except GatewayError as error:
             if anthropic_client:
                 body = anthropic_wire.error_body(error, context.request_id)
@@ -141,7 +144,9 @@ class DataPlane(Dispatcher):
         streaming = False
         try:
             snapshot = runtime.snapshots.current
-            principal = authenticate(scope["headers"], snapshot, context.client_ip, time.time())
+            principal = authenticate(
+                scope["headers"], snapshot, context.client_ip, time.time(), _SCOPES[operation]
+            )
             bind(record, principal)
             if principal.capture:
                 send, receive = self.capture(record, send, receive)
@@ -205,6 +210,8 @@ class DataPlane(Dispatcher):
 
 
 _ENDPOINTS: Final = {Operation.CHAT: "chat.completions", Operation.EMBEDDINGS: "embeddings"}
+#: The key scope each operation needs (apikeys.SCOPES).
+_SCOPES: Final = {Operation.CHAT: apikeys.CHAT, Operation.EMBEDDINGS: apikeys.EMBEDDINGS}
 _CHAT: Final = Operation.CHAT
 _EMBEDDINGS: Final = Operation.EMBEDDINGS
 

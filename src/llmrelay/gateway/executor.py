@@ -50,7 +50,7 @@ from llmrelay.providers.errors import (
     UpstreamTimeoutError,
 )
 from llmrelay.providers.registry import ProviderRegistry, UnsupportedProvider
-from llmrelay.routing.affinity import SessionAffinity
+from llmrelay.routing.affinity import AffinityStore, SessionAffinity
 from llmrelay.routing.breaker import Breakers
 from llmrelay.routing.strategies import Router
 from llmrelay.snapshot.model import ModelSnap, PolicySnap, ProviderSnap, RouteSnap
@@ -185,7 +185,8 @@ class Executor:
         self.registry = registry
         self.breakers = breakers
         self.router = router
-        self.affinity = SessionAffinity()
+        #: Conversations' routes (sticky routing); per process for now.
+        self.affinity: AffinityStore = SessionAffinity()
         self._rng = rng or random.Random()
         self.clock = clock
         #: Called with a provider's id when it refuses the gateway's credentials (401/403);

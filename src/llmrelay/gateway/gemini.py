@@ -24,6 +24,7 @@ from urllib.parse import parse_qsl
 import orjson
 from starlette.types import Receive, Scope, Send
 
+from llmrelay import apikeys
 from llmrelay.gateway import requests as checks
 from llmrelay.gateway.asgi import JSON_TYPE, read_body, send_json, send_sse
 from llmrelay.gateway.auth import gemini_key, principal_of
@@ -49,7 +50,7 @@ from llmrelay.snapshot.model import KeySnap, ModelSnap, Snapshot
 GEMINI_PREFIX: Final = "/v1beta/"
 #: What these routes are called where a key's scopes name APIs: every path under
 #: GEMINI_PREFIX, every record whose endpoint starts with "gemini.".
-SCOPE: Final = "gemini-native"
+SCOPE: Final = apikeys.GEMINI_NATIVE
 MODELS_PATH: Final = "/v1beta/models"
 _MODEL_PREFIX: Final = "/v1beta/models/"
 #: The client's method -> (operation, record endpoint).
@@ -105,7 +106,7 @@ class GeminiRoutes:
                 "no API key: send 'x-goog-api-key: KEY' (or ?key=KEY, or "
                 "'Authorization: Bearer KEY')"
             )
-        return principal_of(key, snapshot, context.client_ip, time.time())
+        return principal_of(key, snapshot, context.client_ip, time.time(), SCOPE)
 
     # -- the model list ------------------------------------------------------------------
 

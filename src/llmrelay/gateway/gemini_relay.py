@@ -19,24 +19,20 @@ from collections.abc import Callable
 from typing import Any, Final
 
 import orjson
-import structlog
 
 from llmrelay.gateway.call import CallRecord
 from llmrelay.gateway.errors import GatewayError
-from llmrelay.gateway.stream_relay import StreamRelay
+from llmrelay.gateway.stream_relay import ParsedEventRelay
 from llmrelay.protocols import gemini, gemini_models
-from llmrelay.protocols.sse import SSEParser
 from llmrelay.providers.base import UpstreamResponse
 from llmrelay.providers.errors import UpstreamErrorEvent
 from llmrelay.snapshot.model import RouteSnap
-
-log = structlog.get_logger(__name__)
 
 _SSE_START: Final = b"data: "
 _SSE_END: Final = b"\r\n\r\n"
 
 
-class GeminiStreamRelay(StreamRelay):
+class GeminiStreamRelay(ParsedEventRelay):
     def __init__(
         self,
         route: RouteSnap,
@@ -48,11 +44,15 @@ class GeminiStreamRelay(StreamRelay):
         on_malformed: Callable[[], None],
         on_end: Callable[[CallRecord], None],
     ) -> None:
-        super().__init__(route, response, request_id=request_id, record=record, on_end=on_end)
-        self._parser = SSEParser()
-        self._virtual_model = virtual_model
-        self._on_malformed = on_malformed
-        self._ended = False
+        super().__init__(
+            route,
+            response,
+            request_id=request_id,
+            virtual_model=virtual_model,
+            record=record,
+            on_malformed=on_malformed,
+            on_end=on_end,
+        )
         self._started: set[int] = set()
         self._finished: set[int] = set()
         #: The client's framing: server-sent events, or one JSON array.
@@ -66,10 +66,6 @@ class GeminiStreamRelay(StreamRelay):
         self._array = True
         primed = self._primed
         self._primed = [self._frame(e[len(_SSE_START) : -len(_SSE_END)]) for e in primed]
-
-    @property
-    def _complete(self) -> bool:
-        return self._ended
 
     def _frame(self, data: bytes) -> bytes:
         if not self._array:
@@ -97,29 +93,16 @@ class GeminiStreamRelay(StreamRelay):
         # finish reason is complete (the check at the finish normally ends it first).
         return bool(self._started) and self._finished >= self._started
 
-    def _take(self, chunk: bytes, out: list[bytes], *, priming: bool) -> bool:
-        content = False
-        for _, data in self._parser.feed(chunk):
-            if self._ended:
-                break  # anything after the end is not part of the answer
-            try:
-                event = orjson.loads(data) if data else None
-            except orjson.JSONDecodeError:
-                event = None
-            if not isinstance(event, dict):
-                if data:
-                    self._on_malformed()
-                    log.warning("upstream_malformed_event", request_id=self._request_id)
-                continue
-            error = event.get("error")
-            if error is not None:
-                message = gemini.error_message(event) or str(error)
-                raise UpstreamErrorEvent(message[:200])
-            content = self._look(event) or content
-            if "modelVersion" in event:
-                event["modelVersion"] = self._virtual_model
-            self._taken += 1
-            out.append(self._frame(orjson.dumps(event)))
+    def _pass(self, name: str | None, event: dict[str, Any], data: bytes, out: list[bytes]) -> bool:
+        error = event.get("error")
+        if error is not None:
+            message = gemini.error_message(event) or str(error)
+            raise UpstreamErrorEvent(message[:200])
+        content = self._look(event)
+        if "modelVersion" in event:
+            event["modelVersion"] = self._virtual_model
+        self._taken += 1
+        out.append(self._frame(orjson.dumps(event)))
         return content
 
     def _look(self, event: dict[str, Any]) -> bool:

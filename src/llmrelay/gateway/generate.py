@@ -16,6 +16,7 @@ import time
 import orjson
 from starlette.types import Receive, Scope, Send
 
+from llmrelay import apikeys
 from llmrelay.gateway import requests as checks
 from llmrelay.gateway.asgi import read_body, send_json
 from llmrelay.gateway.auth import authenticate, key_digest, presented_key
@@ -52,7 +53,9 @@ class GenerateRoutes:
         queued = False  # then the job records the call, under this request id
         try:
             snapshot = runtime.snapshots.current
-            principal = authenticate(scope["headers"], snapshot, context.client_ip, time.time())
+            principal = authenticate(
+                scope["headers"], snapshot, context.client_ip, time.time(), apikeys.GENERATE
+            )
             bind(record, principal)
             if principal.capture:
                 send, receive = dispatcher.capture(record, send, receive)
@@ -141,7 +144,9 @@ class GenerateRoutes:
             if method != "GET" or "/" in generation_id:
                 raise NotFound(f"no route for {method} {scope.get('path', '')}")
             snapshot = runtime.snapshots.current
-            principal = authenticate(scope["headers"], snapshot, context.client_ip, time.time())
+            principal = authenticate(
+                scope["headers"], snapshot, context.client_ip, time.time(), apikeys.GENERATE
+            )
             durable = self._dispatcher.durable
             found = None
             if durable is not None and GENERATION_ID.fullmatch(generation_id):

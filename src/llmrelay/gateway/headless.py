@@ -34,7 +34,8 @@ from llmrelay.gateway import requests as checks
 from llmrelay.gateway.call import CallRecord
 from llmrelay.gateway.capabilities import needs_of
 from llmrelay.gateway.capture import Capture
-from llmrelay.gateway.dispatch import Answer, Dispatcher, ModelCall, bind, response_session
+from llmrelay.gateway.conversation import response_session
+from llmrelay.gateway.dispatch import Answer, Dispatcher, ModelCall, bind
 from llmrelay.gateway.errors import AuthenticationFailed, BillingUnavailable
 from llmrelay.gateway.executor import Executor
 from llmrelay.providers.base import Adapter, Operation, Transport, UpstreamRequest, UpstreamResponse

@@ -15,6 +15,7 @@ from typing import Final
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from llmrelay.gateway.conversation import SESSION_HEADERS
 from llmrelay.gateway.errors import GatewayError, PayloadTooLarge
 from llmrelay.gateway.ids import REQUEST_IDS
 from llmrelay.observability.logging import REQUEST_ID
@@ -47,7 +48,8 @@ class RequestContext:
         self.started = started
         #: `x-llmrelay-route-tag`, for the `tag` routing strategy
         self.route_tag = route_tag
-        #: `x-llmrelay-session-id`: keeps a conversation on the route that served it
+        #: The conversation's id from its session header (`x-llmrelay-session-id`, or one a
+        #: coding agent sends: gateway/conversation.py): keeps it on the route that served it
         self.session_id = session_id
         #: The client's User-Agent (first 200 characters), for its records
         self.user_agent = user_agent
@@ -99,6 +101,7 @@ def begin(scope: Scope, trusted_proxies: Sequence[IPNetwork]) -> tuple[RequestCo
     content_length = None
     route_tag = None
     session_id = None
+    session_rank = len(SESSION_HEADERS)
     user_agent = None
     for name, value in scope["headers"]:
         if name == b"x-request-id":
@@ -111,8 +114,12 @@ def begin(scope: Scope, trusted_proxies: Sequence[IPNetwork]) -> tuple[RequestCo
             route_tag = value.decode("latin-1").strip() or None
         elif name == b"user-agent":
             user_agent = value[:200].decode("latin-1")
-        elif name == b"x-llmrelay-session-id":
-            session_id = value[:200].decode("latin-1").strip() or None
+        else:
+            rank = SESSION_HEADERS.get(name)
+            if rank is not None and rank < session_rank:
+                found = value[:200].decode("latin-1").strip()
+                if found:
+                    session_id, session_rank = found, rank
     client = scope.get("client")
     context = RequestContext(
         request_id=choose_request_id(given_id),

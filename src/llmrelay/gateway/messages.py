@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 from starlette.types import Receive, Scope, Send
 
+from llmrelay import apikeys
 from llmrelay.gateway import requests as checks
 from llmrelay.gateway.asgi import read_body, send_json, send_sse
 from llmrelay.gateway.auth import authenticate
@@ -65,7 +66,9 @@ class MessagesRoutes:
         streaming = False
         try:
             snapshot = runtime.snapshots.current
-            principal = authenticate(scope["headers"], snapshot, context.client_ip, time.time())
+            principal = authenticate(
+                scope["headers"], snapshot, context.client_ip, time.time(), apikeys.MESSAGES
+            )
             bind(record, principal)
             if principal.capture:
                 send, receive = dispatcher.capture(record, send, receive)

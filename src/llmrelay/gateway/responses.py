@@ -21,12 +21,14 @@ from typing import Any
 import orjson
 from starlette.types import Receive, Scope, Send
 
+from llmrelay import apikeys
 from llmrelay.gateway import requests as checks
 from llmrelay.gateway.asgi import read_body, send_json, send_sse
 from llmrelay.gateway.auth import authenticate
 from llmrelay.gateway.background import answer_background, submit_background
 from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
-from llmrelay.gateway.dispatch import Dispatcher, bind, response_session
+from llmrelay.gateway.conversation import response_session
+from llmrelay.gateway.dispatch import Dispatcher, bind
 from llmrelay.gateway.dropped import add_header
 from llmrelay.gateway.errors import ClientDisconnected, GatewayError, InvalidRequest
 from llmrelay.gateway.executor import UpstreamRejected
@@ -53,7 +55,9 @@ class ResponsesRoutes:
         queued = False  # a background response: its job records the call
         try:
             snapshot = runtime.snapshots.current
-            principal = authenticate(scope["headers"], snapshot, context.client_ip, time.time())
+            principal = authenticate(
+                scope["headers"], snapshot, context.client_ip, time.time(), apikeys.RESPONSES
+            )
             bind(record, principal)
             if principal.capture:
                 send, receive = dispatcher.capture(record, send, receive)
@@ -119,7 +123,7 @@ class ResponsesRoutes:
                 dispatcher.screen_answer(guard, Operation.RESPONSES, answered, record)
             response_id = answered.get("id")
             if isinstance(response_id, str):
-                dispatcher.remember_response(served, answer.route, record.project_id, response_id)
+                dispatcher.remember_response(served, record.project_id, answer.route, response_id)
             dispatcher.served_headers(headers, served, record)
             add_header(headers, record.dropped)
             await send_json(send, 200, orjson.dumps(answered), headers)

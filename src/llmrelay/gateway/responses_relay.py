@@ -51,7 +51,7 @@ class ResponsesStreamRelay(ParsedEventRelay):
         virtual_model: str,
         record: CallRecord,
         on_malformed: Callable[[], None],
-        on_response_id: Callable[[str], None],
+        on_response_id: Callable[[RouteSnap, str], None],
         on_end: Callable[[CallRecord], None],
     ) -> None:
         super().__init__(
@@ -97,7 +97,7 @@ class ResponsesStreamRelay(ParsedEventRelay):
         response["model"] = self._virtual_model
         response_id = response.get("id")
         if isinstance(response_id, str) and kind == "response.created":
-            self._on_response_id(response_id)
+            self._on_response_id(self._route, response_id)
         if kind in _ENDS:
             self._ended = True
             self._record.take_responses_usage(response.get("usage"))

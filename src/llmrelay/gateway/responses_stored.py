@@ -17,6 +17,7 @@ from urllib.parse import parse_qs
 import orjson
 from starlette.types import Receive, Scope, Send
 
+from llmrelay import apikeys
 from llmrelay.gateway import requests as checks
 from llmrelay.gateway.asgi import read_body, send_json
 from llmrelay.gateway.auth import authenticate
@@ -62,7 +63,9 @@ class StoredResponses:
             if not response_id or (method, action) not in (("GET", ""), ("POST", "cancel")):
                 raise NotFound(f"no route for {method} {scope.get('path', '')}")
             snapshot = runtime.snapshots.current
-            principal = authenticate(scope["headers"], snapshot, context.client_ip, time.time())
+            principal = authenticate(
+                scope["headers"], snapshot, context.client_ip, time.time(), apikeys.RESPONSES
+            )
             durable = self._dispatcher.durable
             if (
                 durable is not None
@@ -144,7 +147,9 @@ class StoredResponses:
         headers = [(b"x-request-id", context.request_id.encode())]
         try:
             snapshot = runtime.snapshots.current
-            principal = authenticate(scope["headers"], snapshot, context.client_ip, time.time())
+            principal = authenticate(
+                scope["headers"], snapshot, context.client_ip, time.time(), apikeys.RESPONSES
+            )
             bind(record, principal)
             if principal.capture:
                 send, receive = dispatcher.capture(record, send, receive)

@@ -228,10 +228,11 @@ _OVER: Final = 3
 
 
 class ParsedEventRelay(StreamRelay):
-    """A relay for protocols whose every event is parsed (Messages, Responses: not the hot
-    path; chat's relay is the tuned one). A malformed event is dropped and counted, an `error`
-    event fails the route before the first byte and reaches the client after it, and nothing
-    after the protocol's end is passed on. Subclasses say what one event does (`_event`)."""
+    """A relay for protocols whose every event is parsed (Messages, Responses, Gemini: not the
+    hot path; chat's relay is the tuned one). A malformed event is dropped and counted, an
+    `error` event fails the route before the first byte and reaches the client after it, and
+    nothing after the protocol's end is passed on. Subclasses say what one event does
+    (`_event`, or the whole of `_pass` for a protocol without named events)."""
 
     def __init__(
         self,
@@ -273,14 +274,19 @@ class ParsedEventRelay(StreamRelay):
                     self._on_malformed()
                     log.warning("upstream_malformed_event", request_id=self._request_id)
                 continue
-            kind = str(event.get("type") or name)
-            if kind == "error":
-                raise UpstreamErrorEvent(_error_text(event))
-            data, carried = self._event(kind, event, data)
-            self._taken += 1
-            content = content or carried
-            out.append(b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n")
+            content = self._pass(name, event, data, out) or content
         return content
+
+    def _pass(self, name: str | None, event: dict[str, Any], data: bytes, out: list[bytes]) -> bool:
+        """Append one parsed event, as the client gets it, to `out`; whether it carried
+        content. Raises UpstreamErrorEvent for an error event."""
+        kind = str(event.get("type") or name)
+        if kind == "error":
+            raise UpstreamErrorEvent(_error_text(event))
+        data, carried = self._event(kind, event, data)
+        self._taken += 1
+        out.append(b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n")
+        return carried
 
 
 def _log_reason(exc: UpstreamError) -> str:

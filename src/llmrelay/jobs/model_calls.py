@@ -21,7 +21,9 @@ from typing import Any, Final
 import structlog
 from sqlalchemy.exc import SQLAlchemyError
 
+from llmrelay import apikeys
 from llmrelay.billing.errors import LedgerUnavailable
+from llmrelay.gateway.auth import scope_refused
 from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
 from llmrelay.gateway.dispatch import Answer
 from llmrelay.gateway.errors import BillingUnavailable, GatewayError
@@ -237,11 +239,21 @@ async def call_model(
     return record, served, answer
 
 
+#: The key scope a job's endpoint needs (the one its submission was checked against).
+_SCOPES: Final = {"generate": apikeys.GENERATE, "responses": apikeys.RESPONSES}
+
+
 def _principal(
     headless: Headless, context: JobContext, submitted: Submitted, endpoint: str, now: float
 ) -> KeySnap:
     try:
-        return principal_of(headless.snapshot(), submitted.key_digest, context.job.key_id, now)
+        principal = principal_of(headless.snapshot(), submitted.key_digest, context.job.key_id, now)
+        # The key's scopes as they stand now, as its status: narrowed since the job was
+        # queued, the job does not run.
+        scope = _SCOPES.get(endpoint)
+        if principal.scopes is not None and scope is not None and scope not in principal.scopes:
+            raise scope_refused(principal.scopes, scope)
+        return principal
     except GatewayError as error:
         record = record_for(context, submitted, endpoint)
         record.fail(error.status, error.code)

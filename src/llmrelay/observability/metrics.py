@@ -201,7 +201,7 @@ class Metrics:
         self.billing_webhooks = Counter(
             "llmrelay_billing_stripe_webhooks",
             "Stripe webhook deliveries, by outcome (credited, ignored, duplicate, mismatch, "
-            "failed, expired, bad_signature).",
+            "failed, expired, bad_signature; disputes: held, won, lost).",
             ("outcome",),
             registry=self.registry,
         )

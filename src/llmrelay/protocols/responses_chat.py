@@ -4,8 +4,8 @@ For a Responses client reaching a provider that only speaks Chat Completions
 (`responses_request_to_chat`, then `chat_response_to_responses`). The Responses API is
 stateful where Chat is not: anything that needs the server to remember (previous_response_id,
 conversations, stored prompts, background runs) raises TranslationError naming the client's
-field. Fields whose loss changes nothing the client relies on (`store`, `prompt_cache_key`,
-`text.verbosity`, OpenAI's built-in tools...) are returned by name in `dropped`, which the
+field. Fields whose loss changes nothing the client relies on (`store`, `text.verbosity`,
+`client_metadata`, OpenAI's built-in tools...) are returned by name in `dropped`, which the
 gateway names in the `x-llmrelay-dropped` header. Input items are translated in
 `responses_chat_input`, tools and tool calls in `responses_tools`, reasoning in
 `responses_reasoning`; the stream in `responses_chat_stream`, which builds its response
@@ -56,6 +56,7 @@ _MAPPED = frozenset(
         "stream",
         "user",
         "include",
+        "prompt_cache_key",
     }
 )
 # Fields that need state the Chat provider does not keep, or a feature it does not have.
@@ -101,7 +102,7 @@ def responses_request_to_chat(
                 raise fail(message, field)
         if field == "store" and value is False:
             continue  # honoured: nothing is kept
-        # store: true, metadata, service_tier, prompt_cache_key, safety_identifier,
+        # store: true, metadata, service_tier, safety_identifier,
         # max_tool_calls (built-in tools only), stream_options, client_metadata and unknown
         # extensions: reported, not sent.
         note(dropped, field)
@@ -123,6 +124,10 @@ def responses_request_to_chat(
             body["stream_options"] = {"include_usage": True}
     if payload.get("user") is not None:
         body["user"] = payload["user"]
+    if payload.get("prompt_cache_key") is not None:
+        # Chat Completions has it too (OpenAI routes cache by it); the chat translations to
+        # Anthropic and Gemini leave it out and name it.
+        body["prompt_cache_key"] = payload["prompt_cache_key"]
     _tools(payload, body, dropped)
     _text(payload.get("text"), body, dropped)
     _reasoning(payload.get("reasoning"), body, dropped)

@@ -76,8 +76,11 @@ def _for_gemini(payload: dict[str, Any], chat: dict[str, Any], dropped: list[str
         dropped.append("tool_choice.disable_parallel_tool_use")
 
 
-def strip_hub_fields(messages: list[dict[str, Any]], dropped: list[str]) -> None:
-    """The hub's reasoning fields taken off the assistant messages for OpenAI's own API."""
+def strip_hub_fields(
+    messages: list[dict[str, Any]], dropped: list[str], label: str = "messages.content.thinking"
+) -> None:
+    """The hub's reasoning fields taken off the assistant messages for OpenAI's own API (it
+    refuses them); `label` names, in the client's protocol, what was dropped."""
     for message in messages:
         if message.get("role") != "assistant":
             continue
@@ -86,8 +89,8 @@ def strip_hub_fields(messages: list[dict[str, Any]], dropped: list[str]) -> None
             found = message.pop(name, None) is not None or found
         for call in message.get("tool_calls") or ():
             found = call.pop("extra_content", None) is not None or found
-        if found and "messages.content.thinking" not in dropped:
-            dropped.append("messages.content.thinking")
+        if found and label not in dropped:
+            dropped.append(label)
 
 
 def over_chat(

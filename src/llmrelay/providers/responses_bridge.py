@@ -19,7 +19,7 @@ from llmrelay.protocols.responses_chat import chat_response_to_responses, respon
 from llmrelay.protocols.responses_chat_stream import ChatStreamToResponses
 from llmrelay.providers.base import UpstreamRequest, UpstreamResponse
 from llmrelay.providers.from_chat import Event, FromChat
-from llmrelay.providers.messages_bridge import BuildChat, over_chat
+from llmrelay.providers.messages_bridge import BuildChat, over_chat, strip_hub_fields
 from llmrelay.snapshot.model import RouteSnap
 
 #: Provider types whose chat API is OpenAI's own: no reasoning fields in requests.
@@ -33,7 +33,7 @@ def responses_over_chat(
 ) -> UpstreamRequest:
     chat, dropped = responses_request_to_chat(payload, upstream_model=route.upstream_model)
     if route.provider.type in _OPENAI_OWN:
-        _strip_hub_fields(chat["messages"], dropped)
+        strip_hub_fields(chat["messages"], dropped, "input.reasoning")
     inner: list[str] = []
 
     def build(body: dict[str, Any]) -> UpstreamRequest:
@@ -49,17 +49,6 @@ def responses_over_chat(
     return UpstreamRequest(
         built.url, built.headers, built.body, built.translate, built.method, dropped=every
     )
-
-
-def _strip_hub_fields(messages: list[dict[str, Any]], dropped: list[str]) -> None:
-    for message in messages:
-        if message.get("role") != "assistant":
-            continue
-        if message.pop("reasoning_details", None) is not None and "input.reasoning" not in dropped:
-            dropped.append("input.reasoning")
-        for call in message.get("tool_calls") or []:
-            if call.pop("extra_content", None) is not None and "input.reasoning" not in dropped:
-                dropped.append("input.reasoning")
 
 
 class ResponsesFromChat(FromChat):

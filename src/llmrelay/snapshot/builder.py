@@ -99,6 +99,7 @@ async def build_snapshot(session: AsyncSession, sealer: Sealer) -> Snapshot:
             embedding=model.embedding,
             price=prices.get(model.id),
             created=int(model.created_at.timestamp()),
+            affinity_ttl_s=model.affinity_ttl_s if model.affinity_enabled else None,
         )
 
     default_models = await _apply_preferences(session, models)
@@ -133,7 +134,9 @@ async def build_snapshot(session: AsyncSession, sealer: Sealer) -> Snapshot:
         except GuardrailsError as exc:
             raise SnapshotError(str(exc)) from None
         status = _family_status(key, key_rows)
-        keys[key.digest] = _key(key, project, policy, guard, key.tenant_id in prepaid, status)
+        keys[key.digest] = _key(
+            key, project, policy, guard, key.tenant_id in prepaid, status, _scopes(key, key_rows)
+        )
     snapshot = Snapshot(
         generation=generation,
         built_at=time.time(),
@@ -344,6 +347,14 @@ def _family_status(row: ApiKey, rows: Mapping[str, ApiKey]) -> str:
     return status
 
 
+def _scopes(row: ApiKey, rows: Mapping[str, ApiKey]) -> frozenset[str] | None:
+    """The APIs a key may call. A rotated-out secret follows the key it is a secret of, so
+    narrowing a key's scopes narrows its old secret's within the same reload."""
+    owner = rows.get(row.rotated_from_id) if row.rotated_from_id is not None else None
+    scopes = (owner or row).scopes
+    return None if scopes is None else frozenset(scopes)
+
+
 def _key(
     row: ApiKey,
     project: ProjectSnap,
@@ -351,6 +362,7 @@ def _key(
     guard: Guard | None,
     prepaid: bool = False,
     status: str | None = None,
+    scopes: frozenset[str] | None = None,
 ) -> KeySnap:
     own = None if row.allowed_models is None else frozenset(row.allowed_models)
     if own is None:
@@ -368,6 +380,7 @@ def _key(
         expires_at=None if row.expires_at is None else row.expires_at.timestamp(),
         allowed_models=allowed,
         ip_allowlist=tuple(ipaddress.ip_network(c, strict=False) for c in row.ip_allowlist),
+        scopes=scopes,
         limits=_limits(row),
         policy=policy,
         capture=row.capture == CAPTURE_FULL,

@@ -82,16 +82,22 @@ class ModelSnap:
     embedding: bool
     price: Price | None
     created: int
+    #: Sticky routing: how long an idle conversation keeps its route; None: off.
+    affinity_ttl_s: float | None = 3600.0
     #: The routes not disabled, same order (worked out once: every request starts from it).
     enabled_routes: tuple[RouteSnap, ...] = field(init=False, compare=False, repr=False)
     #: Whether any route declares capabilities (else requests are not examined for them).
     capability_aware: bool = field(init=False, compare=False, repr=False)
+    #: Sticky routing acts: it is on and there is more than one route to choose from (else
+    #: a request derives no conversation key at all).
+    sticky: bool = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         enabled = tuple(r for r in self.routes if not r.disabled)
         object.__setattr__(self, "enabled_routes", enabled)
         aware = any(r.capabilities is not None for r in enabled)
         object.__setattr__(self, "capability_aware", aware)
+        object.__setattr__(self, "sticky", self.affinity_ttl_s is not None and len(enabled) > 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +151,9 @@ class KeySnap:
     allowed_models: frozenset[str] | None
     ip_allowlist: tuple[IPNetwork, ...]
     limits: Limits
+    #: The APIs the key may call (apikeys.SCOPES names); None means every API, so a key
+    #: without scopes costs one attribute check and a scoped one a frozenset lookup.
+    scopes: frozenset[str] | None = None
     #: The routing policy in force: the key's binding, else the project's, else the global
     #: one (the most specific alone); None when none is bound.
     policy: PolicySnap | None = None

@@ -19,6 +19,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    true,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
 
@@ -139,6 +140,8 @@ class ApiKey(Versioned, Timestamped, Base):
     expires_at: Mapped[datetime | None]
     allowed_models: Mapped[list[str] | None] = mapped_column(JSONDoc, nullable=True)
     ip_allowlist: Mapped[list[str]] = mapped_column(JSONDoc, default=list)
+    #: The APIs the key may call (names from apikeys.SCOPES); null = every API (0017).
+    scopes: Mapped[list[str] | None] = mapped_column(JSONDoc, nullable=True)
     rpm: Mapped[int | None]
     tpm: Mapped[int | None]
     concurrency: Mapped[int | None]
@@ -183,7 +186,7 @@ class Provider(Versioned, Timestamped, Base):
     #: The upstream models this provider offers (admin API inventory; migration 0012):
     #: [{"id": "gpt-4o-mini", ...}], or None when nobody listed them.
     model_inventory: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONDoc, nullable=True)
-    #: Who set its base URL last (migration 0017): "operator" (the YAML config, the admin
+    #: Who set its base URL last (migration 0020): "operator" (the YAML config, the admin
     #: token, a platform admin) or "tenant" (a tenant's admin). Chooses the outbound address
     #: policy its connections are judged by (outbound/policy.py).
     declared_by: Mapped[str] = mapped_column(
@@ -205,6 +208,10 @@ class VirtualModel(Versioned, Timestamped, Base):
     fallbacks: Mapped[list[str]] = mapped_column(JSONDoc, default=list)
     context_fallbacks: Mapped[list[str]] = mapped_column(JSONDoc, default=list)
     embedding: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: Sticky routing per conversation (migration 0017): on, and how long an idle
+    #: conversation keeps its route.
+    affinity_enabled: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
+    affinity_ttl_s: Mapped[float] = mapped_column(Float, default=3600.0, server_default="3600")
 
 
 class Route(Versioned, Timestamped, Base):

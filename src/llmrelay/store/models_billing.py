@@ -11,7 +11,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Boolean, ForeignKey, Index, Integer, String, Text, false
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    false,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from llmrelay.store.models import Base, new_id
@@ -57,7 +67,8 @@ class LedgerEntry(Base):
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
     tenant_id: Mapped[str] = mapped_column(String(32))
     #: topup, reserve, charge (a settled reservation's cost), release (its unused part),
-    #: refund, adjustment, metering_failed (a reservation kept until reconciled)
+    #: refund, adjustment, metering_failed (a reservation kept until reconciled),
+    #: dispute_hold, dispute_release, dispute_loss, card_refund, card_refund_reversal
     kind: Mapped[str] = mapped_column(String(24))
     #: Signed changes to the wallet's available and reserved balances, and both after it.
     amount_micros: Mapped[int] = mapped_column(BigInteger)
@@ -115,6 +126,57 @@ class PaymentOrder(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
     paid_at: Mapped[datetime | None]
+    #: Refunded to the card so far (refunds in flight included); with `disputed_micros`,
+    #: never more than `amount_micros` (one conditional UPDATE decides: 0018).
+    refunded_micros: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    #: Held by open disputes and taken by lost ones (a won dispute gives its part back).
+    disputed_micros: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+
+
+class Dispute(Base):
+    """A chargeback of a top-up's payment (0018): its amount is held in the wallet while it
+    is open, released when won, taken when lost; each by its ledger entry, once."""
+
+    __tablename__ = "disputes"
+
+    #: Stripe's dispute id (`dp_...` / `du_...`).
+    id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(32), index=True)
+    order_id: Mapped[str] = mapped_column(String(32), index=True)
+    charge_id: Mapped[str | None] = mapped_column(String(255))
+    #: What the wallet holds for it (the disputed amount, at most the order's).
+    amount_micros: Mapped[int] = mapped_column(BigInteger)
+    reason: Mapped[str | None] = mapped_column(String(64))
+    #: open, won, lost
+    status: Mapped[str] = mapped_column(String(16), default="open")
+    #: Stripe's own status when last read (needs_response, under_review, won, lost, ...).
+    stripe_status: Mapped[str | None] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    closed_at: Mapped[datetime | None]
+
+
+class CardRefund(Base):
+    """Money sent back to the card of a top-up through Stripe's refund API (0018). The
+    wallet is debited when the row is made, in the same transaction; a refusal by Stripe
+    reverses it. The row id is the Idempotency-Key of the Stripe call."""
+
+    __tablename__ = "card_refunds"
+    __table_args__ = (UniqueConstraint("tenant_id", "refund_id"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(String(32))
+    #: The caller's id (the body's `refund_id` or the Idempotency-Key header).
+    refund_id: Mapped[str] = mapped_column(String(100))
+    order_id: Mapped[str] = mapped_column(String(32), index=True)
+    amount_micros: Mapped[int] = mapped_column(BigInteger)
+    reason: Mapped[str | None] = mapped_column(Text)
+    #: pending (asked of Stripe, or to be asked again), succeeded, failed (reversed)
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    stripe_refund_id: Mapped[str | None] = mapped_column(String(255))
+    failure: Mapped[str | None] = mapped_column(Text)
+    created_by: Mapped[str | None] = mapped_column(String(100))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class StripeEvent(Base):

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
-import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -34,13 +32,6 @@ LOOPBACK = Settings(
     webhook_allow_loopback=True,
     webhook_retry_schedule_s="0.05,0.05,0.05",
 )
-
-
-@pytest.fixture(scope="module")
-def receiver() -> Iterator[WebhookReceiver]:
-    server = WebhookReceiver().start()
-    yield server
-    server.stop()
 
 
 async def _project(engine: AsyncEngine) -> Project:
@@ -106,17 +97,17 @@ async def _send(
 
 
 async def test_retried_until_taken_every_attempt_logged_and_signed(
-    engine: AsyncEngine, receiver: WebhookReceiver
+    engine: AsyncEngine, webhook_receiver: WebhookReceiver
 ) -> None:
     project = await _project(engine)
     path = f"/fail-first-2-{time.monotonic_ns()}"
-    row = await _send(engine, LOOPBACK, project, receiver.url(path))
+    row = await _send(engine, LOOPBACK, project, webhook_receiver.url(path))
     assert (row["status"], row["attempts"], row["job"]) == ("delivered", 3, "succeeded")
     assert [a["status_code"] for a in row["attempt_log"]] == [500, 500, 200]
     assert row["delivered_at"] is not None and row["last_status_code"] == 200
     async with engine.begin() as conn:
         secret = await project_secret(conn, SEALER, project.id)
-    received = receiver.on(path)
+    received = webhook_receiver.on(path)
     assert len(received) == 3 and len({r.body for r in received}) == 1
     for attempt in received:
         assert signing.verify(
@@ -138,7 +129,7 @@ async def test_retried_until_taken_every_attempt_logged_and_signed(
 
 
 async def test_given_up_once_the_attempts_are_spent(
-    engine: AsyncEngine, receiver: WebhookReceiver
+    engine: AsyncEngine, webhook_receiver: WebhookReceiver
 ) -> None:
     project = await _project(engine)
     settings = Settings(
@@ -147,24 +138,24 @@ async def test_given_up_once_the_attempts_are_spent(
         webhook_retry_schedule_s="0.05",
     )
     path = f"/status-503-{time.monotonic_ns()}"
-    row = await _send(engine, settings, project, receiver.url(path))
+    row = await _send(engine, settings, project, webhook_receiver.url(path))
     assert (row["status"], row["attempts"], row["job"]) == ("failed", 2, "failed")
     assert [a["status_code"] for a in row["attempt_log"]] == [503, 503]
-    assert len(receiver.on(path)) == 2
+    assert len(webhook_receiver.on(path)) == 2
 
 
 async def test_refused_at_delivery_without_a_request(
-    engine: AsyncEngine, receiver: WebhookReceiver
+    engine: AsyncEngine, webhook_receiver: WebhookReceiver
 ) -> None:
     project = await _project(engine)
-    before = len(receiver.received)
+    before = len(webhook_receiver.received)
     cases = [
         (LOOPBACK, "http://10.0.0.1/hook", "private"),
         (LOOPBACK, "http://169.254.169.254/latest/meta-data/", "link-local"),
         # allowed when it was submitted; the operator has since taken loopback away
         (
             Settings(webhook_allowed_hosts="127.0.0.1"),
-            receiver.url("/ok"),
+            webhook_receiver.url("/ok"),
             "loopback",
         ),
     ]
@@ -173,11 +164,11 @@ async def test_refused_at_delivery_without_a_request(
         assert (row["status"], row["attempts"], row["job"]) == ("failed", 1, "failed")
         assert row["last_status_code"] is None and says in row["last_error"]
         assert row["last_error"].startswith("refused:")
-    assert len(receiver.received) == before
+    assert len(webhook_receiver.received) == before
 
 
 async def test_a_redirect_to_an_internal_address_is_not_followed(
-    engine: AsyncEngine, receiver: WebhookReceiver
+    engine: AsyncEngine, webhook_receiver: WebhookReceiver
 ) -> None:
     """The tenants' outbound policy opens the receiver's one address (127.0.0.1/32); it
     answers 307 to a real server at 127.0.0.2, which the policy does not open: the attempt
@@ -186,9 +177,9 @@ async def test_a_redirect_to_an_internal_address_is_not_followed(
     project = await _project(engine)
     async with counting_server("127.0.0.2") as inner:
         path = f"/redirect-to-127.0.0.2:{inner.port}"
-        row = await _send(engine, opened, project, receiver.url(path))
+        row = await _send(engine, opened, project, webhook_receiver.url(path))
         assert (row["status"], row["last_status_code"]) == ("failed", 307)
         direct = await _send(engine, opened, project, inner.url("/hook"), n=1)
         assert direct["status"] == "failed" and "loopback" in direct["last_error"]
         assert inner.connections == 0
-    assert len(receiver.on(path)) == 2  # both attempts reached the allowed receiver
+    assert len(webhook_receiver.on(path)) == 2  # both attempts reached the allowed receiver

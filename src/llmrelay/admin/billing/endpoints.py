@@ -9,6 +9,8 @@ POST  /refunds                                  credit back, once per refund id
 POST  /adjustments                              platform admins: a signed correction
 GET   /orders, /orders/{order_id}               top-up orders
 POST  /checkout                                 a Checkout top-up: the URL to pay at
+POST  /orders/{order_id}/refund                 money back to the card, once per refund id
+GET   /disputes                                 chargebacks of top-ups (held, won, lost)
 """
 
 from __future__ import annotations
@@ -20,11 +22,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from llmrelay.admin import audit
 from llmrelay.admin.access import Actor, require
-from llmrelay.admin.billing import repository, service
+from llmrelay.admin.billing import chargebacks, repository, service
 from llmrelay.admin.billing.schemas import (
     AdjustmentIn,
+    CardRefundIn,
+    CardRefundOut,
     CheckoutIn,
     CheckoutOut,
+    DisputeList,
     LedgerPage,
     MovementOut,
     OrderOut,
@@ -48,8 +53,9 @@ Reader = Annotated[Actor, Depends(require("billing:read"))]
 Writer = Annotated[Actor, Depends(require("billing:write"))]
 
 EntryKind = Literal[
-    "topup", "reserve", "charge", "release", "refund", "adjustment", "metering_failed"
-]
+    "topup", "reserve", "charge", "release", "refund", "adjustment", "metering_failed",
+    "dispute_hold", "dispute_release", "dispute_loss", "card_refund", "card_refund_reversal",
+]  # fmt: skip
 ReservationStatus = Literal["held", "settled", "released", "metering_failed"]
 OrderStatus = Literal["created", "pending", "paid", "failed", "expired", "refunded"]
 _PAYMENT_ERRORS = documented(
@@ -262,3 +268,35 @@ async def checkout(
     out = CheckoutOut.model_validate(service.order_out(row).model_dump())
     audit.note(request, "order.checkout", "order", row.id, None, fields(out), tenant_id)
     return out
+
+
+@router.post("/orders/{order_id}/refund", status_code=201, responses=_PAYMENT_ERRORS)
+async def refund_to_card(
+    request: Request,
+    tenant_id: str,
+    order_id: str,
+    body: CardRefundIn,
+    session: Session,
+    actor: Writer,
+) -> CardRefundOut:
+    """Send part or all of a paid top-up back to its card through Stripe's refund API,
+    taking it from the wallet once (never more than the payment has left, nor more than the
+    available balance). At most once per `refund_id` (or Idempotency-Key): asked again, a
+    pending refund is asked of Stripe with the same Idempotency-Key."""
+    await _tenant(session, actor, "billing:write", tenant_id)
+    refund_id = service.idempotency_id(body.refund_id, request, "refund_id")
+    await session.commit()  # the session holds no lock while Stripe is called
+    audit.note(request, "order.refund", "order", order_id, None, None, tenant_id)
+    out = await chargebacks.refund_to_card(
+        state(request).payments, tenant_id, order_id, body, refund_id, _who(actor)
+    )
+    audit.note(request, "order.refund", "order", order_id, None, fields(out), tenant_id)
+    return out
+
+
+@router.get("/disputes")
+async def list_disputes(tenant_id: str, session: Session, actor: Reader) -> DisputeList:
+    """The chargebacks of the tenant's top-ups, newest first."""
+    await _tenant(session, actor, "billing:read", tenant_id)
+    rows = await chargebacks.disputes.of_tenant(await session.connection(), tenant_id)
+    return DisputeList(data=[chargebacks.dispute_out(r) for r in rows])

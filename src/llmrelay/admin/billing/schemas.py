@@ -221,6 +221,10 @@ class OrderOut(BaseModel):
     created_at: datetime
     updated_at: datetime
     paid_at: datetime | None
+    #: Refunded to the card (refunds in flight included) and held or taken by disputes:
+    #: a refund to the card never takes more than the rest.
+    refunded_micros: int = 0
+    disputed_micros: int = 0
 
 
 class OrderPage(BaseModel):
@@ -238,3 +242,55 @@ class CheckoutIn(_Amount):
 
 class CheckoutOut(OrderOut):
     """The new order; send the payer to `checkout_url`."""
+
+
+class CardRefundIn(_Amount):
+    """Part or all of a paid top-up sent back to its card through Stripe, taken from the
+    wallet once. At most once per `refund_id` (or the request's Idempotency-Key header)."""
+
+    amount_micros: int | None = Field(default=None, gt=0)
+    amount_usd: Decimal | None = Field(default=None, gt=0)
+    reason: str = Field(min_length=1, max_length=500, pattern=PRINTABLE)
+    refund_id: str | None = Field(default=None, pattern=IDEMPOTENCY_ID)
+
+
+class CardRefundOut(BaseModel):
+    """A refund to the card: `pending` (Stripe not reached yet: ask again with the same
+    id), `succeeded` (Stripe made it), `failed` (Stripe refused it; the wallet's debit was
+    given back). `applied`: this call debited the wallet."""
+
+    id: str
+    refund_id: str
+    tenant_id: str
+    order_id: str
+    amount_micros: int
+    amount_usd: str
+    status: str
+    stripe_refund_id: str | None
+    failure: str | None
+    reason: str | None
+    applied: bool
+    balance_micros: int
+    balance_usd: str
+    created_at: datetime
+
+
+class DisputeOut(BaseModel):
+    """A chargeback of a top-up: `open` (its amount held), `won` (released), `lost`
+    (taken from the wallet)."""
+
+    id: str
+    tenant_id: str
+    order_id: str
+    charge_id: str | None
+    amount_micros: int
+    amount_usd: str
+    reason: str | None
+    status: str
+    stripe_status: str | None
+    created_at: datetime
+    closed_at: datetime | None
+
+
+class DisputeList(BaseModel):
+    data: list[DisputeOut]

@@ -209,6 +209,8 @@ def order_out(row: PaymentOrder) -> OrderOut:
         created_at=row.created_at,
         updated_at=row.updated_at,
         paid_at=row.paid_at,
+        refunded_micros=row.refunded_micros,
+        disputed_micros=row.disputed_micros,
     )
 
 

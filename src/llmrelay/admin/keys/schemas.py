@@ -27,6 +27,9 @@ class KeyOut(LimitsOut):
     #: Allowlisted virtual models (intersected with the project's); null = the project's.
     models: list[str] | None
     ip_allowlist: list[str]
+    #: The APIs the key may call (chat, responses, messages, embeddings, generate, models,
+    #: gemini-native); null = every API.
+    scopes: list[str] | None = None
     routing_policy: str | None
     #: Guardrail policies bound to the key, in order.
     guardrails: list[str]
@@ -74,6 +77,7 @@ def key_values(
         "last_used_at": row.last_used_at,
         "models": row.allowed_models,
         "ip_allowlist": row.ip_allowlist,
+        "scopes": row.scopes,
         "routing_policy": policy,
         "guardrails": guardrails or [],
         "capture": row.capture,

@@ -50,6 +50,11 @@ class Retry(BaseModel):
     backoff_ms: int
 
 
+class Affinity(BaseModel):
+    enabled: bool
+    ttl_s: float
+
+
 class ModelOut(BaseModel):
     id: str
     tenant_id: str
@@ -60,6 +65,7 @@ class ModelOut(BaseModel):
     fallbacks: list[str]
     context_fallbacks: list[str]
     embedding: bool
+    affinity: Affinity
     routes: list[RouteOut]
     #: The price version in force (null: none).
     price: PriceOut | None
@@ -138,6 +144,7 @@ def model_out(
         fallbacks=row.fallbacks,
         context_fallbacks=row.context_fallbacks,
         embedding=row.embedding,
+        affinity=Affinity(enabled=row.affinity_enabled, ttl_s=row.affinity_ttl_s),
         routes=[route_out(r, slugs) for r in routes],
         price=next((p for p in listed if p.in_force), None),
         version=row.version,

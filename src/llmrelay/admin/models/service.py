@@ -50,6 +50,8 @@ def _values(config: ModelConfig) -> dict[str, Any]:
         "fallbacks": list(config.fallbacks),
         "context_fallbacks": list(config.context_fallbacks),
         "embedding": config.embedding,
+        "affinity_enabled": config.affinity.enabled,
+        "affinity_ttl_s": config.affinity.ttl_s,
     }
 
 
@@ -96,6 +98,7 @@ async def current_config(session: AsyncSession, row: VirtualModel) -> dict[str, 
         "fallbacks": row.fallbacks,
         "context_fallbacks": row.context_fallbacks,
         "embedding": row.embedding,
+        "affinity": {"enabled": row.affinity_enabled, "ttl_s": row.affinity_ttl_s},
         "routes": [
             routes.route_config(r, slugs[r.provider_id])
             for r in await repository.routes(session, row.id)

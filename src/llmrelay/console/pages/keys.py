@@ -1,5 +1,5 @@
 """API keys: the list, create (the secret shown this once: it is not stored), change
-(limits, budget, allowlists, expiry, payload capture), rotate (a new secret, shown once),
+(limits, budget, allowlists, scopes, expiry, payload capture), rotate (a new secret, shown once),
 revoke, delete."""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ FIELDS: dict[str, Kind] = {
     "limits.concurrency": "text",
     "monthly_budget_usd": "text",
     "ip_allowlist": "list",
+    "scopes": "list",
     "expires_at": "text",
     "capture": "text",
     "routing_policy": "text",
@@ -135,6 +136,7 @@ async def _detail(found: Visit, key_id: str, form: FormState, status: int = 200)
         "limits.concurrency": key["limits"]["concurrency"] or "",
         "monthly_budget_usd": key["monthly_budget_usd"] or "",
         "ip_allowlist": " ".join(key["ip_allowlist"]),
+        "scopes": " ".join(key.get("scopes") or []),
         "expires_at": (key["expires_at"] or "")[:16],
         "capture": key["capture"],
         "routing_policy": key["routing_policy"] or "",

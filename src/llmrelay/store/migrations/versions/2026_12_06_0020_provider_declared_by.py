@@ -6,8 +6,8 @@ Existing rows: the default tenant's providers (where the YAML config and the adm
 put them) are the operator's; every other tenant's are the tenant's, the safe side: a
 platform admin who saved one of them at an internal address saves it again to keep it.
 
-Revision ID: 0017
-Revises: 0016
+Revision ID: 0020
+Revises: 0019
 Create Date: 2026-12-06
 """
 
@@ -16,8 +16,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0017"
-down_revision: str | None = "0016"
+revision: str = "0020"
+down_revision: str | None = "0019"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
