@@ -10,7 +10,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,17 +51,29 @@ class Listeners:
         return f"http://127.0.0.1:{self.admin_port}"
 
 
-@pytest.fixture(scope="module")
-def listeners(
-    upstream: MockUpstream, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Listeners]:
-    folder = tmp_path_factory.mktemp("admin-listener")
+def _serving(upstream: MockUpstream, folder: Path) -> Iterator[Listeners]:
     gateway = GatewayProcess(folder, config=_config(upstream), env={"LLMRELAY_ADMIN_TOKEN": ADMIN})
     admin_port = free_port()
     gateway.args += ["--workers", "2", "--admin-listen", f"127.0.0.1:{admin_port}"]
     gateway.start(timeout_s=60)  # two workers, each importing everything (spawn)
-    yield Listeners(gateway, admin_port)
-    assert gateway.stop() == 0, gateway.logs()
+    try:
+        yield Listeners(gateway, admin_port)
+    finally:
+        assert gateway.stop() == 0, gateway.logs()
+
+
+@pytest.fixture(scope="module")
+def listeners(
+    upstream: MockUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Listeners]:
+    yield from _serving(upstream, tmp_path_factory.mktemp("admin-listener"))
+
+
+@pytest.fixture
+def stopped_listeners(upstream: MockUpstream, tmp_path: Path) -> Iterator[Listeners]:
+    """A gateway of the test's own, for the test that stops it (the module's one serves the
+    other tests, in whatever order they run)."""
+    yield from _serving(upstream, tmp_path)
 
 
 def _chat(base: str, key: str = KEY) -> httpx.Response:
@@ -111,7 +122,7 @@ def test_a_key_created_on_the_admin_port_is_served_on_the_data_plane_port(
     assert created.status_code == 201, created.text
     key = created.json()["key"]
     # Each of the two workers serves it (the other one learns of it by polling).
-    within(5, lambda: all(_chat(listeners.data, key).status_code == 200 for _ in range(6)))
+    within(30, lambda: all(_chat(listeners.data, key).status_code == 200 for _ in range(6)))
 
 
 def _refused(port: int) -> bool:
@@ -122,9 +133,11 @@ def _refused(port: int) -> bool:
         return True
 
 
-def test_sigterm_stops_both_listeners_and_drains_what_runs(listeners: Listeners) -> None:
+def test_sigterm_stops_both_listeners_and_drains_what_runs(stopped_listeners: Listeners) -> None:
+    listeners = stopped_listeners
     gateway = listeners.gateway
     result: dict[str, bytes] = {}
+    begun = threading.Event()
 
     def stream() -> None:
         with httpx.stream(
@@ -134,20 +147,25 @@ def test_sigterm_stops_both_listeners_and_drains_what_runs(listeners: Listeners)
             json={
                 "model": "paced",
                 "stream": True,
-                "messages": [{"role": "user", "content": "one two three four five six seven"}],
+                # 40 words 0.2 s apart: still streaming while both listeners close
+                "messages": [{"role": "user", "content": " ".join(f"w{i}" for i in range(40))}],
             },
-            timeout=30,
+            timeout=60,
         ) as answer:
-            result["body"] = answer.read()
+            chunks = []
+            for chunk in answer.iter_bytes():
+                chunks.append(chunk)
+                begun.set()
+            result["body"] = b"".join(chunks)
 
     reader = threading.Thread(target=stream)
     reader.start()
-    time.sleep(0.3)  # the stream is open
+    assert begun.wait(30)  # the stream is open: its first bytes came
     assert gateway.process is not None
     gateway.process.send_signal(signal.SIGTERM)
-    within(3, lambda: _refused(gateway.port) and _refused(listeners.admin_port))
+    within(30, lambda: _refused(gateway.port) and _refused(listeners.admin_port))
     assert reader.is_alive()  # refused while the stream still runs
-    reader.join(30)
+    reader.join(60)
     assert result["body"].endswith(b"data: [DONE]\n\n")
     assert gateway.process.wait(30) == 0, gateway.logs()
 

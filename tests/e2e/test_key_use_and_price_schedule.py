@@ -78,18 +78,20 @@ def _time(text: str) -> datetime:
 def test_the_key_list_shows_when_a_key_was_last_used(
     gateway: GatewayProcess, admin: httpx.Client
 ) -> None:
-    assert _keys(admin)["used"]["last_used_at"] is None
+    # None, unless another test of the module used the key first (the suite may run in a
+    # random order); the idle key below shows a key never used.
+    first = _keys(admin)["used"]["last_used_at"]
     before = datetime.now(UTC)
     chat(gateway)
     # Written with the request's record, in the recorder's next batch (0.2 s gathering).
-    within(3.0, lambda: _keys(admin)["used"]["last_used_at"] is not None)
+    within(30.0, lambda: _keys(admin)["used"]["last_used_at"] not in (None, first))
     keys = _keys(admin)
     used = _time(keys["used"]["last_used_at"])
     assert before - timedelta(seconds=1) <= used <= datetime.now(UTC)
     assert keys["idle"]["last_used_at"] is None
 
     chat(gateway)
-    within(3.0, lambda: _time(_keys(admin)["used"]["last_used_at"]) > used)
+    within(30.0, lambda: _time(_keys(admin)["used"]["last_used_at"]) > used)
 
 
 def test_a_scheduled_price_takes_effect_at_its_moment(
