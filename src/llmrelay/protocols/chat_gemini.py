@@ -333,7 +333,8 @@ def _tools(payload: dict[str, Any]) -> dict[str, Any]:
         declarations = [d for d in declarations if d["name"] in names]
         config = {"mode": "ANY" if allowed.get("mode") == "required" else "AUTO"}
     elif isinstance(choice, dict):
-        name = (choice.get("function") or {}).get("name") or choice.get("name")
+        function = choice.get("function") or {}
+        name = (function.get("name") if isinstance(function, dict) else None) or choice.get("name")
         if choice.get("type", "function") != "function" or not isinstance(name, str):
             raise TranslationError(f"unsupported {param}", param=param)
         config = {"mode": "ANY", "allowedFunctionNames": [name]}

@@ -446,6 +446,8 @@ def _tools(tools: Any, dropped: list[str]) -> list[dict[str, Any]]:
             raise TranslationError("each tool must be an object", param="tools")
         for key, value in tool.items():
             if key in ("functionDeclarations", "function_declarations"):
+                if value is not None and not isinstance(value, list):
+                    raise TranslationError(f"tools.{key} must be a list", param="tools")
                 out.extend(_function(d) for d in value or [])
             else:
                 _note(dropped, f"tools.{key}")  # googleSearch, codeExecution, urlContext...
