@@ -21,9 +21,11 @@ from fastapi.routing import iter_route_contexts
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.admin.access import Role
+from llmrelay.admin.identity import sessions
 from llmrelay.admin.state import AdminState
 from llmrelay.billing import ledger, orders
 from llmrelay.jobs import queue
+from llmrelay.store.db import session_factory
 from tests.admin.access_support import PASSWORD, totp_code
 from tests.support.mail import mail_text, token_in
 
@@ -448,6 +450,19 @@ def _n(key: str, prefix: str = "") -> Body:
     return lambda w, s: {key: f"{prefix}{w.n()}" if prefix else 1 + w.n()}
 
 
+async def _other_session(world: World, side: Side, api: httpx.AsyncClient) -> Call:
+    """Another session of the caller's (as a second sign-in would start), to end; a made-up
+    id for callers without an account."""
+    me = await api.get("/auth/me")
+    user = me.json().get("user") if me.status_code == 200 else None
+    if user is None:
+        return Call("DELETE", "/auth/sessions/none")
+    async with session_factory(world.engine)() as session:
+        started = await sessions.start(session, world.state.sessions, user["id"], None, None)
+        await session.commit()
+    return Call("DELETE", f"/auth/sessions/{started.session_id}", target=started.session_id)
+
+
 def _list(path: str, permission: str, shows: Callable[[Any], set[str]], **kw: Any) -> Route:
     return Route("GET", path, permission, "global", params=(("limit", "500"),), shows=shows, **kw)
 
@@ -483,6 +498,15 @@ ROUTES: list[Route] = [
           action="user.totp_disable"),
     Route("POST", "/auth/verify-email/send", None, "self", token_status=400,
           action="user.verification_sent", empty_diff=True),
+    # one's own sessions; an admin's view of a member's (tests/admin/test_identity_session_list.py)
+    Route("GET", "/auth/sessions", None, "self", token_status=400),
+    Route("DELETE", "/auth/sessions/{session_id}", None, "self", token_status=400,
+          custom=_other_session, action="session.revoke"),
+    Route("POST", "/auth/sessions/revoke-others", None, "self", token_status=400,
+          action="user.sessions_revoke", empty_diff=True),
+    Route("GET", "/users/{user_id}/sessions", "users:read"),
+    Route("DELETE", "/users/{user_id}/sessions", "users:write", action="user.sessions_revoke",
+          empty_diff=True),
     # invitations, the account mails' links, sign-up
     Route("POST", "/invitations", "users:write", new=True, action="user.invite",
           body=lambda w, s: {"email": f"invited{w.n()}@example.com", "tenant_id": s.tenant,

@@ -109,20 +109,29 @@ async def load_user(session: AsyncSession, actor: Actor, permission: str, user_i
     return user
 
 
+async def check_may_edit(session: AsyncSession, actor: Actor, user: User) -> None:
+    """An account spans tenants: editing it (or ending its sessions) needs users:write in
+    every tenant it belongs to, and a platform admin's only another platform admin."""
+    if actor.platform_admin:
+        return
+    if user.platform_admin:
+        raise _platform_only("change a platform admin")
+    for m in await repository.memberships_of(session, user.id):
+        if not actor.can(WRITE, m.tenant_id):
+            raise AdminError(
+                403,
+                "the user belongs to tenants you do not administer: ask a platform admin",
+                "permission_error",
+            )
+
+
 async def update_user(
     session: AsyncSession, actor: Actor, user: User, data: UserPatch
 ) -> list[str]:
     """Apply the fields sent; the names of those that changed. Disabling ends every session."""
-    if not actor.platform_admin:
-        if user.platform_admin or data.platform_admin is not None:
-            raise _platform_only("change a platform admin")
-        for m in await repository.memberships_of(session, user.id):
-            if not actor.can(WRITE, m.tenant_id):
-                raise AdminError(
-                    403,
-                    "the user belongs to tenants you do not administer: ask a platform admin",
-                    "permission_error",
-                )
+    if data.platform_admin is not None and not actor.platform_admin:
+        raise _platform_only("change a platform admin")
+    await check_may_edit(session, actor, user)
     if data.disabled and user.id == actor.user_id:
         raise Invalid("disabled: you cannot disable your own account", "disabled")
     changed = []
