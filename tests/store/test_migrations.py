@@ -46,7 +46,7 @@ _DROPPED_IN_0010 = {
 #: What revisions after 0010 add: a database stopped at an earlier revision lacks them, and
 #: only them, compared with the models (0011 console identity and audit, 0012 resource versions,
 #: 0013 durable jobs, 0014 billing and mail, 0015 guardrails, 0016 key predecessors, 0017 key
-#: scopes, 0018 disputes and card refunds).
+#: scopes, 0018 disputes and card refunds, 0019 temporary passwords).
 _TABLES_ADDED_AFTER_0010 = {
     "users",
     "memberships",
@@ -82,6 +82,7 @@ _COLUMNS_ADDED_AFTER_0010 = {
     ("api_keys", "scopes"),
     ("payment_orders", "refunded_micros"),
     ("payment_orders", "disputed_micros"),
+    ("users", "password_change_required"),
     *(
         (table, "version")
         for table in (

@@ -48,6 +48,7 @@ async def _me(session: AsyncSession, actor: Actor) -> schemas.MeOut:
             )
             for m, required in held
         ],
+        password_change_required=user.password_change_required,
     )
 
 

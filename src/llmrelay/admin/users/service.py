@@ -73,6 +73,7 @@ async def create_user(
         name=data.name,
         password_hash=passwords.hash(data.password),
         platform_admin=data.platform_admin,
+        password_change_required=True,  # the admin knows it: temporary
     )
     session.add(user)
     await session.flush()
@@ -189,3 +190,19 @@ async def remove_member(session: AsyncSession, row: Membership) -> None:
     hold pages of this tenant open; the next request signs in again with what is left)."""
     await session.delete(row)
     await identity.revoke_sessions_of(session, row.user_id, utcnow())
+
+
+async def set_temporary_password(
+    session: AsyncSession, passwords: Passwords, actor: Actor, user: User, password: str
+) -> None:
+    """An admin's reset: a password the user must change at its next sign-in. Every session
+    of the user ends (whoever held one must sign in with the new password)."""
+    await check_may_edit(session, actor, user)
+    if user.id == actor.user_id:
+        raise Invalid("user_id: change your own password with POST /auth/password", "user_id")
+    check_password(password, "password")
+    now = utcnow()
+    user.password_hash = passwords.hash(password)
+    user.password_changed_at = now
+    user.password_change_required = True
+    await identity.revoke_sessions_of(session, user.id, now)
