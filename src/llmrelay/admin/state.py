@@ -115,6 +115,8 @@ class AdminState:
     #: Single sign-on (admin/sso/config.SsoConfig; None: off) and its provider's client.
     sso: Any = None
     sso_client: Any = None
+    #: LLMRELAY_AUDIT_ADMIN_READS: authenticated reads (GET, HEAD) are audited too.
+    audit_reads: bool = False
 
     def database(self) -> AsyncEngine:
         if self.engine is None:
