@@ -134,6 +134,7 @@ def create_app(settings: Settings) -> ASGIApp:
         sessions=SessionPolicy.from_settings(settings),
         accounts=AccountPolicy.from_settings(settings),
         outbound=OutboundPolicies.from_settings(settings),
+        audit_reads=settings.audit_admin_reads,
     )
     sso = SsoConfig.from_settings(settings)  # a wrong role map stops the start, named
     if sso is not None:

@@ -132,6 +132,9 @@ class Settings(BaseSettings):
     login_max_failures_per_account: int = Field(default=5, ge=1)
     login_max_failures_per_ip: int = Field(default=20, ge=1)
     login_throttle_window_s: float = Field(default=900.0, gt=0)
+    #: Audit reads too: every authenticated GET of the admin API leaves an audit row (action
+    #: `GET <route>`), not only changes. Off by default (a row per page view).
+    audit_admin_reads: bool = False
     #: Durable jobs (jobs/): `serve` runs them in process unless this is false (then run
     #: `llmrelay worker` beside it); how many at once per process; a claim's lease (a worker
     #: silent this long is taken for dead and its job is run again); how often idle runners

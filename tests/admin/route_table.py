@@ -21,9 +21,11 @@ from fastapi.routing import iter_route_contexts
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.admin.access import Role
+from llmrelay.admin.identity import sessions
 from llmrelay.admin.state import AdminState
 from llmrelay.billing import ledger, orders
 from llmrelay.jobs import queue
+from llmrelay.store.db import session_factory
 from tests.admin.access_support import PASSWORD, totp_code
 from tests.support.mail import mail_text, token_in
 
@@ -390,6 +392,11 @@ async def _verify(world: World, side: Side, api: httpx.AsyncClient) -> Call:
     async with world.client() as own:
         signed_in = await own.post("/auth/login", json={"email": email, "password": PASSWORD})
         own.headers["X-CSRF-Token"] = signed_in.json()["csrf_token"]
+        # the admin set the password: the user's own comes first (403 until then)
+        body = {"current_password": PASSWORD, "new_password": f"{PASSWORD} of my own"}
+        changed = await own.post("/auth/password", json=body)
+        assert changed.status_code == 200, changed.text
+        own.headers["X-CSRF-Token"] = changed.json()["csrf_token"]
         assert (await own.post("/auth/verify-email/send")).status_code == 202
     token = await _mailed_token(world, email, "verification")
     return Call("POST", "/auth/verify-email", {"token": token}, target=user)
@@ -448,6 +455,19 @@ def _n(key: str, prefix: str = "") -> Body:
     return lambda w, s: {key: f"{prefix}{w.n()}" if prefix else 1 + w.n()}
 
 
+async def _other_session(world: World, side: Side, api: httpx.AsyncClient) -> Call:
+    """Another session of the caller's (as a second sign-in would start), to end; a made-up
+    id for callers without an account."""
+    me = await api.get("/auth/me")
+    user = me.json().get("user") if me.status_code == 200 else None
+    if user is None:
+        return Call("DELETE", "/auth/sessions/none")
+    async with session_factory(world.engine)() as session:
+        started = await sessions.start(session, world.state.sessions, user["id"], None, None)
+        await session.commit()
+    return Call("DELETE", f"/auth/sessions/{started.session_id}", target=started.session_id)
+
+
 def _list(path: str, permission: str, shows: Callable[[Any], set[str]], **kw: Any) -> Route:
     return Route("GET", path, permission, "global", params=(("limit", "500"),), shows=shows, **kw)
 
@@ -483,6 +503,15 @@ ROUTES: list[Route] = [
           action="user.totp_disable"),
     Route("POST", "/auth/verify-email/send", None, "self", token_status=400,
           action="user.verification_sent", empty_diff=True),
+    # one's own sessions; an admin's view of a member's (tests/admin/test_identity_session_list.py)
+    Route("GET", "/auth/sessions", None, "self", token_status=400),
+    Route("DELETE", "/auth/sessions/{session_id}", None, "self", token_status=400,
+          custom=_other_session, action="session.revoke"),
+    Route("POST", "/auth/sessions/revoke-others", None, "self", token_status=400,
+          action="user.sessions_revoke", empty_diff=True),
+    Route("GET", "/users/{user_id}/sessions", "users:read"),
+    Route("DELETE", "/users/{user_id}/sessions", "users:write", action="user.sessions_revoke",
+          empty_diff=True),
     # invitations, the account mails' links, sign-up
     Route("POST", "/invitations", "users:write", new=True, action="user.invite",
           body=lambda w, s: {"email": f"invited{w.n()}@example.com", "tenant_id": s.tenant,
@@ -527,6 +556,8 @@ ROUTES: list[Route] = [
                              "tenant_id": s.tenant, "role": "viewer"}),
     Route("GET", "/users/{user_id}", "users:read"),
     Route("PATCH", "/users/{user_id}", "users:write", body=_n("name", "N"), action="user.update"),
+    Route("POST", "/users/{user_id}/password", "users:write", make=_spare,
+          body=lambda w, s: {"password": PLANTED_PASSWORD}, action="user.password_set"),
     Route("GET", "/tenants/{tenant_id}/members", "users:read"),
     Route("POST", "/tenants/{tenant_id}/members", "users:write", custom=_add_member,
           action="member.add"),

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from llmrelay.admin.access import Role
+from tests.support.accounts import make_account
 from tests.support.browser import chromium
 from tests.support.gateway_process import GatewayProcess
 from tests.support.mock_upstream import MockUpstream
@@ -124,7 +125,7 @@ class Site:
             else:
                 body |= {"tenant_id": self.tenant_id, "role": role}
             with self.admin() as admin:
-                answer = admin.post("/users", json=body)
+                answer = make_account(admin, body)
             assert answer.status_code == 201, answer.text
             self.accounts.add(role)
         return email_of(role)

@@ -15,6 +15,7 @@ import httpx
 from playwright.sync_api import Page, sync_playwright
 
 from tests.console.conftest import ADMIN_TOKEN, CAPTURE_KEY, KEY, PASSWORD, console_config
+from tests.support.accounts import make_account
 from tests.support.browser import CHROMIUM_ARGS
 from tests.support.gateway_process import GatewayProcess
 from tests.support.mock_upstream import MockUpstream
@@ -71,7 +72,7 @@ def main(folder: Path) -> None:
             timeout=60,
         ) as admin:
             body = {"email": EMAIL, "password": PASSWORD, "platform_admin": True}
-            assert admin.post("/users", json=body).status_code == 201
+            assert make_account(admin, body).status_code == 201
             _seed(admin)
         captured = _traffic(gateway)
         with sync_playwright() as playwright:

@@ -10,6 +10,7 @@ import re
 from playwright.sync_api import expect
 
 from tests.console.conftest import PASSWORD, Site, sign_in
+from tests.support.accounts import make_account
 
 
 def test_invite_change_role_and_remove(site: Site) -> None:
@@ -25,6 +26,13 @@ def test_invite_change_role_and_remove(site: Site) -> None:
     invitee = site.new_context()
     page = invitee.new_page()
     sign_in(page, "invited@example.com", temporary)
+    # a temporary password: the user chooses its own first
+    expect(page.get_by_role("heading", name="Choose your password")).to_be_visible()
+    page.get_by_label("Current password").fill(temporary)
+    page.get_by_label("New password", exact=True).fill(PASSWORD)
+    page.get_by_label("New password again").fill(PASSWORD)
+    page.get_by_role("button", name="Change password").click()
+    page.wait_for_url("**/account")
     nav = page.get_by_role("navigation", name="Console")
     expect(nav.get_by_role("link", name="Keys", exact=True)).to_be_visible()
     expect(page.get_by_role("button", name="Create key")).to_have_count(0)
@@ -49,7 +57,7 @@ def test_invite_change_role_and_remove(site: Site) -> None:
 def test_inviting_an_existing_account_adds_a_membership(site: Site) -> None:
     with site.admin() as admin:
         body = {"email": "floating@example.com", "password": PASSWORD}
-        assert admin.post("/users", json=body).status_code == 201
+        assert make_account(admin, body).status_code == 201
     page = site.signed_in("platform_admin").new_page()
     page.goto("/users")
     page.get_by_label("Email").fill("floating@example.com")

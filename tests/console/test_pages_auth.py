@@ -11,6 +11,7 @@ import pyotp
 from playwright.sync_api import expect
 
 from tests.console.conftest import PASSWORD, Site, sign_in
+from tests.support.accounts import make_account
 
 
 def _account(site: Site, email: str) -> None:
@@ -21,7 +22,7 @@ def _account(site: Site, email: str) -> None:
             "tenant_id": site.tenant_id,
             "role": "developer",
         }
-        assert admin.post("/users", json=body).status_code == 201
+        assert make_account(admin, body).status_code == 201
 
 
 def test_two_factor_from_setup_to_sign_in(site: Site) -> None:

@@ -18,6 +18,7 @@ from llmrelay.gateway.cors import DataPlaneCors
 from llmrelay.gateway.entry import GatewayApp
 from llmrelay.settings import Settings
 from tests.console.conftest import ADMIN_TOKEN, KEY, PASSWORD, console_config, sign_in
+from tests.support.accounts import make_account
 from tests.support.gateway_process import GatewayProcess
 from tests.support.mock_upstream import MockUpstream
 from tests.support.ports import free_port
@@ -53,7 +54,7 @@ def split(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Split]:
             timeout=60,
         ) as admin:
             body = {"email": "split@example.com", "password": PASSWORD, "platform_admin": True}
-            assert admin.post("/users", json=body).status_code == 201
+            assert make_account(admin, body).status_code == 201
         yield Split(gateway, admin_url)
     finally:
         code = gateway.stop()

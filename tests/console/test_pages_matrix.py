@@ -268,3 +268,62 @@ def test_keyboard_first_stop_and_the_theme_toggle(site: Site) -> None:
     assert page.evaluate("() => document.documentElement.dataset.theme") == "light"
     assert page.evaluate("() => getComputedStyle(document.body).backgroundColor") != background
     context.close()
+
+
+#: Detail pages the matrix visits with a seeded row's id (test_every_page_for_every_role).
+DETAILS = {
+    "/keys/{key_id}",
+    "/projects/{project_id}",
+    "/models/{model_id}",
+    "/providers/{provider_id}",
+    "/activity/{request_id}",
+}
+#: Pages open without a session (or the way into one), and static files.
+PUBLIC = {
+    "/",
+    "/static/{name}",
+    "/sign-in",
+    "/resume",
+    "/accept-invitation",
+    "/forgot-password",
+    "/reset-password",
+    "/verify-email",
+    "/sso/start",
+    "/sso/callback",
+}
+#: Signed-in GET routes the role matrix does not visit yet (not whole pages, or pages of a row
+#: the matrix does not seed): the dashboard's live part, a key's once-shown secret, the usage
+#: CSV, a routing policy's and a guardrail's page. A new page must join PAGES (or this list,
+#: knowingly).
+NOT_IN_THE_MATRIX = {
+    "/dashboard/health",
+    "/keys/{key_id}/secret",
+    "/usage.csv",
+    "/routing/{policy_id}",
+    "/guardrails/{guardrail_id}",
+}
+
+
+def test_every_console_page_is_in_the_matrix() -> None:
+    """A GET route added to the console without an entry here fails."""
+    from starlette.applications import Starlette
+    from starlette.routing import Route
+
+    from llmrelay.console.app import create_console
+    from llmrelay.console.security import SecurityHeaders
+    from llmrelay.settings import Settings
+
+    async def no_admin(scope: object, receive: object, send: object) -> None:
+        raise AssertionError("not called")
+
+    app = create_console(no_admin, Settings(), lambda: None)
+    assert isinstance(app, SecurityHeaders)
+    assert isinstance(app.app, Starlette)
+    served = {
+        route.path
+        for route in app.app.routes
+        if isinstance(route, Route) and "GET" in (route.methods or ())
+    }
+    listed = {path for path, _, _ in PAGES} | DETAILS | PUBLIC | NOT_IN_THE_MATRIX
+    assert served - listed == set(), "console pages missing from the matrix"
+    assert listed - served == set(), "pages listed that the console lacks"

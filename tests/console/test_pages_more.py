@@ -13,6 +13,7 @@ import httpx
 from playwright.sync_api import expect
 
 from tests.console.conftest import KEY, Site, Watched, sign_in
+from tests.support.accounts import make_account
 
 
 def _chat(site: Site, text: str) -> httpx.Response:
@@ -188,7 +189,7 @@ def test_the_two_factor_qr_code_is_drawn_here(site: Site) -> None:
             "tenant_id": site.tenant_id,
             "role": "viewer",
         }
-        assert admin.post("/users", json=body).status_code == 201
+        assert make_account(admin, body).status_code == 201
     sign_in(page, email)
     requests: list[str] = []
     page.on("request", lambda r: requests.append(r.url))

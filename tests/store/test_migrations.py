@@ -46,7 +46,8 @@ _DROPPED_IN_0010 = {
 #: What revisions after 0010 add: a database stopped at an earlier revision lacks them, and
 #: only them, compared with the models (0011 console identity and audit, 0012 resource versions,
 #: 0013 durable jobs, 0014 billing and mail, 0015 guardrails, 0016 key predecessors, 0017 key
-#: scopes, 0018 disputes and card refunds, 0019 model affinity, 0020 provider declared_by).
+#: scopes, 0018 disputes and card refunds, 0019 model affinity, 0020 provider declared_by, 0021
+#: temporary passwords).
 _TABLES_ADDED_AFTER_0010 = {
     "users",
     "memberships",
@@ -85,6 +86,7 @@ _COLUMNS_ADDED_AFTER_0010 = {
     ("virtual_models", "affinity_enabled"),
     ("virtual_models", "affinity_ttl_s"),
     ("providers", "declared_by"),
+    ("users", "password_change_required"),
     *(
         (table, "version")
         for table in (

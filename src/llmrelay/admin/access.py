@@ -105,6 +105,9 @@ class Actor:
     session_id: str | None = None
     projects: Mapping[str, frozenset[str] | None] = field(default_factory=dict)
     locked: frozenset[str] = frozenset()
+    #: The password was set by an admin and not changed yet: only PASSWORD_CHANGE_ROUTES
+    #: answer (403 password_change_required elsewhere).
+    must_change_password: bool = False
 
     def can(self, permission: str, tenant_id: str) -> bool:
         check_permission(permission)
@@ -224,7 +227,22 @@ async def authenticate(request: Request) -> Actor:
             raise AdminError(
                 403, f"missing or wrong {CSRF_HEADER} header for this session", "csrf_failed"
             )
+    if actor.must_change_password:
+        route = getattr(request.scope.get("route"), "path", None)
+        if (request.method, route) not in PASSWORD_CHANGE_ROUTES:
+            raise AdminError(
+                403,
+                "your password was set by an administrator and is temporary: change it first "
+                "(POST /api/admin/auth/password)",
+                "password_change_required",
+            )
     return actor
+
+
+#: What a user whose password an admin set may call before changing it.
+PASSWORD_CHANGE_ROUTES = frozenset(
+    {("POST", "/auth/password"), ("POST", "/auth/logout"), ("GET", "/auth/me")}
+)
 
 
 def require(permission: str) -> Callable[[Request], Awaitable[Actor]]:

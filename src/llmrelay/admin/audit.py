@@ -1,4 +1,5 @@
-"""The audit log of the admin API: every authenticated state-changing request leaves one row.
+"""The audit log of the admin API: every authenticated state-changing request leaves one row
+(and every authenticated read too when the operator sets LLMRELAY_AUDIT_ADMIN_READS=true).
 
 `AuditMiddleware` wraps the admin app. It gives each request an `AuditContext` (in the ASGI
 scope), which `access.authenticate` fills with the actor and handlers fill with what they
@@ -177,7 +178,9 @@ class AuditMiddleware:
         self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("method", "GET") in _SAFE_METHODS:
+        if scope["type"] != "http" or (
+            scope.get("method", "GET") in _SAFE_METHODS and not self.state.audit_reads
+        ):
             await self.app(scope, receive, send)
             return
         context = AuditContext()
@@ -229,7 +232,7 @@ class AuditMiddleware:
             "action": (context.action or f"{request.method} {template}")[:100],
             "target_type": (context.target_type or "")[:64] or None,
             # not noted: the most specific id the path names
-            "target_id": (context.target_id or [*params.values(), ""][-1])[:200] or None,
+            "target_id": (context.target_id or ["", *params.values()][-1])[:200] or None,
             "status_code": status,
             "request_id": (
                 getattr(ingress, "request_id", None) or request.headers.get("x-request-id") or ""

@@ -119,6 +119,8 @@ class AdminState:
     #: The outbound address policy a provider's base URL is judged by when it is saved
     #: (LLMRELAY_TENANT_OUTBOUND_ALLOW; outbound/policy.py).
     outbound: OutboundPolicies = field(default_factory=OutboundPolicies)
+    #: LLMRELAY_AUDIT_ADMIN_READS: authenticated reads (GET, HEAD) are audited too.
+    audit_reads: bool = False
 
     def database(self) -> AsyncEngine:
         if self.engine is None:

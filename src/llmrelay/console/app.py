@@ -42,6 +42,7 @@ from llmrelay.console.web import (
     SESSION_COOKIE,
     Console,
     PageRefused,
+    PasswordChangeNeeded,
     SignInNeeded,
     Visit,
     render,
@@ -92,6 +93,8 @@ def create_console(
                 signed_in = await visit(console, request)
             except (SignInNeeded, PageRefused):
                 signed_in = None
+            except PasswordChangeNeeded as stop:  # the error page, its navigation leads there
+                signed_in = stop.visit
         return render(
             console, request, "error.html", status, visit=signed_in, message=message, status=status
         )

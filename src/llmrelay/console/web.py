@@ -176,9 +176,20 @@ def client_for(console: Console, request: Request, csrf: str | None = None) -> A
     )
 
 
-async def visit(console: Console, request: Request, need: str | None = None) -> Visit:
+class PasswordChangeNeeded(Exception):
+    """The user's password was set by an admin: every page shows the change form instead."""
+
+    def __init__(self, visit: Visit) -> None:
+        super().__init__("password change required")
+        self.visit = visit
+
+
+async def visit(
+    console: Console, request: Request, need: str | None = None, *, temporary_ok: bool = False
+) -> Visit:
     """The signed-in user of this request (else SignInNeeded), refused (403) without `need`.
-    A form's CSRF token, not the cookie's, is what state-changing calls send."""
+    A form's CSRF token, not the cookie's, is what state-changing calls send. A user whose
+    password an admin set sees the change form (PasswordChangeNeeded) unless `temporary_ok`."""
     if not request.cookies.get(SESSION_COOKIE) or not request.cookies.get(CSRF_COOKIE):
         raise SignInNeeded(_here(request))
     csrf = request.cookies.get(CSRF_COOKIE, "")
@@ -190,16 +201,18 @@ async def visit(console: Console, request: Request, need: str | None = None) -> 
         raise PageRefused(502, answer.message)
     permissions, locked = permissions_of(answer.body)
     found = Visit(request, console, admin, answer.body, permissions, csrf, locked)
+    if answer.body.get("password_change_required") and not temporary_ok:
+        raise PasswordChangeNeeded(found)
     if need is not None:
         found.need(need)
     return found
 
 
 async def form_visit(
-    console: Console, request: Request, need: str | None = None
+    console: Console, request: Request, need: str | None = None, *, temporary_ok: bool = False
 ) -> tuple[Visit, dict[str, str]]:
     """A POSTed form's visit: its fields, and the admin client sending the form's token."""
-    found = await visit(console, request, need)
+    found = await visit(console, request, need, temporary_ok=temporary_ok)
     fields = await read_form(request)
     found.admin.csrf_token = fields.get(CSRF_FIELD, "")
     return found, fields
@@ -304,6 +317,10 @@ def page(console: Console, path: str, handler: Handler, methods: Sequence[str] =
             return await handler(console, request)
         except SignInNeeded as stop:
             return await _signed_out(console, request, stop.next_path)
+        except PasswordChangeNeeded as stop:
+            return render(
+                console, request, "password_change.html", 403, visit=stop.visit, form=FormState()
+            )
         except PageRefused as stop:
             return render(
                 console,

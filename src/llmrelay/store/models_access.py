@@ -36,6 +36,11 @@ class User(Versioned, Timestamped, Base):
     #: email address is verified.
     pending: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     email_verified_at: Mapped[datetime | None]
+    #: The password was set by an admin (migration 0019): temporary, every admin call but the
+    #: user's own password change (and sign-out, who am I) answers 403 until it is changed.
+    password_change_required: Mapped[bool] = mapped_column(
+        Boolean, default=False, server_default=false()
+    )
 
 
 class Membership(Versioned, Timestamped, Base):

@@ -192,6 +192,7 @@ async def accept_invitation(
     user = await _user_of(session, await tokens.use(session, token, tokens.INVITATION))
     user.password_hash = passwords.hash(password)
     user.password_changed_at = utcnow()
+    user.password_change_required = False  # chosen by the user, not an admin
     if name is not None:
         user.name = name
     _activate(user)
@@ -241,6 +242,7 @@ async def reset_password(
     now = utcnow()
     user.password_hash = passwords.hash(password)
     user.password_changed_at = now
+    user.password_change_required = False  # chosen by the user through the mailed link
     _activate(user)
     await tokens.retire(session, user.id, tokens.PASSWORD_RESET)
     await identity.revoke_sessions_of(session, user.id, now)

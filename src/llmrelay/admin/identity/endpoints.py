@@ -22,7 +22,7 @@ router = APIRouter(prefix="/auth", tags=["auth"])
 SignedIn = Annotated[Actor, Depends(authenticate)]
 
 
-def _iso(moment: object) -> str:
+def iso(moment: object) -> str:
     return str(getattr(moment, "isoformat", lambda: moment)()).replace("+00:00", "Z")
 
 
@@ -48,6 +48,7 @@ async def _me(session: AsyncSession, actor: Actor) -> schemas.MeOut:
             )
             for m, required in held
         ],
+        password_change_required=user.password_change_required,
     )
 
 
@@ -69,11 +70,11 @@ async def _session_out(
     actor = await sessions.actor_of(session, user, started.session_id)
     me = await _me(session, actor)
     return schemas.SessionOut(
-        **me.model_dump(), csrf_token=started.csrf_token, expires_at=_iso(started.expires_at)
+        **me.model_dump(), csrf_token=started.csrf_token, expires_at=iso(started.expires_at)
     )
 
 
-async def _user(session: AsyncSession, actor: Actor) -> User:
+async def own_user(session: AsyncSession, actor: Actor) -> User:
     if actor.user_id is None:
         raise AdminError(400, "the admin token has no account to change", "invalid_request")
     user = await repository.user_by_id(session, actor.user_id)
@@ -151,7 +152,7 @@ async def change_password(
     """Change my password: every session of mine ends at once, this one included; the answer
     carries a fresh session (cookie and CSRF token)."""
     admin = state(request)
-    user = await _user(session, actor)
+    user = await own_user(session, actor)
     audit.note(
         request, "user.password_change", "user", user.id, {"password": 1}, {"password": 2}, None
     )
@@ -174,7 +175,7 @@ async def change_password(
 @router.post("/totp/setup")
 async def totp_setup(request: Request, actor: SignedIn, session: Session) -> schemas.TotpSetupOut:
     """A new TOTP secret and its otpauth:// URI (for a QR code); not in force until enabled."""
-    user = await _user(session, actor)
+    user = await own_user(session, actor)
     audit.note(request, "user.totp_setup", "user", user.id, None, None, None)
     secret, uri = await service.totp_setup(state(request).secrets(), user)
     await session.commit()
@@ -186,7 +187,7 @@ async def totp_enable(
     request: Request, body: schemas.TotpCodeIn, actor: SignedIn, session: Session
 ) -> schemas.TotpEnabledOut:
     """Turn two-factor on with a current code; the recovery codes are shown this once."""
-    user = await _user(session, actor)
+    user = await own_user(session, actor)
     audit.note(
         request,
         "user.totp_enable",
@@ -206,7 +207,7 @@ async def totp_disable(
     request: Request, body: schemas.TotpDisableIn, actor: SignedIn, session: Session
 ) -> Response:
     """Turn two-factor off: needs the password and a current code (or a recovery code)."""
-    user = await _user(session, actor)
+    user = await own_user(session, actor)
     audit.note(
         request,
         "user.totp_disable",

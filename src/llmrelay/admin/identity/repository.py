@@ -159,3 +159,44 @@ async def delete_recovery_codes(session: AsyncSession, user_id: str) -> None:
 
 async def count_users(session: AsyncSession) -> int:
     return int(await session.scalar(select(func.count()).select_from(User)) or 0)
+
+
+async def live_sessions_of(
+    session: AsyncSession, user_id: str, now: datetime, idle_since: datetime
+) -> Sequence[ConsoleSession]:
+    """The user's sessions still in force (not ended, not past either lifetime), newest
+    first."""
+    rows = await session.scalars(
+        select(ConsoleSession)
+        .where(
+            ConsoleSession.user_id == user_id,
+            ConsoleSession.revoked_at.is_(None),
+            ConsoleSession.expires_at > now,
+            ConsoleSession.last_seen_at > idle_since,
+        )
+        .order_by(ConsoleSession.created_at.desc(), ConsoleSession.id)
+    )
+    return list(rows)
+
+
+async def revoke_other_sessions(
+    session: AsyncSession, user_id: str, keep: str | None, now: datetime
+) -> int:
+    """End every live session of the user but `keep`; how many there were."""
+    query = update(ConsoleSession).where(
+        ConsoleSession.user_id == user_id, ConsoleSession.revoked_at.is_(None)
+    )
+    if keep is not None:
+        query = query.where(ConsoleSession.id != keep)
+    result = await session.execute(query.values(revoked_at=now))
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+async def session_of_user(
+    session: AsyncSession, user_id: str, session_id: str
+) -> ConsoleSession | None:
+    return await session.scalar(
+        select(ConsoleSession).where(
+            ConsoleSession.id == session_id, ConsoleSession.user_id == user_id
+        )
+    )

@@ -39,6 +39,8 @@ class MeOut(BaseModel):
     user: UserOut | None
     platform_admin: bool
     memberships: list[MembershipOut]
+    #: An admin set the password: change it (POST /auth/password) before anything else.
+    password_change_required: bool = False
 
 
 class SessionOut(MeOut):

@@ -181,6 +181,7 @@ async def change_password(
     now = utcnow()
     user.password_hash = passwords.hash(new)
     user.password_changed_at = now
+    user.password_change_required = False
     await repository.revoke_sessions_of(session, user.id, now)
     return await sessions.start(session, policy, user.id, ip, user_agent)
 

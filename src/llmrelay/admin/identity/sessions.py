@@ -74,6 +74,7 @@ async def actor_of(session: AsyncSession, user: User, session_id: str | None) ->
         session_id=session_id,
         projects=projects,
         locked=frozenset(locked),
+        must_change_password=user.password_change_required,
     )
 
 

@@ -19,6 +19,7 @@ from llmrelay.admin.users.schemas import (
     MemberPage,
     MemberPatch,
     MembershipOut,
+    TemporaryPasswordIn,
     UserIn,
     UserOut,
     UserPage,
@@ -108,6 +109,30 @@ async def update_user(
     await commit(session)
     etag(response, out.version)
     return out
+
+
+@router.post("/users/{user_id}/password", status_code=204)
+async def set_password(
+    request: Request, user_id: str, body: TemporaryPasswordIn, session: Session, actor: Writer
+) -> Response:
+    """Set a temporary password (a forgotten one, no mail configured): the user's sessions
+    end, and the user must change it at the next sign-in (403 password_change_required on
+    everything else until then). Needs what editing the account needs."""
+    user = await service.load_user(session, actor, "users:write", user_id)
+    audit.note(
+        request,
+        "user.password_set",
+        "user",
+        user.id,
+        {"password_change_required": user.password_change_required},
+        {"password_change_required": True, "password": "set"},
+        None,
+    )
+    await service.set_temporary_password(
+        session, state(request).passwords, actor, user, body.password
+    )
+    await session.commit()
+    return Response(status_code=204)
 
 
 async def _membership(

@@ -14,6 +14,14 @@ from llmrelay.store.models_access import Membership, User
 MemberRole = Role
 
 
+class TemporaryPasswordIn(BaseModel):
+    """An admin's reset: the user must change this password at its next sign-in."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    password: str = Field(min_length=1, max_length=1024)
+
+
 class UserIn(BaseModel):
     """A new account. A caller who is not a platform admin must give the tenant and role the
     user joins (its only tenant with users:write is taken when it has one)."""

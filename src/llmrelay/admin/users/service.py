@@ -73,6 +73,7 @@ async def create_user(
         name=data.name,
         password_hash=passwords.hash(data.password),
         platform_admin=data.platform_admin,
+        password_change_required=True,  # the admin knows it: temporary
     )
     session.add(user)
     await session.flush()
@@ -109,20 +110,29 @@ async def load_user(session: AsyncSession, actor: Actor, permission: str, user_i
     return user
 
 
+async def check_may_edit(session: AsyncSession, actor: Actor, user: User) -> None:
+    """An account spans tenants: editing it (or ending its sessions) needs users:write in
+    every tenant it belongs to, and a platform admin's only another platform admin."""
+    if actor.platform_admin:
+        return
+    if user.platform_admin:
+        raise _platform_only("change a platform admin")
+    for m in await repository.memberships_of(session, user.id):
+        if not actor.can(WRITE, m.tenant_id):
+            raise AdminError(
+                403,
+                "the user belongs to tenants you do not administer: ask a platform admin",
+                "permission_error",
+            )
+
+
 async def update_user(
     session: AsyncSession, actor: Actor, user: User, data: UserPatch
 ) -> list[str]:
     """Apply the fields sent; the names of those that changed. Disabling ends every session."""
-    if not actor.platform_admin:
-        if user.platform_admin or data.platform_admin is not None:
-            raise _platform_only("change a platform admin")
-        for m in await repository.memberships_of(session, user.id):
-            if not actor.can(WRITE, m.tenant_id):
-                raise AdminError(
-                    403,
-                    "the user belongs to tenants you do not administer: ask a platform admin",
-                    "permission_error",
-                )
+    if data.platform_admin is not None and not actor.platform_admin:
+        raise _platform_only("change a platform admin")
+    await check_may_edit(session, actor, user)
     if data.disabled and user.id == actor.user_id:
         raise Invalid("disabled: you cannot disable your own account", "disabled")
     changed = []
@@ -180,3 +190,19 @@ async def remove_member(session: AsyncSession, row: Membership) -> None:
     hold pages of this tenant open; the next request signs in again with what is left)."""
     await session.delete(row)
     await identity.revoke_sessions_of(session, row.user_id, utcnow())
+
+
+async def set_temporary_password(
+    session: AsyncSession, passwords: Passwords, actor: Actor, user: User, password: str
+) -> None:
+    """An admin's reset: a password the user must change at its next sign-in. Every session
+    of the user ends (whoever held one must sign in with the new password)."""
+    await check_may_edit(session, actor, user)
+    if user.id == actor.user_id:
+        raise Invalid("user_id: change your own password with POST /auth/password", "user_id")
+    check_password(password, "password")
+    now = utcnow()
+    user.password_hash = passwords.hash(password)
+    user.password_changed_at = now
+    user.password_change_required = True
+    await identity.revoke_sessions_of(session, user.id, now)

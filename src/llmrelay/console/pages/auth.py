@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import time
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 from starlette.requests import Request
@@ -207,6 +208,7 @@ async def account(console: Console, request: Request) -> Response:
     found = await visit(console, request)
     handed = found.take_flash() or {}
     setup = handed.get("setup")
+    listed = await found.admin.get("/auth/sessions")
     return found.render(
         "account.html",
         form=FormState(),
@@ -214,15 +216,38 @@ async def account(console: Console, request: Request) -> Response:
         setup=setup,
         qr=totp_qr(str(setup.get("otpauth_uri", ""))) if isinstance(setup, dict) else None,
         recovery_codes=handed.get("recovery_codes"),
+        sessions=listed.body.get("data", []) if listed.ok else [],
     )
 
 
+async def end_session(console: Console, request: Request) -> Response:
+    """End one of my sessions (another browser); ending this one signs out."""
+    found, _ = await form_visit(console, request)
+    session_id = request.path_params["session_id"]
+    answer = await found.admin.call("DELETE", f"/auth/sessions/{quote(session_id, safe='')}")
+    if not answer.ok and answer.status != 404:  # 404: already ended
+        raise PageRefused(answer.status, answer.message)
+    return see_other("/account", found, {"notice": "session ended"})
+
+
+async def end_other_sessions(console: Console, request: Request) -> Response:
+    found, _ = await form_visit(console, request)
+    answer = await found.admin.call("POST", "/auth/sessions/revoke-others")
+    if not answer.ok:
+        raise PageRefused(answer.status, answer.message)
+    ended = int(answer.body.get("revoked", 0))
+    return see_other("/account", found, {"notice": f"{ended} other session(s) ended"})
+
+
 async def change_password(console: Console, request: Request) -> Response:
-    found, fields = await form_visit(console, request)
+    found, fields = await form_visit(console, request, temporary_ok=True)
+    # a temporary password's change comes from (and fails back to) the change form alone
+    template = "password_change.html" if found.me.get("password_change_required") else None
+    template = template or "account.html"
     form = FormState()
     if fields.get("new_password") != fields.get("confirm_password"):
         form.errors["confirm_password"] = "the two new passwords differ"
-        return found.render("account.html", 400, form=form)
+        return found.render(template, 400, form=form)
     answer = await found.admin.call(
         "POST",
         "/auth/password",
@@ -233,7 +258,7 @@ async def change_password(console: Console, request: Request) -> Response:
     )
     if not answer.ok:
         failed = FormState.failed({"current_password": "", "new_password": ""}, answer)
-        return found.render("account.html", answer.status, form=failed)
+        return found.render(template, answer.status, form=failed)
     response = see_other("/account", found, {"notice": "password changed"})
     set_csrf_cookie(console, response, str(answer.body["csrf_token"]))
     return response
@@ -281,6 +306,8 @@ def routes(console: Console) -> list[Route]:
         page(console, "/resume", resume),
         page(console, "/account", account),
         page(console, "/account/password", change_password, ["POST"]),
+        page(console, "/account/sessions/others", end_other_sessions, ["POST"]),
+        page(console, "/account/sessions/{session_id}/end", end_session, ["POST"]),
         page(console, "/account/totp/setup", totp_setup, ["POST"]),
         page(console, "/account/totp/enable", totp_enable, ["POST"]),
         page(console, "/account/totp/disable", totp_disable, ["POST"]),
