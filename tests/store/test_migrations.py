@@ -46,7 +46,7 @@ _DROPPED_IN_0010 = {
 #: What revisions after 0010 add: a database stopped at an earlier revision lacks them, and
 #: only them, compared with the models (0011 console identity and audit, 0012 resource versions,
 #: 0013 durable jobs, 0014 billing and mail, 0015 guardrails, 0016 key predecessors, 0017 key
-#: scopes, 0018 disputes and card refunds, 0019 model affinity).
+#: scopes, 0018 disputes and card refunds, 0019 model affinity, 0022 shared entries).
 _TABLES_ADDED_AFTER_0010 = {
     "users",
     "memberships",
@@ -69,6 +69,7 @@ _TABLES_ADDED_AFTER_0010 = {
     "guardrail_hits",
     "disputes",
     "card_refunds",
+    "shared_entries",
 }
 _COLUMNS_ADDED_AFTER_0010 = {
     ("tenants", "require_2fa"),

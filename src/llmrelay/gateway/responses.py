@@ -124,6 +124,8 @@ class ResponsesRoutes:
             response_id = answered.get("id")
             if isinstance(response_id, str):
                 dispatcher.remember_response(served, record.project_id, answer.route, response_id)
+                # Shared by the replicas before the client can ask another one for it.
+                await dispatcher.homes.written()
             dispatcher.served_headers(headers, served, record)
             add_header(headers, record.dropped)
             await send_json(send, 200, orjson.dumps(answered), headers)

@@ -2,9 +2,10 @@
 and `POST /v1/responses/compact`.
 
 A stored response lives at the provider that created it, so reading or cancelling one goes
-to the route that answered it, as this process remembered (dispatch.Dispatcher.
-stored_responses). A background response (`resp_` + a job id) is read from its job instead
-(`Dispatcher.durable`), whichever process queued it. An id this process did not give out, one
+to the route that answered it, as the replica that answered remembered (dispatch.Dispatcher.
+homes: this process's memory, or shared by the replicas through Redis or PostgreSQL,
+shared/bindings.py). A background response (`resp_` + a job id) is read from its job instead
+(`Dispatcher.durable`), whichever process queued it. An id the gateway did not give out, one
 from another project, or one answered through chat (nothing was stored) is a 404, as OpenAI
 answers for an id it does not hold. Compaction needs a provider that serves the Responses API.
 """
@@ -66,11 +67,8 @@ class StoredResponses:
                 scope["headers"], snapshot, context.client_ip, time.time(), apikeys.RESPONSES
             )
             durable = self._dispatcher.durable
-            if (
-                durable is not None
-                and response_id not in self._dispatcher.stored_responses
-                and is_background_response(response_id)
-            ):
+            home = await self._dispatcher.homes.home(response_id)
+            if durable is not None and home is None and is_background_response(response_id):
                 stream, starting_after = _stream_query(scope)
                 if stream and not action:
                     events = await durable.response_events(
@@ -89,7 +87,7 @@ class StoredResponses:
                     )
                 await send_json(send, 200, orjson.dumps(found), headers)
                 return
-            route = self._route_of(snapshot, principal, response_id)
+            route = _route_of(snapshot, principal, response_id, home)
             provider = route.provider
             path = f"/responses/{response_id}" + ("/cancel" if action else "")
             request = UpstreamRequest(
@@ -121,15 +119,6 @@ class StoredResponses:
             await send_json(send, error.status, wire.error_body(error, context.request_id), headers)
         except ClientDisconnected:
             pass
-
-    def _route_of(self, snapshot: Snapshot, principal: KeySnap, response_id: str) -> RouteSnap:
-        held = self._dispatcher.stored_responses.get(response_id)
-        if held is not None and held[1] == principal.project.id:
-            for model in snapshot.tenant_models(principal.tenant_id).values():
-                for route in model.routes:
-                    if route.id == held[0]:
-                        return route
-        raise NotFound(f"No response found with id '{response_id}'.", code="response_not_found")
 
     async def compact(
         self, scope: Scope, receive: Receive, send: Send, context: RequestContext
@@ -186,6 +175,18 @@ class StoredResponses:
             record.fail(CLIENT_CLOSED_REQUEST, "client_disconnected")
         finally:
             dispatcher.finish(record)
+
+
+def _route_of(
+    snapshot: Snapshot, principal: KeySnap, response_id: str, home: tuple[str, str | None] | None
+) -> RouteSnap:
+    """The route holding the response, when it is the caller's project's (else 404)."""
+    if home is not None and home[1] == principal.project.id:
+        for model in snapshot.tenant_models(principal.tenant_id).values():
+            for route in model.routes:
+                if route.id == home[0]:
+                    return route
+    raise NotFound(f"No response found with id '{response_id}'.", code="response_not_found")
 
 
 def _virtual_model(snapshot: Snapshot, principal: KeySnap, route: RouteSnap) -> str | None:
