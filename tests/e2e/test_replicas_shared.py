@@ -1,7 +1,8 @@
 """Two `llmrelay serve` replicas on one PostgreSQL database behave as one gateway: a stored
 Response made through replica A is read, continued (`previous_response_id`) and cancelled
 through replica B; a background response queued through A is read through B; a
-conversation bound to a route on A keeps that route when its next turn reaches B. Once with
+conversation bound to a route on A keeps that route when its next turn reaches B; a
+breaker opened by failures on A makes B skip the route. Once with
 Redis as the shared store, once with PostgreSQL alone (no Redis).
 
 Two mock upstreams, each holding only the responses it gave out (another one's id is a
@@ -42,6 +43,7 @@ providers:
   - {{slug: ry, type: openai, base_url: {y.base_url}, api_key: sk-y}}
   - {{slug: cx, type: openai_compatible, base_url: {x.base_url}}}
   - {{slug: cy, type: openai_compatible, base_url: {y.base_url}}}
+  - {{slug: fx, type: openai_compatible, base_url: {x.base_url}}}
 models:
   - name: resp
     strategy: priority
@@ -53,6 +55,13 @@ models:
     routes:
       - {{provider: cx, upstream_model: echo, priority: 0}}
       - {{provider: cy, upstream_model: echo, priority: 1}}
+  - name: brk
+    strategy: priority
+    routes:
+      - {{provider: fx, upstream_model: status-500, priority: 0}}
+      - {{provider: cy, upstream_model: echo, priority: 1}}
+routing:
+  breaker: {{failures: 2, cooldown_s: 120, max_cooldown_s: 120}}
 projects:
   - name: p
     keys:
@@ -236,3 +245,33 @@ def test_a_conversation_bound_on_one_replica_keeps_its_route_on_another(pair: Pa
         ).headers["x-llmrelay-provider"]
         == "cx"
     )
+
+
+def _open_breakers(replica: GatewayProcess) -> int:
+    """How many routes this replica's breakers hold open (llmrelay_breaker_state == 2)."""
+    text = httpx.get(f"{replica.url}/metrics", timeout=5).text
+    return sum(
+        1
+        for line in text.splitlines()
+        if line.startswith("llmrelay_breaker_state{") and float(line.rsplit(" ", 1)[1]) == 2
+    )
+
+
+def test_a_breaker_opened_on_one_replica_is_skipped_by_another(pair: Pair) -> None:
+    def failing_calls() -> int:
+        return sum(1 for r in pair.x.requests if r.body.get("model") == "status-500")
+
+    def chat(text: str) -> dict[str, Any]:  # each a conversation of its own (none is bound)
+        return {"model": "brk", "messages": [{"role": "user", "content": text}]}
+
+    assert _open_breakers(pair.b) == 0
+    for n in range(2):  # two failures open it (each request still served by the next route)
+        served = pair.post(pair.a, "/chat/completions", chat(f"turn {n}"))
+        assert served.status_code == 200, served.text
+        assert served.headers["x-llmrelay-provider"] == "cy"
+    assert failing_calls() == 2 and _open_breakers(pair.a) == 1
+
+    within(5, lambda: _open_breakers(pair.b) == 1)
+    served = pair.post(pair.b, "/chat/completions", chat("on b"))
+    assert served.status_code == 200 and served.headers["x-llmrelay-provider"] == "cy"
+    assert failing_calls() == 2  # B never tried the open route

@@ -1,7 +1,7 @@
 """What a process shares with the other replicas, built at start (stack.py) and closed at
 exit: the store (shared/store.py), its write-behind writer, and the two users of both, the
 conversation bindings (the executor's `affinity`) and stored responses' homes (the
-dispatcher's `homes`)."""
+dispatcher's `homes`), and the breakers' openings (shared/breakers.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.shared.bindings import ResponseHomes, SharedAffinity
-from llmrelay.shared.store import Entries, entries_for
+from llmrelay.shared.breakers import SharedBreakers
+from llmrelay.shared.store import DatabaseEntries, Entries, entries_for
 from llmrelay.shared.writer import WriteBehind
 
 if TYPE_CHECKING:
@@ -26,6 +27,9 @@ log = structlog.get_logger("llmrelay.shared")
 class SharedState:
     entries: Entries
     writer: WriteBehind
+    breakers: SharedBreakers | None = None
+    redis_url: str | None = None
+    database: DatabaseEntries | None = None
 
     @classmethod
     def open(cls, redis_url: str | None, engine: AsyncEngine) -> SharedState | None:
@@ -38,12 +42,17 @@ class SharedState:
             store="redis" if redis_url is not None else "database",
             fallback="database" if engine.dialect.name == "postgresql" else "process",
         )
-        return cls(entries, WriteBehind(entries))
+        database = DatabaseEntries(engine) if engine.dialect.name == "postgresql" else None
+        return cls(entries, WriteBehind(entries), redis_url=redis_url, database=database)
 
     def install(self, dispatcher: Dispatcher, executor: Executor) -> None:
         executor.affinity = SharedAffinity(self.entries, self.writer)
         dispatcher.homes = ResponseHomes(self.entries, self.writer)
+        self.breakers = SharedBreakers(executor.breakers, self.redis_url, self.database)
+        self.breakers.start()
 
     async def close(self) -> None:
+        if self.breakers is not None:
+            await self.breakers.close()
         await self.writer.close()
         await self.entries.close()
