@@ -163,7 +163,7 @@ class Stack:
         dispatcher.durable = _submissions(stack)
         stack.shared = SharedState.open(settings.redis_url, engine)
         if stack.shared is not None:
-            stack.shared.install(dispatcher, runtime.executor)
+            stack.shared.install(dispatcher, runtime.executor, sealer)
         return stack
 
     async def close(self) -> None:

@@ -50,6 +50,11 @@ models:
     routes:
       - {{provider: rx, upstream_model: echo, priority: 0}}
       - {{provider: ry, upstream_model: echo, priority: 1}}
+  - name: chat-only
+    strategy: priority
+    routes:
+      - {{provider: cx, upstream_model: echo, priority: 0}}
+      - {{provider: cy, upstream_model: echo, priority: 1}}
   - name: sticky
     strategy: priority
     routes:
@@ -171,6 +176,44 @@ def test_a_stored_response_made_on_one_replica_is_read_continued_and_cancelled_o
     assert cancelled.status_code == 200, cancelled.text
     assert cancelled.json()["status"] == "cancelled"
     assert pair.y.requests[-1].path == f"/v1/responses/{response_id}/cancel"
+
+
+def test_a_response_the_gateway_stored_is_read_continued_and_refused_cancel_on_another(
+    pair: Pair,
+) -> None:
+    made = pair.post(pair.a, "/responses", {"model": "chat-only", "input": "remember tea"})
+    assert made.status_code == 200, made.text
+    response_id = made.json()["id"]
+    assert made.json()["store"] is True
+
+    read = pair.get(pair.b, f"/responses/{response_id}")
+    assert read.status_code == 200, read.text
+    assert read.json() == made.json()
+
+    continued = pair.post(
+        pair.b,
+        "/responses",
+        {"model": "chat-only", "input": "and now?", "previous_response_id": response_id},
+    )
+    assert continued.status_code == 200, continued.text
+    # The provider got the whole conversation through chat: the first turn, its answer, the
+    # new input.
+    sent = pair.x.requests[-1].body["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+    assert sent[0]["content"] == "remember tea" and sent[2]["content"] == "and now?"
+    assert continued.json()["output"][0]["content"][0]["text"].startswith("and now?")
+    # The continuation is stored too: a third turn through A carries both before it.
+    third = pair.post(
+        pair.a,
+        "/responses",
+        {"model": "chat-only", "input": "third", "previous_response_id": continued.json()["id"]},
+    )
+    assert third.status_code == 200, third.text
+    assert len(pair.x.requests[-1].body["messages"]) == 5
+
+    cancel = pair.post(pair.b, f"/responses/{response_id}/cancel", {})
+    assert cancel.status_code == 400, cancel.text
+    assert "synchronous" in cancel.json()["error"]["message"]
 
 
 def test_a_streamed_response_made_on_one_replica_is_read_on_another(pair: Pair) -> None:

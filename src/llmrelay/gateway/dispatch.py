@@ -59,6 +59,7 @@ from llmrelay.providers.presets import reports_stream_usage, speaks_responses
 from llmrelay.providers.translated import TranslatedResponse
 from llmrelay.routing.affinity import DEFAULT_TTL_S, prefer
 from llmrelay.shared.bindings import LocalHomes, ResponseHomes
+from llmrelay.shared.conversations import LocalConversations, SharedConversations
 from llmrelay.snapshot.holder import SnapshotHolder
 from llmrelay.snapshot.model import KeySnap, ModelSnap, PolicySnap, RouteSnap, Snapshot
 
@@ -156,6 +157,8 @@ class Dispatcher:
         #: Response id -> (route id, project id) of Responses a provider stores: this
         #: process's (bounded), or shared by the replicas (shared/bindings.py, set by stack.py).
         self.homes: LocalHomes | ResponseHomes = LocalHomes()
+        #: Responses the gateway stores itself (chat-only providers; shared/conversations.py).
+        self.conversations: LocalConversations | SharedConversations = LocalConversations()
         self.scopes = ScopeCache()
         #: Background responses and queued generations (jobs/submissions.py, set by
         #: stack.py); None: this process takes none (400 naming the field).

@@ -7,7 +7,10 @@ homes: this process's memory, or shared by the replicas through Redis or Postgre
 shared/bindings.py). A background response (`resp_` + a job id) is read from its job instead
 (`Dispatcher.durable`), whichever process queued it. An id the gateway did not give out, one
 from another project, or one answered through chat (nothing was stored) is a 404, as OpenAI
-answers for an id it does not hold. Compaction needs a provider that serves the Responses API.
+answers for an id it does not hold. A response the gateway stored itself (a chat-only provider
+answered it: shared/conversations.py) is read from there; cancelling one is refused as OpenAI
+refuses it for a finished synchronous response. Compaction needs a provider that serves the
+Responses API.
 """
 
 from __future__ import annotations
@@ -68,6 +71,12 @@ class StoredResponses:
             )
             durable = self._dispatcher.durable
             home = await self._dispatcher.homes.home(response_id)
+            kept = await self._dispatcher.conversations.get(response_id) if home is None else None
+            if kept is not None and kept[0] == principal.project.id:
+                if action:  # as OpenAI answers for a finished synchronous response
+                    raise InvalidRequest("Cannot cancel a synchronous response.")
+                await send_json(send, 200, orjson.dumps(kept[1]), headers)
+                return
             if durable is not None and home is None and is_background_response(response_id):
                 stream, starting_after = _stream_query(scope)
                 if stream and not action:

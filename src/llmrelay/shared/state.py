@@ -13,8 +13,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.shared.bindings import ResponseHomes, SharedAffinity
 from llmrelay.shared.breakers import SharedBreakers
+from llmrelay.shared.conversations import SharedConversations
 from llmrelay.shared.store import DatabaseEntries, Entries, entries_for
 from llmrelay.shared.writer import WriteBehind
+from llmrelay.store.crypto import Sealer
 
 if TYPE_CHECKING:
     from llmrelay.gateway.dispatch import Dispatcher
@@ -45,9 +47,10 @@ class SharedState:
         database = DatabaseEntries(engine) if engine.dialect.name == "postgresql" else None
         return cls(entries, WriteBehind(entries), redis_url=redis_url, database=database)
 
-    def install(self, dispatcher: Dispatcher, executor: Executor) -> None:
+    def install(self, dispatcher: Dispatcher, executor: Executor, sealer: Sealer) -> None:
         executor.affinity = SharedAffinity(self.entries, self.writer)
         dispatcher.homes = ResponseHomes(self.entries, self.writer)
+        dispatcher.conversations = SharedConversations(self.entries, self.writer, sealer)
         self.breakers = SharedBreakers(executor.breakers, self.redis_url, self.database)
         self.breakers.start()
 
