@@ -32,9 +32,9 @@ async def test_database_entries_expire_and_are_replaced(engine: AsyncEngine) -> 
     assert await entries.get("a:k") == "r1"
     await entries.put("a:k", "r2", 10)
     assert await entries.get("a:k") == "r2"
-    assert await entries.live("b:") == [("b:x", "open")]
+    assert await entries.live("b") == [("b:x", "open")]
     clock.now += 11
-    assert await entries.get("a:k") is None and await entries.live("b:") == []
+    assert await entries.get("a:k") is None and await entries.live("b") == []
 
 
 @pytest.mark.postgres

@@ -140,7 +140,7 @@ class SharedBreakers:
         while True:
             await asyncio.sleep(every)
             try:
-                live = await self._database.live("b:")
+                live = await self._database.live("b")
             except Exception as exc:  # noqa: BLE001
                 log.warning("breaker_poll_failed", error=repr(exc))
                 continue

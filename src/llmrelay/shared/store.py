@@ -85,20 +85,21 @@ class DatabaseEntries:
             ).first()
         return None if row is None else str(row[0])
 
-    async def live(self, prefix: str) -> list[tuple[str, str]]:
-        """Every entry whose key starts with `prefix` that has not expired."""
+    async def live(self, kind: str) -> list[tuple[str, str]]:
+        """Every entry of one kind (its key's prefix before ':') that has not expired."""
         async with self._engine.connect() as conn:
             rows = await conn.execute(
                 select(SharedEntry.key, SharedEntry.value).where(
-                    SharedEntry.key.startswith(prefix, autoescape=True),
-                    SharedEntry.expires_at > self._clock(),
+                    SharedEntry.kind == kind, SharedEntry.expires_at > self._clock()
                 )
             )
             return [(str(key), str(value)) for key, value in rows]
 
     async def put(self, key: str, value: str, ttl_s: float) -> None:
         now = self._clock()
-        statement = self._insert(SharedEntry).values(key=key, value=value, expires_at=now + ttl_s)
+        statement = self._insert(SharedEntry).values(
+            key=key, kind=key.partition(":")[0], value=value, expires_at=now + ttl_s
+        )
         statement = statement.on_conflict_do_update(
             index_elements=[SharedEntry.key],
             set_={"value": statement.excluded.value, "expires_at": statement.excluded.expires_at},

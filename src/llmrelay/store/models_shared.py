@@ -15,8 +15,11 @@ class SharedEntry(Base):
     ignored when read and deleted by a later write."""
 
     __tablename__ = "shared_entries"
-    __table_args__ = (Index(None, "expires_at"),)
+    __table_args__ = (Index(None, "expires_at"), Index(None, "kind", "expires_at"))
 
     key: Mapped[str] = mapped_column(String(300), primary_key=True)
+    #: The key's prefix (`a` bindings, `r` homes, `s` stored responses, `b` breakers): the
+    #: breakers' poll reads its few rows by it, never the bindings.
+    kind: Mapped[str] = mapped_column(String(8))
     value: Mapped[str] = mapped_column(Text)
     expires_at: Mapped[float] = mapped_column(Float)

@@ -21,6 +21,7 @@ def upgrade() -> None:
     op.create_table(
         "shared_entries",
         sa.Column("key", sa.String(length=300), nullable=False),
+        sa.Column("kind", sa.String(length=8), nullable=False),
         sa.Column("value", sa.Text(), nullable=False),
         sa.Column("expires_at", sa.Float(), nullable=False),
         sa.PrimaryKeyConstraint("key", name=op.f("pk_shared_entries")),
@@ -28,8 +29,15 @@ def upgrade() -> None:
     op.create_index(
         op.f("ix_shared_entries_expires_at"), "shared_entries", ["expires_at"], unique=False
     )
+    op.create_index(
+        op.f("ix_shared_entries_kind_expires_at"),
+        "shared_entries",
+        ["kind", "expires_at"],
+        unique=False,
+    )
 
 
 def downgrade() -> None:
+    op.drop_index(op.f("ix_shared_entries_kind_expires_at"), table_name="shared_entries")
     op.drop_index(op.f("ix_shared_entries_expires_at"), table_name="shared_entries")
     op.drop_table("shared_entries")
