@@ -42,6 +42,7 @@ from llmrelay.providers.registry import ProviderRegistry
 from llmrelay.routing.breaker import Breakers
 from llmrelay.routing.strategies import Router
 from llmrelay.settings import Settings
+from llmrelay.shared.state import SharedState
 from llmrelay.snapshot.holder import SnapshotHolder
 from llmrelay.snapshot.model import Snapshot
 from llmrelay.snapshot.reload import LiveReload
@@ -76,6 +77,8 @@ class Stack:
     in_use: IO[bytes] | None = None
     #: Queues a health probe when a provider refuses the gateway's credentials.
     probe_trigger: ProbeTrigger | None = None
+    #: What the replicas share (None: one process on SQLite without Redis, all in memory).
+    shared: SharedState | None = None
 
     @classmethod
     async def open(
@@ -162,6 +165,9 @@ class Stack:
         stack.probe_trigger = ProbeTrigger(engine, wake=wake)
         runtime.executor.on_credentials_refused = stack.probe_trigger
         dispatcher.durable = _submissions(stack)
+        stack.shared = SharedState.open(settings.redis_url, engine)
+        if stack.shared is not None:
+            stack.shared.install(dispatcher, runtime.executor, sealer)
         return stack
 
     async def close(self) -> None:
@@ -185,6 +191,8 @@ class Stack:
         await self.live_reload.stop()
         if self.runtime.executor.trials is not None:
             await self.runtime.executor.trials.close()
+        if self.shared is not None:
+            await self.shared.close()
         await self.recorder.stop(timeout_s=left())
         await self.prepaid.stop(timeout_s=left())
         await self.limiter.close()

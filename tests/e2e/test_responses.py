@@ -161,12 +161,19 @@ def test_a_stored_response_is_read_and_cancelled_where_it_lives(
     assert cancelled.status == "cancelled"
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve("resp_nobody_gave_this_out")
-    bridged = client.responses.create(model="bridged", input="not stored anywhere")
+    unstored = client.responses.create(model="bridged", input="not stored", store=False)
     with pytest.raises(openai.NotFoundError):
-        client.responses.retrieve(bridged.id)
+        client.responses.retrieve(unstored.id)
+    # Through chat, the gateway stores the Response itself (shared/conversations.py).
+    bridged = client.responses.create(model="bridged", input="stored by the gateway")
+    assert client.responses.retrieve(bridged.id).output_text == "stored by the gateway"
+    with pytest.raises(openai.BadRequestError):
+        client.responses.cancel(bridged.id)  # a finished synchronous response
     other = openai.OpenAI(api_key=OTHER_KEY, base_url=gateway.base_url, max_retries=0)
-    with other, pytest.raises(openai.NotFoundError):
-        other.responses.retrieve(created.id)  # another project's
+    with other:
+        for response_id in (created.id, bridged.id):  # another project's
+            with pytest.raises(openai.NotFoundError):
+                other.responses.retrieve(response_id)
 
 
 def test_compaction_needs_a_provider_that_serves_responses(client: openai.OpenAI) -> None:

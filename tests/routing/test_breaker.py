@@ -407,3 +407,34 @@ class BreakerMachine(RuleBasedStateMachine):
 
 BreakerMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=60, deadline=None)
 test_breaker_machine = BreakerMachine.TestCase
+
+
+def test_an_opening_elsewhere_opens_a_closed_breaker_for_what_is_left_and_is_not_told_back() -> (
+    None
+):
+    clock = FakeClock()
+    breakers = _breakers(clock)
+    tripped: list[tuple[str, float]] = []
+    opened: list[tuple[str, float]] = []
+    breakers.on_tripped = lambda route, window: tripped.append((route, window))
+    breakers.on_open = lambda route, delay: opened.append((route, delay))
+    assert breakers.opened_elsewhere(ROUTE, 4.0)
+    assert breakers.state(ROUTE) == "open" and breakers.admit(ROUTE) is None
+    assert breakers.retry_after(ROUTE) == 4.0
+    assert opened == [(ROUTE, 4.0)] and tripped == []  # the trial timer told; not re-shared
+    assert not breakers.opened_elsewhere(ROUTE, 2.0)  # an earlier end changes nothing
+    clock.now += 4.0
+    trial = _admit(breakers)
+    assert trial.trial
+    assert not breakers.opened_elsewhere(ROUTE, 5.0)  # a trial is deciding here
+    breakers.succeeded(trial)
+    assert breakers.state(ROUTE) == "closed"
+    assert not breakers.opened_elsewhere(ROUTE, 0.0)  # already over
+
+
+def test_only_this_replicas_own_failures_are_told_to_the_others() -> None:
+    breakers = _breakers(FakeClock())
+    tripped: list[tuple[str, float]] = []
+    breakers.on_tripped = lambda route, window: tripped.append((route, window))
+    _trip(breakers)
+    assert tripped == [(ROUTE, 10.0)]

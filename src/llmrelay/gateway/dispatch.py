@@ -10,7 +10,6 @@ relay primed to its first content in the client's protocol. `finish` queues the 
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -59,6 +58,8 @@ from llmrelay.providers.headers import CLIENT_REQUEST_ID, forwardable
 from llmrelay.providers.presets import reports_stream_usage, speaks_responses
 from llmrelay.providers.translated import TranslatedResponse
 from llmrelay.routing.affinity import DEFAULT_TTL_S, prefer
+from llmrelay.shared.bindings import LocalHomes, ResponseHomes
+from llmrelay.shared.conversations import LocalConversations, SharedConversations
 from llmrelay.snapshot.holder import SnapshotHolder
 from llmrelay.snapshot.model import KeySnap, ModelSnap, PolicySnap, RouteSnap, Snapshot
 
@@ -153,8 +154,11 @@ class Dispatcher:
     def __init__(self) -> None:
         self.runtime: Runtime | None = None
         self._renames: dict[str, wire.ModelRename] = {}
-        #: Response id -> (route id, project id) of Responses a provider stores (bounded).
-        self.stored_responses: OrderedDict[str, tuple[str, str | None]] = OrderedDict()
+        #: Response id -> (route id, project id) of Responses a provider stores: this
+        #: process's (bounded), or shared by the replicas (shared/bindings.py, set by stack.py).
+        self.homes: LocalHomes | ResponseHomes = LocalHomes()
+        #: Responses the gateway stores itself (chat-only providers; shared/conversations.py).
+        self.conversations: LocalConversations | SharedConversations = LocalConversations()
         self.scopes = ScopeCache()
         #: Background responses and queued generations (jobs/submissions.py, set by
         #: stack.py); None: this process takes none (400 naming the field).
@@ -374,11 +378,7 @@ class Dispatcher:
             model.affinity_ttl_s or DEFAULT_TTL_S,
         )
         if speaks_responses(route.provider.type, route.provider.preset):
-            held = self.stored_responses
-            held[response_id] = (route.id, project_id)
-            held.move_to_end(response_id)
-            while len(held) > STORED_RESPONSES_MAX:
-                held.popitem(last=False)
+            self.homes.remember(response_id, route.id, project_id)
 
     def finish(self, record: CallRecord) -> None:
         end_call(self.live(), record)
@@ -514,6 +514,3 @@ def _route_id(route: RouteSnap) -> str:
 #: Looked up once (an enum member read from its class costs a microsecond).
 _COUNT_TOKENS: Final = Operation.COUNT_TOKENS
 _CHAT: Final = Operation.CHAT
-
-#: Response ids remembered per process for GET and cancel (like session affinity).
-STORED_RESPONSES_MAX: Final = 100_000

@@ -185,6 +185,7 @@ class Headless:
                 _announcing(before_send) if before_send is not None else _same,
             )
             hooked = Executor(registry, executor.breakers, executor.router)
+            hooked.affinity = executor.affinity  # the bindings the replicas share
             runtime = dataclasses.replace(runtime, executor=hooked)
         call = ModelCall(
             runtime,

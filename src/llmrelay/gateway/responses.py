@@ -5,7 +5,9 @@ as it came, only `model` rewritten; any other provider gets it through chat
 (providers.responses_bridge), which refuses, with a 400 naming the field, what chat cannot
 carry (stored conversation state, built-in tools). A request that continues a conversation
 (`previous_response_id`) goes back to the route that answered it, while that route is healthy
-(the provider holds the conversation). `background: true` is checked and resolved the same
+(the provider holds the conversation); one the gateway stored itself (a chat-only provider
+answered it: shared/conversations.py) is sent whole, its conversation before the new input.
+`background: true` is checked and resolved the same
 way and screened by the key's guardrails (a block refuses it here, a mask changes the body
 the job keeps), then handed to the durable jobs (`Dispatcher.durable`,
 gateway/background.py: queued, answered with the Response in status `queued`, or its events
@@ -15,6 +17,7 @@ on every OpenAI route.
 
 from __future__ import annotations
 
+import secrets
 import time
 from typing import Any
 
@@ -36,6 +39,8 @@ from llmrelay.gateway.ingress import RequestContext
 from llmrelay.metering.estimate import answer_tokens
 from llmrelay.protocols import openai as wire
 from llmrelay.providers.base import Operation
+from llmrelay.providers.presets import speaks_responses
+from llmrelay.shared.conversations import as_items, continued
 
 
 class ResponsesRoutes:
@@ -96,6 +101,9 @@ class ResponsesRoutes:
             previous = payload.get("previous_response_id")
             if isinstance(previous, str) and previous:
                 session = response_session(previous)
+                stored = await dispatcher.conversations.get(previous)
+                if stored is not None and stored[0] == principal.project.id:
+                    payload = continued(stored, payload)  # the gateway holds it: sent whole
             call = dispatcher.call(
                 Operation.RESPONSES,
                 payload,
@@ -122,8 +130,22 @@ class ResponsesRoutes:
             if guard is not None and guard.responses:
                 dispatcher.screen_answer(guard, Operation.RESPONSES, answered, record)
             response_id = answered.get("id")
+            provider = answer.route.provider
+            if payload.get("store") is not False and not speaks_responses(
+                provider.type, provider.preset
+            ):
+                # Kept by the gateway under an id of its own (an upstream's chat ids may
+                # repeat: one derived from them could name another client's response).
+                answered["id"] = response_id = "resp_" + secrets.token_hex(16)
+                answered["store"] = True
+                conversation = as_items(payload.get("input"))
+                dispatcher.conversations.keep(
+                    response_id, (record.project_id, answered, conversation)
+                )
             if isinstance(response_id, str):
                 dispatcher.remember_response(served, record.project_id, answer.route, response_id)
+                # Shared by the replicas before the client can ask another one for it.
+                await dispatcher.homes.written()
             dispatcher.served_headers(headers, served, record)
             add_header(headers, record.dropped)
             await send_json(send, 200, orjson.dumps(answered), headers)

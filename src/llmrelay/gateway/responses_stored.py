@@ -2,11 +2,15 @@
 and `POST /v1/responses/compact`.
 
 A stored response lives at the provider that created it, so reading or cancelling one goes
-to the route that answered it, as this process remembered (dispatch.Dispatcher.
-stored_responses). A background response (`resp_` + a job id) is read from its job instead
-(`Dispatcher.durable`), whichever process queued it. An id this process did not give out, one
+to the route that answered it, as the replica that answered remembered (dispatch.Dispatcher.
+homes: this process's memory, or shared by the replicas through Redis or PostgreSQL,
+shared/bindings.py). A background response (`resp_` + a job id) is read from its job instead
+(`Dispatcher.durable`), whichever process queued it. An id the gateway did not give out, one
 from another project, or one answered through chat (nothing was stored) is a 404, as OpenAI
-answers for an id it does not hold. Compaction needs a provider that serves the Responses API.
+answers for an id it does not hold. A response the gateway stored itself (a chat-only provider
+answered it: shared/conversations.py) is read from there; cancelling one is refused as OpenAI
+refuses it for a finished synchronous response. Compaction needs a provider that serves the
+Responses API.
 """
 
 from __future__ import annotations
@@ -67,11 +71,14 @@ class StoredResponses:
                 scope["headers"], snapshot, context.client_ip, time.time(), apikeys.RESPONSES
             )
             durable = self._dispatcher.durable
-            if (
-                durable is not None
-                and response_id not in self._dispatcher.stored_responses
-                and is_background_response(response_id)
-            ):
+            home = await self._dispatcher.homes.home(response_id)
+            kept = await self._dispatcher.conversations.get(response_id) if home is None else None
+            if kept is not None and kept[0] == principal.project.id:
+                if action:  # as OpenAI answers for a finished synchronous response
+                    raise InvalidRequest("Cannot cancel a synchronous response.")
+                await send_json(send, 200, orjson.dumps(kept[1]), headers)
+                return
+            if durable is not None and home is None and is_background_response(response_id):
                 stream, starting_after = _stream_query(scope)
                 if stream and not action:
                     events = await durable.response_events(
@@ -90,7 +97,7 @@ class StoredResponses:
                     )
                 await send_json(send, 200, orjson.dumps(found), headers)
                 return
-            route = self._route_of(snapshot, principal, response_id)
+            route = _route_of(snapshot, principal, response_id, home)
             provider = route.provider
             path = f"/responses/{response_id}" + ("/cancel" if action else "")
             request = UpstreamRequest(
@@ -122,15 +129,6 @@ class StoredResponses:
             await send_json(send, error.status, wire.error_body(error, context.request_id), headers)
         except ClientDisconnected:
             pass
-
-    def _route_of(self, snapshot: Snapshot, principal: KeySnap, response_id: str) -> RouteSnap:
-        held = self._dispatcher.stored_responses.get(response_id)
-        if held is not None and held[1] == principal.project.id:
-            for model in snapshot.tenant_models(principal.tenant_id).values():
-                for route in model.routes:
-                    if route.id == held[0]:
-                        return route
-        raise NotFound(f"No response found with id '{response_id}'.", code="response_not_found")
 
     async def compact(
         self, scope: Scope, receive: Receive, send: Send, context: RequestContext
@@ -187,6 +185,18 @@ class StoredResponses:
             record.fail(CLIENT_CLOSED_REQUEST, "client_disconnected")
         finally:
             dispatcher.finish(record)
+
+
+def _route_of(
+    snapshot: Snapshot, principal: KeySnap, response_id: str, home: tuple[str, str | None] | None
+) -> RouteSnap:
+    """The route holding the response, when it is the caller's project's (else 404)."""
+    if home is not None and home[1] == principal.project.id:
+        for model in snapshot.tenant_models(principal.tenant_id).values():
+            for route in model.routes:
+                if route.id == home[0]:
+                    return route
+    raise NotFound(f"No response found with id '{response_id}'.", code="response_not_found")
 
 
 def _virtual_model(snapshot: Snapshot, principal: KeySnap, route: RouteSnap) -> str | None:

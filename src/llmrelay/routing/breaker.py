@@ -13,6 +13,10 @@ A route (provider + credential + upstream model) is named by an opaque route id.
   half_open -> open when it fails, with the cooldown doubled up to `max_cooldown_s` (never
   under `cooldown_s`).
 - open or half_open -> closed by `close`: a health probe found the route's provider online.
+- closed -> open by `opened_elsewhere`: another replica opened the route's breaker
+  (shared/breakers.py), for what is left of its cooldown; this replica's own trial timer then
+  probes the route as for its own opens. Only openings travel: each replica closes by its own
+  trial or probe (a wrong close costs one attempt; a missed open costs `failures` attempts).
 
 Every admission returns a `Ticket` carrying the breaker's epoch. The epoch moves on every
 transition and on every trial claim, and a report whose ticket is from another epoch is ignored:
@@ -103,6 +107,8 @@ class Breakers:
         self._breakers: dict[str, _Breaker] = {}
         #: Told each time a route opens (the trial timer); called on failures only.
         self.on_open: OpenHook | None = None
+        #: Told when this replica's own failures opened a route (to tell the others).
+        self.on_tripped: OpenHook | None = None
 
     def admit(self, route_id: str) -> Ticket | None:
         """A ticket for one attempt on the route, or None: skip the route for now."""
@@ -143,6 +149,29 @@ class Breakers:
             return False
         breaker.window = self._settings.cooldown_s
         self._move(breaker, CLOSED)
+        return True
+
+    def opened_elsewhere(self, route_id: str, remaining_s: float) -> bool:
+        """Another replica opened this route's breaker `remaining_s` ago: a closed breaker
+        here opens for that long (its trial timer told); an open one stays open at least
+        that long. Whether it changed anything."""
+        if remaining_s <= 0:
+            return False
+        breaker = self._breakers.get(route_id)
+        if breaker is None:
+            breaker = self._breakers[route_id] = _Breaker(route_id, self._settings.cooldown_s)
+        until = self._clock() + remaining_s
+        if breaker.state is OPEN:
+            if until <= breaker.reopen_at:
+                return False
+            breaker.reopen_at = until
+        elif breaker.state is CLOSED:
+            breaker.reopen_at = until
+            self._move(breaker, OPEN)
+        else:
+            return False  # a trial is deciding here already
+        if self.on_open is not None:
+            self.on_open(route_id, remaining_s)
         return True
 
     def abandon(self, ticket: Ticket) -> None:
@@ -207,6 +236,8 @@ class Breakers:
         self._move(breaker, OPEN)
         if self.on_open is not None:
             self.on_open(breaker.route_id, window)
+        if self.on_tripped is not None:
+            self.on_tripped(breaker.route_id, window)
 
     def _move(self, breaker: _Breaker, to_state: State) -> None:
         from_state = breaker.state
