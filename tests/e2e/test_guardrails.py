@@ -310,8 +310,14 @@ def test_answers_are_masked_or_withheld_by_a_response_policy(
     assert text == f"stream {CARD}"  # streams are not screened on the way back
 
 
-def test_metrics_count_hits_and_blocks(gateway: GatewayProcess) -> None:
-    text = httpx.get(f"{gateway.url}/metrics", timeout=5).text
+def test_metrics_count_hits_and_blocks(
+    gateway: GatewayProcess, clients: dict[str, openai.OpenAI]
+) -> None:
+    # A hit of each kind of its own, whatever the module's other tests did before it.
+    assert _refused(clients["plain"], f"metrics: my key is {AWS}").status_code == 400
+    assert _refused(clients["answers"], f"metrics: pay with {CARD}").status_code == 400
+    _chat(clients["masked"], f"metrics: write to {EMAIL}")
+    text = httpx.get(f"{gateway.url}/metrics", timeout=30).text
     assert (
         'llmrelay_guardrail_hits_total{action="block",detector="aws_access_key",'
         'location="request",policy="secrets-block",rule="secrets"}' in text

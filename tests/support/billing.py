@@ -41,11 +41,13 @@ class BillingDb:
             await conn.close()
 
     def wallet(self, tenant_id: str) -> tuple[int, int]:
-        """(available, reserved)."""
-        row = self.rows(
+        """(available, reserved); (0, 0) before the tenant's first payment made its wallet."""
+        found = self.rows(
             "SELECT balance_micros, reserved_micros FROM wallets WHERE tenant_id = $1", tenant_id
-        )[0]
-        return int(row["balance_micros"]), int(row["reserved_micros"])
+        )
+        if not found:
+            return 0, 0
+        return int(found[0]["balance_micros"]), int(found[0]["reserved_micros"])
 
     def reservation(self, request_id: str) -> dict[str, Any] | None:
         found = self.rows("SELECT * FROM reservations WHERE request_id = $1", request_id)
