@@ -84,6 +84,7 @@ _COLUMNS_ADDED_AFTER_0010 = {
     ("payment_orders", "disputed_micros"),
     ("virtual_models", "affinity_enabled"),
     ("virtual_models", "affinity_ttl_s"),
+    ("virtual_models", "stream_rescue"),
     ("providers", "declared_by"),
     *(
         (table, "version")

@@ -1,0 +1,381 @@
+"""Mid-stream rescue of an OpenAI chat stream (a model's `stream_rescue`, off by default).
+
+A committed stream that breaks (connection lost, an error event) or stalls (no event within
+the provider's `stream_idle_timeout_s`) normally ends with an in-band error event. With
+rescue on, the relay keeps a transcript of what the client was sent, and on such a failure
+asks another route to continue the answer: the text sent is given to it as a final assistant
+message (an Anthropic prefill; `continue_final_message` on a vLLM server), and only the new
+tokens go on to the client, rewritten into the same event sequence (the first route's `id`,
+`created`, the virtual model, choice index 0) and with one final usage, the sum of both
+parts (the broken part's estimated: it reported none).
+
+A rescue is refused, and the stream ends with today's error, whenever the continuation point
+cannot be verified exactly: anything but plain text was sent (tool calls, a refusal,
+reasoning, log probabilities), more than one choice, the answer had already finished, or no
+text came yet. Where no route can continue (none can take a prefill, or each refuses), the
+same error ends it. The transcript costs a parse of every event the client gets: the price
+of opting in; with rescue off the relay is the plain one (gateway/relay.py) and nothing of
+this runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
+import structlog
+
+from llmrelay.deadlines import Deadlines
+from llmrelay.gateway.errors import GatewayError
+from llmrelay.gateway.executor import candidates
+from llmrelay.gateway.relay import ChatStreamRelay
+from llmrelay.metering.estimate import prompt_tokens
+from llmrelay.protocols.sse import SSEParser
+from llmrelay.providers.base import Operation, UpstreamResponse
+from llmrelay.providers.errors import (
+    UpstreamError,
+    UpstreamErrorEvent,
+    UpstreamProtocolError,
+    UpstreamTimeoutError,
+)
+from llmrelay.snapshot.model import ModelSnap, ProviderSnap, RouteSnap
+
+if TYPE_CHECKING:
+    from llmrelay.gateway.dispatch import ModelCall
+
+log = structlog.get_logger(__name__)
+
+#: Delta fields whose partial value cannot be handed on exactly as a prefill.
+_NOT_TEXT: Final = ("tool_calls", "function_call", "refusal", "reasoning_content", "reasoning")
+#: The most rescues of one stream (each a further route).
+MAX_RESCUES: Final = 2
+
+
+def can_continue(provider: ProviderSnap) -> bool:
+    """Whether a provider continues a final assistant message rather than answering anew:
+    Anthropic always does (a prefill); an OpenAI-compatible server only when it is known to
+    take `continue_final_message` (vLLM). Other APIs (OpenAI itself, Azure, Gemini through
+    the chat bridge) would start a new answer: they are never asked to continue."""
+    return provider.type == "anthropic" or (
+        provider.type == "openai_compatible" and provider.preset == "vllm"
+    )
+
+
+def continuation_payload(
+    payload: dict[str, Any], provider: ProviderSnap, prefill: str
+) -> dict[str, Any]:
+    """The client's request with the text already sent as the final assistant message."""
+    messages = list(payload.get("messages") or [])
+    messages.append({"role": "assistant", "content": prefill})
+    continued = {**payload, "messages": messages}
+    if provider.type == "openai_compatible":
+        continued["add_generation_prompt"] = False
+        continued["continue_final_message"] = True
+    return continued
+
+
+class Transcript:
+    """What the client was sent of a one-choice chat stream, read from the bytes it got."""
+
+    __slots__ = ("created", "exact", "fingerprint", "finished", "id", "parser", "pieces", "texts")
+
+    def __init__(self) -> None:
+        self.parser = SSEParser()
+        self.pieces: list[str] = []
+        self.id: Any = None
+        self.created: Any = None
+        self.fingerprint: Any = None
+        #: False once anything was sent that a prefill cannot carry exactly.
+        self.exact = True
+        self.finished = False
+        #: Content events sent (about a token each: the broken part's output estimate).
+        self.texts = 0
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+    def feed(self, part: bytes) -> None:
+        for _name, data in self.parser.feed(part):
+            if not data or data == b"[DONE]":
+                continue
+            try:
+                event = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                self.exact = False
+                continue
+            if type(event) is not dict:
+                continue
+            if self.id is None:
+                self.id = event.get("id")
+                self.created = event.get("created")
+                self.fingerprint = event.get("system_fingerprint")
+            if event.get("usage"):
+                self.finished = True
+            self._choices(event.get("choices"))
+
+    def _choices(self, choices: Any) -> None:
+        if not choices:
+            return
+        if type(choices) is not list or len(choices) != 1 or type(choices[0]) is not dict:
+            self.exact = False
+            return
+        choice = choices[0]
+        if choice.get("finish_reason") is not None:
+            self.finished = True
+        if choice.get("logprobs"):
+            self.exact = False
+        delta = choice.get("delta")
+        if type(delta) is not dict:
+            return
+        if any(delta.get(field) for field in _NOT_TEXT):
+            self.exact = False
+        content = delta.get("content")
+        if type(content) is str and content:
+            self.pieces.append(content)
+            self.texts += 1
+
+
+#: Asked to continue the stream with `prefill`: whether a route now does (the relay was
+#: switched to it by `continue_on`).
+Rescuer = Callable[["RescuingChatStreamRelay", str], Awaitable[bool]]
+
+
+class RescuingChatStreamRelay(ChatStreamRelay):
+    """The chat relay of a model with `stream_rescue`: the same stream, with a transcript
+    and, on a failure after the first byte, a continuation from another route."""
+
+    def __init__(
+        self, *args: Any, rescuer: Rescuer, prompt_tokens: Callable[[], int], **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self._transcript = Transcript()
+        self._rescuer = rescuer
+        self._prompt_tokens = prompt_tokens
+        self._deadlines: Deadlines | None = None
+        self._rescues = 0
+        #: After a rescue: the continuation's events are parsed and rewritten (`_continue`).
+        self._continuing = False
+        #: Whitespace the prefill left off (Anthropic refuses a prefill ending in it), to be
+        #: dropped from the continuation's start.
+        self._pending_space = ""
+        #: The usage of the parts before the current route's (estimated: they broke off).
+        self._earlier: dict[str, int] = {}
+        self._rescue = self._try_rescue
+
+    async def prime(self, deadlines: Deadlines) -> None:
+        self._deadlines = deadlines
+        await super().prime(deadlines)
+
+    async def next_part(self) -> bytes | None:
+        part = await super().next_part()
+        if part is not None and self._record.error_code is None:
+            self._transcript.feed(part)
+        return part
+
+    async def _try_rescue(self, failure: UpstreamError) -> bool:
+        """Continue the stream from another route, or refuse (False: it ends as today)."""
+        transcript = self._transcript
+        refused = _refusal(transcript, self._choices, self._rescues)
+        reason = "stall" if isinstance(failure, UpstreamTimeoutError) else "break"
+        if refused is not None:
+            log.info("stream_rescue_refused", request_id=self._request_id, reason=refused)
+            return False
+        record = self._record
+        record.log_attempt(
+            "stream", 200, "stream_stalled" if reason == "stall" else "stream_interrupted", 0.0
+        )
+        if self._deadline is not None:
+            self._deadline.stop()
+        self._response.release()
+        self._rescues += 1
+        self._add_earlier(transcript.texts)
+        text = transcript.text
+        stripped = text.rstrip()
+        self._pending_space = text[len(stripped) :]
+        continued = await self._rescuer(self, stripped)
+        log.info(
+            "stream_rescued" if continued else "stream_rescue_failed",
+            request_id=self._request_id,
+            failure=reason,
+        )
+        return continued
+
+    def _add_earlier(self, completion: int) -> None:
+        """The broken parts' usage, estimated as the record would (they reported none): each
+        route's prompt by the tokenizer, a token per content event sent so far."""
+        earlier = self._earlier
+        earlier["prompt_tokens"] = earlier.get("prompt_tokens", 0) + self._prompt_tokens()
+        earlier["completion_tokens"] = completion
+
+    async def continue_on(
+        self, route: RouteSnap, response: UpstreamResponse
+    ) -> RescuingChatStreamRelay:
+        """The finisher of a continuation attempt: take `response` as the stream's source and
+        read it to its first new content (within the route's first-token limit)."""
+        assert self._deadlines is not None
+        self._route = route
+        self._response = response
+        self._parser = SSEParser()
+        self._continuing = True
+        self._facts = None
+        self._primed = []
+        self._finished.clear()
+        self._usage_seen = False
+        self._done = False
+        await self.prime(self._deadlines)
+        return self
+
+    def _take(self, chunk: bytes, out: list[bytes], *, priming: bool) -> bool:
+        if not self._continuing:
+            return super()._take(chunk, out, priming=priming)
+        content = False
+        for _name, data in self._parser.feed(chunk):
+            if data == b"[DONE]":
+                self._done = True
+                break
+            passed = self._continue(data)
+            if passed is not None:
+                out.append(b"data: " + passed + b"\n\n")
+                content = True
+            if self._complete:
+                break
+        return content
+
+    def _continue(self, data: bytes) -> bytes | None:
+        """One event of the continuation, as the client gets it (None: nothing to pass)."""
+        try:
+            event = orjson.loads(data) if data else None
+        except orjson.JSONDecodeError:
+            event = None
+        if type(event) is not dict:
+            if data:
+                self._malformed()
+            return None
+        if "error" in event:
+            raise UpstreamErrorEvent(str(event.get("error"))[:200])
+        self._taken += 1
+        kept = [c for c in (event.get("choices") or []) if self._keep(c)]
+        usage = event.get("usage")
+        total = None
+        if usage and type(usage) is dict:
+            self._usage_seen = True
+            total = _sum_usage(self._earlier, usage)
+            self._record.take_usage(total)
+        if not kept and (total is None or not self._forward_usage):
+            return None
+        transcript = self._transcript
+        event["id"] = transcript.id
+        event["created"] = transcript.created
+        event["model"] = self._virtual_model
+        if transcript.fingerprint is not None:
+            event["system_fingerprint"] = transcript.fingerprint
+        event["choices"] = kept
+        if total is not None or "usage" in event:
+            event["usage"] = total if self._forward_usage else None
+        return orjson.dumps(event)
+
+    def _keep(self, choice: Any) -> bool:
+        """Whether a continuation's choice goes on (rewritten in place): its new text or its
+        finish. Anything but text means the route did not continue the answer: refused."""
+        if type(choice) is not dict:
+            return False
+        delta = choice.get("delta")
+        if type(delta) is not dict:
+            delta = {}
+        if any(delta.get(field) for field in _NOT_TEXT):
+            raise UpstreamProtocolError("the continuation is not text")
+        delta.pop("role", None)
+        content = delta.get("content")
+        pending = self._pending_space
+        if pending and type(content) is str and content:
+            if content.startswith(pending):
+                content = content[len(pending) :]
+            self._pending_space = ""
+            delta["content"] = content
+        finished = choice.get("finish_reason") is not None
+        if finished:
+            self._finished.add(0)
+        choice["index"] = 0
+        choice["delta"] = delta
+        return finished or bool(content)
+
+
+def _refusal(transcript: Transcript, choices: int, rescues: int) -> str | None:
+    """Why a stream cannot be rescued (None: it can)."""
+    if choices != 1:
+        return "several choices"
+    if rescues >= MAX_RESCUES:
+        return "rescued too often"
+    if not transcript.exact:
+        return "not plain text: the continuation point cannot be verified"
+    if transcript.finished:
+        return "the answer had finished"
+    if not transcript.text.strip():
+        return "no text yet"
+    return None
+
+
+def _sum_usage(earlier: dict[str, int], usage: dict[str, Any]) -> dict[str, Any]:
+    """The continuation's usage plus the earlier parts' (one final usage for the client)."""
+    prompt = _count(usage.get("prompt_tokens")) + earlier.get("prompt_tokens", 0)
+    completion = _count(usage.get("completion_tokens")) + earlier.get("completion_tokens", 0)
+    total = {**usage, "prompt_tokens": prompt, "completion_tokens": completion}
+    total["total_tokens"] = prompt + completion
+    return total
+
+
+def _count(value: Any) -> int:
+    return value if type(value) is int and value >= 0 else 0
+
+
+def rescuer_for(call: ModelCall, model: ModelSnap) -> Rescuer:
+    """How a stream of `call` to `model` is continued: on each route the call may use (its
+    routing policy and needs as for the first attempt) that can continue and has not broken
+    off this stream, in the model's order, through the executor (so breakers, retries and
+    the attempts' records apply); the first whose continuation starts wins."""
+    runtime = call.runtime
+    record = call.record
+    broken: set[str | None] = set()
+
+    async def rescue(relay: RescuingChatStreamRelay, prefill: str) -> bool:
+        executor = runtime.executor
+        broken.add(record.route_id)
+        for route in candidates(model, None, call.policy, call.needs):
+            if route.id in broken or not can_continue(route.provider):
+                continue
+            payload = continuation_payload(call.payload, route.provider, prefill)
+            try:
+                await executor.execute(
+                    Operation.CHAT,
+                    model,
+                    [route],
+                    payload,
+                    call.forwarded,
+                    record,
+                    relay.continue_on,
+                    deadline_at=executor.clock() + model.deadline_s,
+                )
+            except GatewayError as refused:
+                log.info(
+                    "stream_rescue_route_failed",
+                    request_id=record.request_id,
+                    route=route.id,
+                    code=refused.code,
+                )
+                broken.add(route.id)
+                continue
+            return True
+        return False
+
+    return rescue
+
+
+def rescue_terms(call: ModelCall, model: ModelSnap) -> dict[str, Any]:
+    """The keyword arguments a RescuingChatStreamRelay takes beyond a ChatStreamRelay's."""
+    payload = call.payload
+    return {
+        "rescuer": rescuer_for(call, model),
+        "prompt_tokens": lambda: prompt_tokens(payload),
+    }
