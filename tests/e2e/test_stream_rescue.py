@@ -39,6 +39,11 @@ providers:
     type: openai_compatible
     base_url: {upstream.base_url}
     timeout_s: 10
+  - slug: claude
+    type: anthropic
+    base_url: {upstream.root_url}
+    api_key: sk-ant-mock
+    timeout_s: 10
 models:
   - name: rescued
     stream_rescue: true
@@ -69,6 +74,11 @@ models:
     routes:
       - {{provider: first, upstream_model: drop-after-2-t, priority: 0}}
       - {{provider: vllm, upstream_model: echo-t, priority: 1}}
+  - name: to-claude
+    stream_rescue: true
+    routes:
+      - {{provider: first, upstream_model: drop-after-3-c, priority: 0}}
+      - {{provider: claude, upstream_model: echo-c, priority: 1}}
 projects:
   - name: rescue
     keys:
@@ -196,3 +206,31 @@ def test_a_tool_call_cut_mid_arguments_is_not_rescued(
         _stream(client, "tooling", tools=tools)
     assert "stream broke off" in str(failed.value)
     assert not [r for r in upstream.chat_requests() if r.body.get("model") == "echo-t"]
+
+
+def test_a_broken_stream_is_continued_by_an_anthropic_prefill(
+    client: openai.OpenAI, upstream: MockUpstream, gateway: GatewayProcess
+) -> None:
+    chunks, request_id = _stream(client, "to-claude")
+    assert _text(chunks) == PROMPT
+    assert {c.id for c in chunks} == {"chatcmpl-upstream"}
+    assert {c.model for c in chunks} == {"to-claude"}
+    # Anthropic got the text as a final assistant turn, without its trailing space (the API
+    # refuses a prefill ending in whitespace), and no vLLM-only fields.
+    sent = [r.body for r in upstream.requests if r.body.get("model") == "echo-c"]
+    assert len(sent) == 1
+    last = sent[0]["messages"][-1]
+    assert last["role"] == "assistant"
+    assert (
+        str(last["content"] if isinstance(last["content"], str) else last["content"][0]["text"])
+        == "one two three"
+    )
+    assert "continue_final_message" not in sent[0]
+    usages = [c.usage for c in chunks if c.usage is not None]
+    assert len(usages) == 1 and usages[0].completion_tokens == 5 + 3
+    record, attempts = _attempts(gateway, request_id)
+    assert record[:2] == (200, None)
+    assert [a[1:] for a in attempts] == [
+        ("stream", 200, "stream_interrupted", "first"),
+        ("fallback", 200, "ok", "claude"),
+    ]
