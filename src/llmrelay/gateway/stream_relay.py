@@ -185,8 +185,7 @@ class StreamRelay:
                 record.delivered_events = self._taken
                 return b"".join(out)
             except UpstreamError as exc:
-                rescue = self._rescue
-                if rescue is not None and await rescue(exc):
+                if self._rescue is not None and await self._rescued(exc):
                     continue
                 error: GatewayError = (
                     UpstreamTimeout(f"stream stalled: {exc}")
@@ -206,6 +205,22 @@ class StreamRelay:
                 self._state = _OVER
                 self._close()
                 raise
+
+    async def _rescued(self, failure: UpstreamError) -> bool:
+        """Whether `_rescue` continued the stream; a client that leaves meanwhile (or any
+        other exception) ends the call as it would while streaming."""
+        assert self._rescue is not None
+        try:
+            return await self._rescue(failure)
+        except asyncio.CancelledError:
+            self._record.fail(CLIENT_CLOSED_REQUEST, "client_disconnected")
+            self._state = _OVER
+            self._close()
+            raise
+        except BaseException:
+            self._state = _OVER
+            self._close()
+            raise
 
     def abandon(self, code: str = "client_disconnected") -> None:
         """The client will take no more (it left, a write to it failed, or it read too
