@@ -177,7 +177,7 @@ class RescuingChatStreamRelay(ChatStreamRelay):
     async def _try_rescue(self, failure: UpstreamError) -> bool:
         """Continue the stream from another route, or refuse (False: it ends as today)."""
         transcript = self._transcript
-        refused = _refusal(transcript, self._choices, self._rescues)
+        refused = refusal(transcript, self._choices, self._rescues)
         reason = "stall" if isinstance(failure, UpstreamTimeoutError) else "break"
         if refused is not None:
             log.info("stream_rescue_refused", request_id=self._request_id, reason=refused)
@@ -302,7 +302,7 @@ class RescuingChatStreamRelay(ChatStreamRelay):
         return finished or bool(content)
 
 
-def _refusal(transcript: Transcript, choices: int, rescues: int) -> str | None:
+def refusal(transcript: Transcript, choices: int, rescues: int) -> str | None:
     """Why a stream cannot be rescued (None: it can)."""
     if choices != 1:
         return "several choices"
