@@ -46,6 +46,7 @@ COMPILED = (
     "llmrelay.gateway.recorder",
     "llmrelay.gateway.relay",
     "llmrelay.gateway.requests",
+    "llmrelay.gateway.rescue",
     "llmrelay.gateway.responses",
     "llmrelay.gateway.response_head",
     "llmrelay.gateway.responses_relay",

@@ -27,10 +27,12 @@ import orjson
 import structlog
 
 from llmrelay.deadlines import Deadlines
+from llmrelay.gateway.call import CallRecord
 from llmrelay.gateway.errors import GatewayError
 from llmrelay.gateway.executor import candidates
 from llmrelay.gateway.relay import ChatStreamRelay
 from llmrelay.metering.estimate import prompt_tokens
+from llmrelay.protocols.openai import ModelRename
 from llmrelay.protocols.sse import SSEParser
 from llmrelay.providers.base import Operation, UpstreamResponse
 from llmrelay.providers.errors import (
@@ -147,32 +149,47 @@ class RescuingChatStreamRelay(ChatStreamRelay):
     and, on a failure after the first byte, a continuation from another route."""
 
     def __init__(
-        self, *args: Any, rescuer: Rescuer, prompt_tokens: Callable[[], int], **kwargs: Any
+        self,
+        route: RouteSnap,
+        response: UpstreamResponse,
+        *,
+        request_id: str,
+        choices: int,
+        usage_requested: bool,
+        record: CallRecord,
+        usage_coming: bool = False,
+        rename: ModelRename,
+        on_malformed: Callable[[], None],
+        on_end: Callable[[CallRecord], None],
+        rescuer: Rescuer,
+        prompt_tokens: Callable[[], int],
+        deadlines: Deadlines,
     ) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(
+            route,
+            response,
+            request_id=request_id,
+            choices=choices,
+            usage_requested=usage_requested,
+            record=record,
+            usage_coming=usage_coming,
+            rename=rename,
+            on_malformed=on_malformed,
+            on_end=on_end,
+        )
         self._transcript = Transcript()
         self._rescuer = rescuer
         self._prompt_tokens = prompt_tokens
-        self._deadlines: Deadlines | None = None
+        self._deadlines = deadlines
         self._rescues = 0
         #: After a rescue: the continuation's events are parsed and rewritten (`_continue`).
         self._continuing = False
         #: Whitespace the prefill left off (Anthropic refuses a prefill ending in it), to be
         #: dropped from the continuation's start.
-        self._pending_space = ""
+        self._pending_space = self._space = ""
         #: The usage of the parts before the current route's (estimated: they broke off).
         self._earlier: dict[str, int] = {}
         self._rescue = self._try_rescue
-
-    async def prime(self, deadlines: Deadlines) -> None:
-        self._deadlines = deadlines
-        await super().prime(deadlines)
-
-    async def next_part(self) -> bytes | None:
-        part = await super().next_part()
-        if part is not None and self._record.error_code is None:
-            self._transcript.feed(part)
-        return part
 
     async def _try_rescue(self, failure: UpstreamError) -> bool:
         """Continue the stream from another route, or refuse (False: it ends as today)."""
@@ -193,7 +210,7 @@ class RescuingChatStreamRelay(ChatStreamRelay):
         self._add_earlier(transcript.texts)
         text = transcript.text
         stripped = text.rstrip()
-        self._pending_space = text[len(stripped) :]
+        self._space = text[len(stripped) :]
         continued = await self._rescuer(self, stripped)
         log.info(
             "stream_rescued" if continued else "stream_rescue_failed",
@@ -214,11 +231,11 @@ class RescuingChatStreamRelay(ChatStreamRelay):
     ) -> RescuingChatStreamRelay:
         """The finisher of a continuation attempt: take `response` as the stream's source and
         read it to its first new content (within the route's first-token limit)."""
-        assert self._deadlines is not None
         self._route = route
         self._response = response
         self._parser = SSEParser()
         self._continuing = True
+        self._pending_space = self._space  # each continuation attempt starts afresh
         self._facts = None
         self._primed = []
         self._finished.clear()
@@ -228,8 +245,20 @@ class RescuingChatStreamRelay(ChatStreamRelay):
         return self
 
     def _take(self, chunk: bytes, out: list[bytes], *, priming: bool) -> bool:
-        if not self._continuing:
-            return super()._take(chunk, out, priming=priming)
+        """The chunk's events as the plain relay takes them (or, after a rescue, rewritten),
+        and into the transcript: what `_take` adds to `out` reaches the client unless it
+        raises (then the transcript has none of it either)."""
+        start = len(out)
+        if self._continuing:
+            content = self._take_continued(chunk, out)
+        else:
+            content = super()._take(chunk, out, priming=priming)
+        transcript = self._transcript
+        for index in range(start, len(out)):
+            transcript.feed(out[index])
+        return content
+
+    def _take_continued(self, chunk: bytes, out: list[bytes]) -> bool:
         content = False
         for _name, data in self._parser.feed(chunk):
             if data == b"[DONE]":
@@ -378,4 +407,5 @@ def rescue_terms(call: ModelCall, model: ModelSnap) -> dict[str, Any]:
     return {
         "rescuer": rescuer_for(call, model),
         "prompt_tokens": lambda: prompt_tokens(payload),
+        "deadlines": call.runtime.deadlines,
     }
