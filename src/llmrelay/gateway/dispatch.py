@@ -41,7 +41,7 @@ from llmrelay.gateway.planner import serve
 from llmrelay.gateway.prepaid import reserve
 from llmrelay.gateway.recorder import Recorder
 from llmrelay.gateway.relay import ChatStreamRelay
-from llmrelay.gateway.rescue import RescuingChatStreamRelay, rescue_terms
+from llmrelay.gateway.rescue import rescuing_primer
 from llmrelay.gateway.responses_relay import ResponsesStreamRelay
 from llmrelay.gateway.stream_relay import ParsedEventRelay
 from llmrelay.gateway.watch import ClientWatches
@@ -317,16 +317,16 @@ class Dispatcher:
         n = payload.get("n") or 1
         record = call.record
 
-        # Mid-stream rescue (gateway/rescue.py): only when the model opts in, for one choice.
-        rescue = model.stream_rescue and n == 1 and call.operation is _CHAT
-        extra: dict[str, Any] = {}
-        if rescue:
-            extra = rescue_terms(call, model)
+        if model.stream_rescue and n == 1 and call.operation is _CHAT:
+            # Mid-stream rescue (gateway/rescue.py): only when the model opts in.
+            return rescuing_primer(
+                call, model, self.rename(model.name), usage_requested, self.finish
+            )
 
         async def prime(route: RouteSnap, response: UpstreamResponse) -> ChatStreamRelay:
             provider = route.provider
             slug = provider.slug
-            relay = (RescuingChatStreamRelay if rescue else ChatStreamRelay)(
+            relay = ChatStreamRelay(
                 route,
                 response,
                 request_id=record.request_id,
@@ -337,7 +337,6 @@ class Dispatcher:
                 rename=self.rename(model.name),
                 on_malformed=lambda: runtime.metrics.malformed_events.labels(slug).inc(),
                 on_end=self.finish,
-                **extra,
             )
             await relay.prime(runtime.deadlines)
             return relay

@@ -41,6 +41,7 @@ from llmrelay.providers.errors import (
     UpstreamProtocolError,
     UpstreamTimeoutError,
 )
+from llmrelay.providers.presets import reports_stream_usage
 from llmrelay.snapshot.model import ModelSnap, ProviderSnap, RouteSnap
 
 if TYPE_CHECKING:
@@ -401,11 +402,40 @@ def rescuer_for(call: ModelCall, model: ModelSnap) -> Rescuer:
     return rescue
 
 
-def rescue_terms(call: ModelCall, model: ModelSnap) -> dict[str, Any]:
-    """The keyword arguments a RescuingChatStreamRelay takes beyond a ChatStreamRelay's."""
+def rescuing_primer(
+    call: ModelCall,
+    model: ModelSnap,
+    rename: ModelRename,
+    usage_requested: bool,
+    on_end: Callable[[CallRecord], None],
+) -> Callable[[RouteSnap, UpstreamResponse], Awaitable[ChatStreamRelay]]:
+    """dispatch's chat stream finisher for a model with `stream_rescue` (one choice): the
+    same relay as without it, with a transcript and a rescuer (see the module)."""
+    runtime = call.runtime
     payload = call.payload
-    return {
-        "rescuer": rescuer_for(call, model),
-        "prompt_tokens": lambda: prompt_tokens(payload),
-        "deadlines": call.runtime.deadlines,
-    }
+    record = call.record
+    rescuer = rescuer_for(call, model)
+    metrics = runtime.metrics
+
+    async def prime(route: RouteSnap, response: UpstreamResponse) -> ChatStreamRelay:
+        provider = route.provider
+        slug = provider.slug
+        relay = RescuingChatStreamRelay(
+            route,
+            response,
+            request_id=record.request_id,
+            choices=1,
+            usage_requested=usage_requested,
+            usage_coming=reports_stream_usage(provider.type, provider.preset),
+            record=record,
+            rename=rename,
+            on_malformed=lambda: metrics.malformed_events.labels(slug).inc(),
+            on_end=on_end,
+            rescuer=rescuer,
+            prompt_tokens=lambda: prompt_tokens(payload),
+            deadlines=runtime.deadlines,
+        )
+        await relay.prime(runtime.deadlines)
+        return relay
+
+    return prime
