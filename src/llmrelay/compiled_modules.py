@@ -47,6 +47,7 @@ COMPILED = (
     "llmrelay.gateway.relay",
     "llmrelay.gateway.requests",
     "llmrelay.gateway.rescue",
+    "llmrelay.gateway.rescue_point",
     "llmrelay.gateway.responses",
     "llmrelay.gateway.response_head",
     "llmrelay.gateway.responses_relay",

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from llmrelay.gateway.rescue import Transcript, can_continue, continuation_payload, refusal
+from llmrelay.gateway.rescue_point import Transcript, can_continue, continuation_payload, refusal
 from llmrelay.snapshot.model import ProviderSnap
 
 

@@ -21,7 +21,7 @@ this runs.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import structlog
@@ -31,6 +31,13 @@ from llmrelay.gateway.call import CallRecord
 from llmrelay.gateway.errors import GatewayError
 from llmrelay.gateway.executor import candidates
 from llmrelay.gateway.relay import ChatStreamRelay
+from llmrelay.gateway.rescue_point import (
+    NOT_TEXT,
+    Transcript,
+    can_continue,
+    continuation_payload,
+    refusal,
+)
 from llmrelay.metering.estimate import prompt_tokens
 from llmrelay.protocols.openai import ModelRename
 from llmrelay.protocols.sse import SSEParser
@@ -42,103 +49,12 @@ from llmrelay.providers.errors import (
     UpstreamTimeoutError,
 )
 from llmrelay.providers.presets import reports_stream_usage
-from llmrelay.snapshot.model import ModelSnap, ProviderSnap, RouteSnap
+from llmrelay.snapshot.model import ModelSnap, RouteSnap
 
 if TYPE_CHECKING:
     from llmrelay.gateway.dispatch import ModelCall
 
 log = structlog.get_logger(__name__)
-
-#: Delta fields whose partial value cannot be handed on exactly as a prefill.
-_NOT_TEXT: Final = ("tool_calls", "function_call", "refusal", "reasoning_content", "reasoning")
-#: The most rescues of one stream (each a further route).
-MAX_RESCUES: Final = 2
-
-
-def can_continue(provider: ProviderSnap) -> bool:
-    """Whether a provider continues a final assistant message rather than answering anew:
-    Anthropic always does (a prefill); an OpenAI-compatible server only when it is known to
-    take `continue_final_message` (vLLM). Other APIs (OpenAI itself, Azure, Gemini through
-    the chat bridge) would start a new answer: they are never asked to continue."""
-    return provider.type == "anthropic" or (
-        provider.type == "openai_compatible" and provider.preset == "vllm"
-    )
-
-
-def continuation_payload(
-    payload: dict[str, Any], provider: ProviderSnap, prefill: str
-) -> dict[str, Any]:
-    """The client's request with the text already sent as the final assistant message."""
-    messages = list(payload.get("messages") or [])
-    messages.append({"role": "assistant", "content": prefill})
-    continued = {**payload, "messages": messages}
-    if provider.type == "openai_compatible":
-        continued["add_generation_prompt"] = False
-        continued["continue_final_message"] = True
-    return continued
-
-
-class Transcript:
-    """What the client was sent of a one-choice chat stream, read from the bytes it got."""
-
-    __slots__ = ("created", "exact", "fingerprint", "finished", "id", "parser", "pieces", "texts")
-
-    def __init__(self) -> None:
-        self.parser = SSEParser()
-        self.pieces: list[str] = []
-        self.id: Any = None
-        self.created: Any = None
-        self.fingerprint: Any = None
-        #: False once anything was sent that a prefill cannot carry exactly.
-        self.exact = True
-        self.finished = False
-        #: Content events sent (about a token each: the broken part's output estimate).
-        self.texts = 0
-
-    @property
-    def text(self) -> str:
-        return "".join(self.pieces)
-
-    def feed(self, part: bytes) -> None:
-        for _name, data in self.parser.feed(part):
-            if not data or data == b"[DONE]":
-                continue
-            try:
-                event = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                self.exact = False
-                continue
-            if type(event) is not dict:
-                continue
-            if self.id is None:
-                self.id = event.get("id")
-                self.created = event.get("created")
-                self.fingerprint = event.get("system_fingerprint")
-            if event.get("usage"):
-                self.finished = True
-            self._choices(event.get("choices"))
-
-    def _choices(self, choices: Any) -> None:
-        if not choices:
-            return
-        if type(choices) is not list or len(choices) != 1 or type(choices[0]) is not dict:
-            self.exact = False
-            return
-        choice = choices[0]
-        if choice.get("finish_reason") is not None:
-            self.finished = True
-        if choice.get("logprobs"):
-            self.exact = False
-        delta = choice.get("delta")
-        if type(delta) is not dict:
-            return
-        if any(delta.get(field) for field in _NOT_TEXT):
-            self.exact = False
-        content = delta.get("content")
-        if type(content) is str and content:
-            self.pieces.append(content)
-            self.texts += 1
-
 
 #: Asked to continue the stream with `prefill`: whether a route now does (the relay was
 #: switched to it by `continue_on`).
@@ -314,7 +230,7 @@ class RescuingChatStreamRelay(ChatStreamRelay):
         delta = choice.get("delta")
         if type(delta) is not dict:
             delta = {}
-        if any(delta.get(field) for field in _NOT_TEXT):
+        if any(delta.get(field) for field in NOT_TEXT):
             raise UpstreamProtocolError("the continuation is not text")
         delta.pop("role", None)
         content = delta.get("content")
@@ -330,21 +246,6 @@ class RescuingChatStreamRelay(ChatStreamRelay):
         choice["index"] = 0
         choice["delta"] = delta
         return finished or bool(content)
-
-
-def refusal(transcript: Transcript, choices: int, rescues: int) -> str | None:
-    """Why a stream cannot be rescued (None: it can)."""
-    if choices != 1:
-        return "several choices"
-    if rescues >= MAX_RESCUES:
-        return "rescued too often"
-    if not transcript.exact:
-        return "not plain text: the continuation point cannot be verified"
-    if transcript.finished:
-        return "the answer had finished"
-    if not transcript.text.strip():
-        return "no text yet"
-    return None
 
 
 def _sum_usage(earlier: dict[str, int], usage: dict[str, Any]) -> dict[str, Any]:
