@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -151,8 +152,10 @@ def test_a_broken_or_stalled_stream_is_continued_seamlessly(
     model: str,
     outcome: str,
 ) -> None:
+    rescued = _rescues(gateway, "rescued")
     chunks, request_id = _stream(client, model)
     assert _text(chunks) == PROMPT  # the first part + the continuation, exactly
+    assert _rescues(gateway, "rescued") == rescued + 1
     assert {c.id for c in chunks} == {"chatcmpl-upstream"}  # one id: the first route's
     assert {c.model for c in chunks} == {model}
     assert {c.created for c in chunks} == {chunks[0].created}
@@ -179,6 +182,13 @@ def test_a_broken_or_stalled_stream_is_continued_seamlessly(
     assert attempts == [(1, "stream", 200, lost, "first"), (2, "fallback", 200, "ok", "vllm")]
 
 
+def _rescues(gateway: GatewayProcess, outcome: str) -> float:
+    for line in httpx.get(f"{gateway.url}/metrics").text.splitlines():
+        if line.startswith(f'llmrelay_stream_rescues_total{{outcome="{outcome}"}}'):
+            return float(line.split()[-1])
+    return 0.0
+
+
 def _ends_with_error(chunks: list[Any]) -> None:
     """The stream ended with the clean in-band error (no finish reason, no [DONE])."""
     assert not any(c.choices and c.choices[0].finish_reason for c in chunks)
@@ -188,9 +198,12 @@ def _ends_with_error(chunks: list[Any]) -> None:
 def test_without_a_route_that_continues_the_stream_ends_with_the_clean_error(
     client: openai.OpenAI, upstream: MockUpstream, gateway: GatewayProcess, model: str
 ) -> None:
+    failures = _rescues(gateway, "failed")
     with pytest.raises(openai.APIError) as failed:
         _stream(client, model)
     assert "stream broke off" in str(failed.value)
+    # off: no rescue is tried; on: tried, and no route continued it
+    assert _rescues(gateway, "failed") == failures + (model != "unrescued")
     sent_on = {"unrescued": "echo-u", "refusing": "no-prefill-x", "incapable": "echo-i"}[model]
     asked = [r.body for r in upstream.chat_requests() if r.body.get("model") == sent_on]
     # off: nothing is asked; a route refusing the prefill is asked once; one that cannot
@@ -199,12 +212,14 @@ def test_without_a_route_that_continues_the_stream_ends_with_the_clean_error(
 
 
 def test_a_tool_call_cut_mid_arguments_is_not_rescued(
-    client: openai.OpenAI, upstream: MockUpstream
+    client: openai.OpenAI, upstream: MockUpstream, gateway: GatewayProcess
 ) -> None:
     tools = [{"type": "function", "function": {"name": "lookup", "parameters": {}}}]
+    refused = _rescues(gateway, "refused")
     with pytest.raises(openai.APIError) as failed:
         _stream(client, "tooling", tools=tools)
     assert "stream broke off" in str(failed.value)
+    assert _rescues(gateway, "refused") == refused + 1
     assert not [r for r in upstream.chat_requests() if r.body.get("model") == "echo-t"]
 
 

@@ -81,6 +81,7 @@ class RescuingChatStreamRelay(ChatStreamRelay):
         rescuer: Rescuer,
         prompt_tokens: Callable[[], int],
         deadlines: Deadlines,
+        count: Callable[[str], None],
     ) -> None:
         super().__init__(
             route,
@@ -98,6 +99,8 @@ class RescuingChatStreamRelay(ChatStreamRelay):
         self._rescuer = rescuer
         self._prompt_tokens = prompt_tokens
         self._deadlines = deadlines
+        #: Counts a rescue's outcome (llmrelay_stream_rescues_total).
+        self._count = count
         self._rescues = 0
         #: After a rescue: the continuation's events are parsed and rewritten (`_continue`).
         self._continuing = False
@@ -115,6 +118,7 @@ class RescuingChatStreamRelay(ChatStreamRelay):
         reason = "stall" if isinstance(failure, UpstreamTimeoutError) else "break"
         if refused is not None:
             log.info("stream_rescue_refused", request_id=self._request_id, reason=refused)
+            self._count("refused")
             return False
         record = self._record
         record.log_attempt(
@@ -134,6 +138,7 @@ class RescuingChatStreamRelay(ChatStreamRelay):
             request_id=self._request_id,
             failure=reason,
         )
+        self._count("rescued" if continued else "failed")
         return continued
 
     def _add_earlier(self, completion: int) -> None:
@@ -335,6 +340,7 @@ def rescuing_primer(
             rescuer=rescuer,
             prompt_tokens=lambda: prompt_tokens(payload),
             deadlines=runtime.deadlines,
+            count=lambda outcome: metrics.stream_rescues.labels(outcome).inc(),
         )
         await relay.prime(runtime.deadlines)
         return relay
