@@ -121,9 +121,8 @@ class RescuingChatStreamRelay(ChatStreamRelay):
             self._count("refused")
             return False
         record = self._record
-        record.log_attempt(
-            "stream", 200, "stream_stalled" if reason == "stall" else "stream_interrupted", 0.0
-        )
+        lost = "stream_stalled" if reason == "stall" else "stream_interrupted"
+        record.log_attempt("stream", 200, lost, record.latency_ms())  # (since the request began)
         if self._deadline is not None:
             self._deadline.stop()
         self._response.release()
