@@ -46,6 +46,8 @@ COMPILED = (
     "llmrelay.gateway.recorder",
     "llmrelay.gateway.relay",
     "llmrelay.gateway.requests",
+    "llmrelay.gateway.rescue",
+    "llmrelay.gateway.rescue_point",
     "llmrelay.gateway.responses",
     "llmrelay.gateway.response_head",
     "llmrelay.gateway.responses_relay",

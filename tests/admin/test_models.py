@@ -189,3 +189,24 @@ async def test_sticky_routing_is_on_by_default_and_set_per_model(
     single = await admin.post("/models", json=_model(name="single"))
     assert single.json()["affinity"]["enabled"] is True
     assert not (await snapshot(engine)).models[model["tenant_id"]]["single"].sticky  # one route
+
+
+@pytest.mark.usefixtures("providers")
+async def test_stream_rescue_is_off_by_default_and_set_per_model(
+    admin: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    created = await admin.post("/models", json=_model())
+    assert created.status_code == 201, created.text
+    model = created.json()
+    assert model["stream_rescue"] is False
+    assert not (await snapshot(engine)).models[model["tenant_id"]]["chat"].stream_rescue
+    url = f"/models/{model['id']}"
+    on = await admin.patch(url, json={"stream_rescue": True}, headers=match(created))
+    assert on.status_code == 200, on.text
+    assert on.json()["stream_rescue"] is True
+    assert (await snapshot(engine)).models[model["tenant_id"]]["chat"].stream_rescue
+    assert_error(
+        await admin.patch(url, json={"stream_rescue": "sometimes"}, headers=match(on)),
+        400,
+        "stream_rescue",
+    )

@@ -14,7 +14,9 @@ throttle-first-N (429 with `retry-after: 1`), drop-after-N (cut the stream after
 deltas), and `overloaded-midstream` (an `event: error` overloaded_error after the first delta,
 which is how the API reports an overload once a stream has begun).
 
-The mock model echoes the text of the last user turn; when the request has `tools` and that
+The mock model echoes the text of the last user turn (after a final assistant turn, a
+prefill, only the rest of it: the answer continues the prefill; a prefill ending in whitespace
+is refused with 400, as the API refuses it); when the request has `tools` and that
 text starts with "call:", it calls the first tool with `{"query": <the rest>}`; when the last
 user turn holds a `tool_result`, it answers "result: <its text>". Answers longer than
 `max_tokens` words are cut there (stop_reason "max_tokens"). Tokens are words:
@@ -92,7 +94,14 @@ class AnthropicMessages:
             refused = await self.server._admit(request, model, _error, overloaded=529)
         if refused is not None:
             return refused
+        prefill = _prefill(body)
+        if prefill is not None and prefill != prefill.rstrip():
+            message = "final assistant content cannot end with trailing whitespace"
+            return _error(400, message=message)
         answer = _answer(body)
+        if prefill is not None and answer.tool is None:  # the answer goes on after the prefill
+            rest = answer.text[len(prefill) :] if answer.text.startswith(prefill) else answer.text
+            answer = Answer(rest, None, answer.stop_reason)
         prompt = _prompt_usage(body, self.prompt_cache)
         if not body.get("stream"):
             return _json_response(_message(body, answer, _content(answer), prompt))
@@ -115,6 +124,15 @@ def _refusal(request: web.Request) -> web.Response | None:
         return _error(401, message="x-api-key header is required")
     if not request.headers.get("anthropic-version"):
         return _error(400, message="anthropic-version: header is required")
+    return None
+
+
+def _prefill(body: dict[str, Any]) -> str | None:
+    """The text of a final assistant turn (a prefill the answer continues), if there is one."""
+    messages = body.get("messages") or []
+    last = messages[-1] if messages else None
+    if isinstance(last, dict) and last.get("role") == "assistant":
+        return _text(last.get("content", ""))
     return None
 
 

@@ -11,7 +11,8 @@ query). The behaviour is chosen by the upstream model name the gateway sends (se
     reset-after-N      stream N content chunks, then reset the connection (TCP RST); not
                        streamed, or N = 0: reset it before any byte of an answer
     trickle-MS         not streamed: the answer's body in 16-byte pieces, one every MS ms
-    drop-after-N       stream N content chunks, then cut the connection (no finish reason)
+    drop-after-N       stream N content chunks, then cut the connection (no finish reason);
+                       with `tools` in the request: a tool call, cut after N argument pieces
     stall-after-N      stream N content chunks, then go silent
     error-after-N      stream N content chunks, then an error event that quotes the prompt
                        (as some providers' error texts do)
@@ -28,6 +29,12 @@ query). The behaviour is chosen by the upstream model name the gateway sends (se
     no-usage           echo, but report no usage (no `usage` in the answer, no usage chunk)
     cached             echo, with half the prompt tokens reported as cached and one of the
                        completion tokens as reasoning (OpenAI's usage details)
+    no-prefill...      answer 400 to a request whose last message is the assistant's (a server
+                       that takes no prefill); else echo
+
+A request whose last message is the assistant's and that sets `continue_final_message` (vLLM's
+continuation, as a mid-stream rescue sends it) is answered, whatever the model, with only the
+rest of the echo after that prefill, under its own id (`chatcmpl-continued`).
 
 Any model put in `down` answers 503 (every protocol) until it is taken out: a route that
 fails and then recovers. A breaker's trial call (header `x-llmrelay-trial`, sent by the
@@ -61,6 +68,7 @@ import socket
 import struct
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
 import orjson
@@ -216,7 +224,14 @@ class MockUpstream:
         if kind == "reset" and (arg == 0 or not body.get("stream")):
             _reset(request)
             return web.Response(status=499)
+        prefill = _prefill(body)
+        if prefill is not None and model.startswith("no-prefill"):
+            return _error(400)  # a server that takes no final assistant message
         reply = _last_user_text(body.get("messages", []))
+        if prefill is not None and body.get("continue_final_message"):
+            # vLLM's continuation: only the tokens after the prefill, under an id of its own
+            reply = reply[len(prefill) :] if reply.startswith(prefill) else reply
+            return await self._stream(request, body, reply, kind, arg, "chatcmpl-continued")
         if kind == "trickle" and not body.get("stream"):
             return await self._trickle(request, orjson.dumps(_completion(body, reply)), arg, model)
         if not body.get("stream"):
@@ -224,19 +239,28 @@ class MockUpstream:
         return await self._stream(request, body, reply, kind, arg)
 
     async def _stream(
-        self, request: web.Request, body: dict[str, Any], reply: str, kind: str, arg: int
+        self,
+        request: web.Request,
+        body: dict[str, Any],
+        reply: str,
+        kind: str,
+        arg: int,
+        ident: str = "chatcmpl-upstream",
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await response.prepare(request)
         model = reported_model(body)
         words = reply.split(" ") if reply else []
+        chunk = partial(_chunk, ident=ident)
         if kind == "burst":
             await response.write(_burst(model, words, body, reply))
             await response.write_eof()
             return response
         if kind == "flood":
             return await self._flood(request, response, body, arg)
-        await response.write(_event(_chunk(model, {"role": "assistant", "content": ""})))
+        await response.write(_event(chunk(model, {"role": "assistant", "content": ""})))
+        if kind == "drop" and body.get("tools"):  # a tool call's arguments, cut mid-way
+            return await _drop_tool_call(request, response, chunk(model, {}), arg)
         for i, word in enumerate(words):
             if kind == "reset" and i == arg:
                 _reset(request)
@@ -257,13 +281,13 @@ class MockUpstream:
             if kind == "malformed" and i == 1:
                 await response.write(b"data: {not json\n\n")
             piece = word + (" " if i < len(words) - 1 else "")
-            await response.write(_event(_chunk(model, {"content": piece})))
+            await response.write(_event(chunk(model, {"content": piece})))
             await asyncio.sleep(arg / 1000 if kind == "paced" else 0.01)
-        await response.write(_event(_chunk(model, {}, "stop")))
+        await response.write(_event(chunk(model, {}, "stop")))
         options = body.get("stream_options") or {}
         if options.get("include_usage") and kind != "no-usage":
             await response.write(
-                _event({**_chunk(model, {}), "choices": [], "usage": _usage(body, reply)})
+                _event({**chunk(model, {}), "choices": [], "usage": _usage(body, reply)})
             )
         if kind == "no-done":
             await _wait_unless_gone(request, 3600)
@@ -401,6 +425,35 @@ def _behaviour(model: str) -> tuple[str, int]:
     return "echo", 0
 
 
+async def _drop_tool_call(
+    request: web.Request, response: web.StreamResponse, template: dict[str, Any], pieces: int
+) -> web.StreamResponse:
+    """drop-after-N with `tools`: a tool call whose arguments stop after N pieces."""
+    call = {"index": 0, "id": "call_1", "type": "function"}
+    opening = {**call, "function": {"name": "lookup", "arguments": ""}}
+    deltas = [{"tool_calls": [opening]}]
+    deltas += [
+        {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}
+        for piece in ('{"q', 'uery": "', "weather ", "in Paris", '"}')[:pieces]
+    ]
+    for delta in deltas:
+        event = {**template, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+        await response.write(_event(event))
+    assert request.transport is not None
+    request.transport.abort()
+    return response
+
+
+def _prefill(body: dict[str, Any]) -> str | None:
+    """The text of a final assistant message (a prefill to continue), if the request ends so."""
+    messages = body.get("messages") or []
+    last = messages[-1] if messages else None
+    if isinstance(last, dict) and last.get("role") == "assistant":
+        content = last.get("content")
+        return content if isinstance(content, str) else ""
+    return None
+
+
 def _last_user_text(messages: list[dict[str, Any]]) -> str:
     for message in reversed(messages):
         if message.get("role") == "user" and isinstance(message.get("content"), str):
@@ -439,9 +492,11 @@ def _completion(body: dict[str, Any], reply: str) -> dict[str, Any]:
     }
 
 
-def _chunk(model: Any, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+def _chunk(
+    model: Any, delta: dict[str, Any], finish: str | None = None, ident: str = "chatcmpl-upstream"
+) -> dict[str, Any]:
     return {
-        "id": "chatcmpl-upstream",
+        "id": ident,
         "object": "chat.completion.chunk",
         "created": int(time.time()),
         "model": model,

@@ -218,6 +218,10 @@ class ModelConfig(_Strict):
     pricing: PricingConfig | None = None
     embedding: bool = False
     affinity: AffinityConfig = Field(default_factory=AffinityConfig)
+    #: Mid-stream rescue: a chat stream that breaks or stalls after its content began is
+    #: continued from another route that can take the text sent as a prefill (docs/api.md,
+    #: "Mid-stream rescue"). Off by default: the relay then keeps no copy of the text.
+    stream_rescue: bool = False
 
     @model_validator(mode="after")
     def _no_self_fallback(self) -> Self:

@@ -40,6 +40,7 @@ from llmrelay.gateway.planner import serve
 from llmrelay.gateway.prepaid import reserve
 from llmrelay.gateway.recorder import Recorder
 from llmrelay.gateway.relay import ChatStreamRelay
+from llmrelay.gateway.rescue import rescuing_primer
 from llmrelay.gateway.responses_relay import ResponsesStreamRelay
 from llmrelay.gateway.stream_relay import ParsedEventRelay
 from llmrelay.gateway.watch import ClientWatches
@@ -319,6 +320,12 @@ class Dispatcher:
         usage_requested = isinstance(options, dict) and options.get("include_usage") is True
         n = payload.get("n") or 1
         record = call.record
+
+        if model.stream_rescue and n == 1 and call.operation is _CHAT:
+            # Mid-stream rescue (gateway/rescue.py): only when the model opts in.
+            return rescuing_primer(
+                call, model, self.rename(model.name), usage_requested, self.finish
+            )
 
         async def prime(route: RouteSnap, response: UpstreamResponse) -> ChatStreamRelay:
             provider = route.provider

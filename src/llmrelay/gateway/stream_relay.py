@@ -10,7 +10,7 @@ when the stream is complete, and how its end and its errors are written.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import orjson
@@ -56,6 +56,9 @@ class StreamRelay:
         #: with the end of the body (one write, not two).
         self.ended = False
         self._state = _STREAMING
+        #: Mid-stream rescue (gateway/rescue.py): given a committed stream's failure, whether
+        #: another route now continues it. None (the usual case): the failure ends it.
+        self._rescue: Callable[[UpstreamError], Awaitable[bool]] | None = None
 
     @property
     def captured(self) -> bool:
@@ -158,40 +161,59 @@ class StreamRelay:
                 self._close()
             return None
         record = self._record
+        while True:  # again only after a rescue (the continuation's events are primed)
+            try:
+                out = self._primed
+                self._primed = []
+                while not self._complete:
+                    if out:
+                        record.delivered_events = self._taken
+                        return b"".join(out)
+                    chunk = await self._next_chunk()
+                    if not chunk:
+                        if self._ended_early_is_complete():
+                            break
+                        raise UpstreamProtocolError("stream ended before its finish")
+                    self._take(chunk, out, priming=False)
+                closing = self._closing()
+                if closing:
+                    out.append(closing)
+                self._state = _LAST
+                if not out:
+                    return await self.next_part()
+                self.ended = True
+                record.delivered_events = self._taken
+                return b"".join(out)
+            except UpstreamError as exc:
+                if self._rescue is not None and await self._rescued(exc):
+                    continue
+                error: GatewayError = (
+                    UpstreamTimeout(f"stream stalled: {exc}")
+                    if isinstance(exc, UpstreamTimeoutError)
+                    else UpstreamFailed(f"stream broke off: {exc}", code="stream_interrupted")
+                )
+                record.fail(error.status, error.code)
+                log.warning("stream_failed", request_id=self._request_id, error=_log_reason(exc))
+                self._state = _FAILED
+                return self._error_event(error)
+            except asyncio.CancelledError:
+                record.fail(CLIENT_CLOSED_REQUEST, "client_disconnected")
+                self._state = _OVER
+                self._close()
+                raise
+            except BaseException:
+                self._state = _OVER
+                self._close()
+                raise
+
+    async def _rescued(self, failure: UpstreamError) -> bool:
+        """Whether `_rescue` continued the stream; a client that leaves meanwhile (or any
+        other exception) ends the call as it would while streaming."""
+        assert self._rescue is not None
         try:
-            out = self._primed
-            self._primed = []
-            while not self._complete:
-                if out:
-                    record.delivered_events = self._taken
-                    return b"".join(out)
-                chunk = await self._next_chunk()
-                if not chunk:
-                    if self._ended_early_is_complete():
-                        break
-                    raise UpstreamProtocolError("stream ended before its finish")
-                self._take(chunk, out, priming=False)
-            closing = self._closing()
-            if closing:
-                out.append(closing)
-            self._state = _LAST
-            if not out:
-                return await self.next_part()
-            self.ended = True
-            record.delivered_events = self._taken
-            return b"".join(out)
-        except UpstreamError as exc:
-            error: GatewayError = (
-                UpstreamTimeout(f"stream stalled: {exc}")
-                if isinstance(exc, UpstreamTimeoutError)
-                else UpstreamFailed(f"stream broke off: {exc}", code="stream_interrupted")
-            )
-            record.fail(error.status, error.code)
-            log.warning("stream_failed", request_id=self._request_id, error=_log_reason(exc))
-            self._state = _FAILED
-            return self._error_event(error)
+            return await self._rescue(failure)
         except asyncio.CancelledError:
-            record.fail(CLIENT_CLOSED_REQUEST, "client_disconnected")
+            self._record.fail(CLIENT_CLOSED_REQUEST, "client_disconnected")
             self._state = _OVER
             self._close()
             raise

@@ -26,6 +26,14 @@ class Metrics:
             ("provider",),
             registry=self.registry,
         )
+        self.stream_rescues = Counter(
+            "llmrelay_stream_rescues",
+            "Chat streams that broke or stalled mid-answer on a model with stream_rescue, by"
+            " outcome: rescued (continued from another route), refused (the continuation"
+            " point could not be verified), failed (no route continued it).",
+            ("outcome",),
+            registry=self.registry,
+        )
         self.records_dropped = Counter(
             "llmrelay_records_dropped",
             "Request records that could not be queued or written.",

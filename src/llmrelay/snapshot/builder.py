@@ -100,6 +100,7 @@ async def build_snapshot(session: AsyncSession, sealer: Sealer) -> Snapshot:
             price=prices.get(model.id),
             created=int(model.created_at.timestamp()),
             affinity_ttl_s=model.affinity_ttl_s if model.affinity_enabled else None,
+            stream_rescue=model.stream_rescue,
         )
 
     default_models = await _apply_preferences(session, models)

@@ -84,6 +84,8 @@ class ModelSnap:
     created: int
     #: Sticky routing: how long an idle conversation keeps its route; None: off.
     affinity_ttl_s: float | None = 3600.0
+    #: Mid-stream rescue of chat streams (gateway/rescue.py): off unless opted in.
+    stream_rescue: bool = False
     #: The routes not disabled, same order (worked out once: every request starts from it).
     enabled_routes: tuple[RouteSnap, ...] = field(init=False, compare=False, repr=False)
     #: Whether any route declares capabilities (else requests are not examined for them).

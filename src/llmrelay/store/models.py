@@ -212,6 +212,8 @@ class VirtualModel(Versioned, Timestamped, Base):
     #: conversation keeps its route.
     affinity_enabled: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
     affinity_ttl_s: Mapped[float] = mapped_column(Float, default=3600.0, server_default="3600")
+    #: Mid-stream rescue (migration 0023): off unless the operator opts in.
+    stream_rescue: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class Route(Versioned, Timestamped, Base):

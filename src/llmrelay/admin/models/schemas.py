@@ -66,6 +66,7 @@ class ModelOut(BaseModel):
     context_fallbacks: list[str]
     embedding: bool
     affinity: Affinity
+    stream_rescue: bool
     routes: list[RouteOut]
     #: The price version in force (null: none).
     price: PriceOut | None
@@ -145,6 +146,7 @@ def model_out(
         context_fallbacks=row.context_fallbacks,
         embedding=row.embedding,
         affinity=Affinity(enabled=row.affinity_enabled, ttl_s=row.affinity_ttl_s),
+        stream_rescue=row.stream_rescue,
         routes=[route_out(r, slugs) for r in routes],
         price=next((p for p in listed if p.in_force), None),
         version=row.version,

@@ -52,6 +52,7 @@ def _values(config: ModelConfig) -> dict[str, Any]:
         "embedding": config.embedding,
         "affinity_enabled": config.affinity.enabled,
         "affinity_ttl_s": config.affinity.ttl_s,
+        "stream_rescue": config.stream_rescue,
     }
 
 
@@ -99,6 +100,7 @@ async def current_config(session: AsyncSession, row: VirtualModel) -> dict[str, 
         "context_fallbacks": row.context_fallbacks,
         "embedding": row.embedding,
         "affinity": {"enabled": row.affinity_enabled, "ttl_s": row.affinity_ttl_s},
+        "stream_rescue": row.stream_rescue,
         "routes": [
             routes.route_config(r, slugs[r.provider_id])
             for r in await repository.routes(session, row.id)
