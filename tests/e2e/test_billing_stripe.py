@@ -43,11 +43,7 @@ projects: [{{name: p, keys: [{{name: k, key: {KEY}}}]}}]
 """
     env = {
         "LLMRELAY_ADMIN_TOKEN": ADMIN_TOKEN,
-        "LLMRELAY_STRIPE_SECRET_KEY": stripe_server.secret_key,
-        "LLMRELAY_STRIPE_WEBHOOK_SECRET": stripe_server.webhook_secret,
-        "LLMRELAY_STRIPE_API_BASE": stripe_server.base_url,
-        "LLMRELAY_STRIPE_SUCCESS_URL": "https://console.example.com/billing/done",
-        "LLMRELAY_STRIPE_CANCEL_URL": "https://console.example.com/billing/cancelled",
+        **stripe_server.gateway_env(),
         "LLMRELAY_JOBS_POLL_S": "0.2",
     }
     for process in serving(tmp_path_factory.mktemp("stripe"), config, env=env):

@@ -135,6 +135,16 @@ class FakeStripe:
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    def gateway_env(self) -> dict[str, str]:
+        """The settings that point a gateway's billing at this stand-in."""
+        return {
+            "LLMRELAY_STRIPE_SECRET_KEY": self.secret_key,
+            "LLMRELAY_STRIPE_WEBHOOK_SECRET": self.webhook_secret,
+            "LLMRELAY_STRIPE_API_BASE": self.base_url,
+            "LLMRELAY_STRIPE_SUCCESS_URL": "https://console.example.com/billing/done",
+            "LLMRELAY_STRIPE_CANCEL_URL": "https://console.example.com/billing/cancelled",
+        }
+
     # -- life cycle ----------------------------------------------------------------------------
 
     def start(self) -> FakeStripe:
