@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 CEILING_S = 30.0
 #: Short, so the trials come quickly; long enough that a closing published by one replica
 #: reaches the other before its own timer would claim the trial again.
-SETTINGS = BreakerSettings(failures=1, cooldown_s=2.0, max_cooldown_s=4.0)
+SETTINGS = BreakerSettings(failures=1, cooldown_s=3.0, max_cooldown_s=6.0)
 
 
 @dataclass
@@ -155,9 +155,9 @@ async def test_one_replica_sends_the_trial_and_the_other_follows_its_outcome(
             _trip(replica.breakers, route)
         await _until(lambda: sent() == 1, "the first trial")
         # It failed: the one that sent it opened for twice as long, and told the other
-        # (which takes what is left of it: a moment less than 4 s).
+        # (which takes what is left of it: a moment less than 6 s).
         await _until(
-            lambda: all(r.breakers.cooldown(route) > 3.0 for r in replicas), "both near 4 s"
+            lambda: all(r.breakers.cooldown(route) > 4.5 for r in replicas), "both near 6 s"
         )
         assert both("open") and sent() == 1
     finally:
