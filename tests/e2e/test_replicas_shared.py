@@ -2,8 +2,9 @@
 Response made through replica A is read, continued (`previous_response_id`) and cancelled
 through replica B; a background response queued through A is read through B; a
 conversation bound to a route on A keeps that route when its next turn reaches B; a
-breaker opened by failures on A makes B skip the route. Once with
-Redis as the shared store, once with PostgreSQL alone (no Redis).
+breaker opened by failures on A makes B skip the route, and a health probe on A that finds
+the provider online closes it on B too. Once with Redis as the shared store, once with
+PostgreSQL alone (no Redis).
 
 Two mock upstreams, each holding only the responses it gave out (another one's id is a
 404), behind routes of priority 0 (x) and 1 (y): a request reaches y only when the gateway
@@ -33,6 +34,7 @@ from tests.support.replicas import Cluster, within
 pytestmark = [pytest.mark.postgres, pytest.mark.e2e]
 
 SECRET = "replicas-shared-secret-0123456789abcdef"
+ADMIN = "rs-admin-9f3c2b7e1d4a6f8e0b5c7d9a2e4f6a8c"
 KEY = "replicas-shared-key-0123456789"
 
 
@@ -44,6 +46,7 @@ providers:
   - {{slug: cx, type: openai_compatible, base_url: {x.base_url}}}
   - {{slug: cy, type: openai_compatible, base_url: {y.base_url}}}
   - {{slug: fx, type: openai_compatible, base_url: {x.base_url}}}
+  - {{slug: gx, type: openai_compatible, base_url: {x.base_url}}}
 models:
   - name: resp
     strategy: priority
@@ -64,6 +67,11 @@ models:
     strategy: priority
     routes:
       - {{provider: fx, upstream_model: status-500, priority: 0}}
+      - {{provider: cy, upstream_model: echo, priority: 1}}
+  - name: probed
+    strategy: priority
+    routes:
+      - {{provider: gx, upstream_model: status-502, priority: 0}}
       - {{provider: cy, upstream_model: echo, priority: 1}}
 routing:
   breaker: {{failures: 2, cooldown_s: 120, max_cooldown_s: 120}}
@@ -132,7 +140,11 @@ def pair(
         url,
         None if redis is None else redis.url,
         secret=SECRET,
-        env={"LLMRELAY_JOBS_POLL_S": "0.2", "LLMRELAY_JOBS_IDLE_POLL_S": "0.5"},
+        env={
+            "LLMRELAY_JOBS_POLL_S": "0.2",
+            "LLMRELAY_JOBS_IDLE_POLL_S": "0.5",
+            "LLMRELAY_ADMIN_TOKEN": ADMIN,
+        },
     )
     try:
         asyncio.run(migrate_database(url))
@@ -290,14 +302,19 @@ def test_a_conversation_bound_on_one_replica_keeps_its_route_on_another(pair: Pa
     )
 
 
+def _breaker_states(replica: GatewayProcess) -> dict[str, float]:
+    """This replica's breakers: route id -> llmrelay_breaker_state (0 closed, 2 open)."""
+    text = httpx.get(f"{replica.url}/metrics", timeout=5).text
+    return {
+        line.split('route="', 1)[1].split('"', 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("llmrelay_breaker_state{")
+    }
+
+
 def _open_breakers(replica: GatewayProcess) -> int:
     """How many routes this replica's breakers hold open (llmrelay_breaker_state == 2)."""
-    text = httpx.get(f"{replica.url}/metrics", timeout=5).text
-    return sum(
-        1
-        for line in text.splitlines()
-        if line.startswith("llmrelay_breaker_state{") and float(line.rsplit(" ", 1)[1]) == 2
-    )
+    return sum(1 for state in _breaker_states(replica).values() if state == 2)
 
 
 def test_a_breaker_opened_on_one_replica_is_skipped_by_another(pair: Pair) -> None:
@@ -318,3 +335,26 @@ def test_a_breaker_opened_on_one_replica_is_skipped_by_another(pair: Pair) -> No
     served = pair.post(pair.b, "/chat/completions", chat("on b"))
     assert served.status_code == 200 and served.headers["x-llmrelay-provider"] == "cy"
     assert failing_calls() == 2  # B never tried the open route
+
+
+def test_a_breaker_a_probe_closed_on_one_replica_is_closed_on_another(pair: Pair) -> None:
+    def chat(text: str) -> dict[str, Any]:
+        return {"model": "probed", "messages": [{"role": "user", "content": text}]}
+
+    def open_on(replica: GatewayProcess) -> set[str]:
+        return {route for route, state in _breaker_states(replica).items() if state == 2}
+
+    before = open_on(pair.a)
+    for n in range(2):
+        served = pair.post(pair.a, "/chat/completions", chat(f"probed {n}"))
+        assert served.status_code == 200 and served.headers["x-llmrelay-provider"] == "cy"
+    (route,) = open_on(pair.a) - before
+    within(5, lambda: route in open_on(pair.b))
+
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    listed = httpx.get(f"{pair.a.url}/api/admin/providers", headers=admin, timeout=15)
+    provider = next(p["id"] for p in listed.json()["data"] if p["slug"] == "gx")
+    probed = httpx.post(f"{pair.a.url}/api/admin/providers/{provider}/test", headers=admin)
+    assert probed.status_code == 200 and probed.json()["status"] == "online", probed.text
+    assert _breaker_states(pair.a)[route] == 0  # closed where the probe ran
+    within(5, lambda: _breaker_states(pair.b).get(route) == 0)  # and on the other replica

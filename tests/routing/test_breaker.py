@@ -438,3 +438,59 @@ def test_only_this_replicas_own_failures_are_told_to_the_others() -> None:
     breakers.on_tripped = lambda route, window: tripped.append((route, window))
     _trip(breakers)
     assert tripped == [(ROUTE, 10.0)]
+
+
+def test_an_opening_elsewhere_adopts_a_longer_cooldown_so_a_failed_trial_here_doubles_it() -> None:
+    clock = FakeClock()
+    breakers = _breakers(clock)
+    assert breakers.opened_elsewhere(ROUTE, 40.0)  # another replica's trial failed: 40 s
+    assert breakers.cooldown(ROUTE) == 40.0
+    clock.now += 40.0
+    breakers.failed(_admit(breakers))  # this replica's trial fails in turn
+    assert breakers.retry_after(ROUTE) == 60.0  # doubled from 40, capped at the maximum
+
+
+def test_a_trials_success_and_a_probes_close_are_told_to_on_closed() -> None:
+    clock = FakeClock()
+    breakers = _breakers(clock)
+    closed: list[str] = []
+    breakers.on_closed = closed.append
+    breakers.succeeded(_admit(breakers))  # a closed breaker's success tells nothing
+    _trip(breakers)
+    clock.now += 10.0
+    breakers.succeeded(_admit(breakers))
+    assert closed == [ROUTE]
+    _trip(breakers)
+    assert breakers.close(ROUTE) and closed == [ROUTE, ROUTE]
+    assert not breakers.close(ROUTE) and closed == [ROUTE, ROUTE]
+
+
+def test_a_closing_elsewhere_closes_a_breaker_opened_before_it_and_is_not_told_back() -> None:
+    clock = FakeClock()
+    transitions: list[tuple[str, str, str]] = []
+    breakers = _breakers(clock, transitions)
+    closed: list[str] = []
+    breakers.on_closed = closed.append
+    assert not breakers.closed_elsewhere(ROUTE, 0.0)  # never seen here: nothing to close
+    _trip(breakers)
+    clock.now += 5.0
+    # Closed elsewhere 6 s ago, before this replica's own opening: stale, it stays open.
+    assert not breakers.closed_elsewhere(ROUTE, 6.0)
+    assert breakers.state(ROUTE) == "open"
+    assert breakers.closed_elsewhere(ROUTE, 1.0)
+    assert breakers.state(ROUTE) == "closed" and closed == []
+    assert transitions[-1] == (ROUTE, "open", "closed")
+    # Half-open here (a request's trial in flight): the closing elsewhere ends it; the
+    # trial's late report changes nothing.
+    _trip(breakers)
+    clock.now += 10.0
+    trial = _admit(breakers)
+    assert breakers.state(ROUTE) == "half_open"
+    assert breakers.closed_elsewhere(ROUTE, 0.0)
+    breakers.failed(trial)
+    assert breakers.state(ROUTE) == "closed" and breakers.cooldown(ROUTE) == 10.0
+    # An opening told by another replica counts as this one's opening moment.
+    assert breakers.opened_elsewhere(ROUTE, 10.0)
+    clock.now += 2.0
+    assert not breakers.closed_elsewhere(ROUTE, 3.0)
+    assert breakers.closed_elsewhere(ROUTE, 1.0)

@@ -1,7 +1,8 @@
-"""The shared store on both databases and a real Redis: entries expire; a Redis outage
-turns reads and writes to the database (one log line), and what was written during it is
-still found once Redis is back; a binding another replica wrote is read once and then
-answered from memory; sealed stored responses open only with the secret."""
+"""The shared store on both databases and a real Redis: entries expire; a claim is written
+once until released or expired; a Redis outage turns reads and writes to the database (one
+log line), and what was written during it is still found once Redis is back; a binding
+another replica wrote is read once and then answered from memory; sealed stored responses
+open only with the secret."""
 
 from __future__ import annotations
 
@@ -35,6 +36,22 @@ async def test_database_entries_expire_and_are_replaced(engine: AsyncEngine) -> 
     assert await entries.live("b") == [("b:x", "open")]
     clock.now += 11
     assert await entries.get("a:k") is None and await entries.live("b") == []
+
+
+async def test_a_database_claim_is_written_once_until_released_or_expired(
+    engine: AsyncEngine,
+) -> None:
+    clock = Clock()
+    entries = DatabaseEntries(engine, clock)
+    assert await entries.claim("t:route", "replica-a", 10)
+    assert not await entries.claim("t:route", "replica-b", 10)
+    await entries.release("t:route", "replica-b")  # not b's: a's claim stays
+    assert await entries.get("t:route") == "replica-a"
+    await entries.release("t:route", "replica-a")
+    assert await entries.claim("t:route", "replica-b", 10)
+    clock.now += 11  # b's claim expired: it is replaced
+    assert await entries.claim("t:route", "replica-a", 10)
+    assert await entries.get("t:route") == "replica-a"
 
 
 @pytest.mark.postgres

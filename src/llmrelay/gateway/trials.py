@@ -20,9 +20,14 @@ limits) opens it again for twice as long, up to `max_cooldown_s`, and the next t
 A call that cannot be built for the provider gives the trial back to the next request.
 
 `provider_online` closes the breakers of a provider's routes: the provider health probe
-(jobs/probe.py) found it online. Breakers are per process and so is this: a probe closes the
-breakers of the process that ran it; every other process sees the recovery by its own
-timer's trial (or at once, for a provider that left the probe's denylist: stack.py).
+(jobs/probe.py) found it online.
+
+With several replicas (`claims` set: shared/breakers.py), a timer that finds the cooldown
+over first claims the route's trial for the cluster; only the replica that gets the claim
+sends it, and releases the claim when it is over. Its outcome reaches the others as a
+closing (they close too) or as a longer opening (their timers move on to its end); a replica
+that lost the claim and heard nothing when a trial could have lapsed (the route's cooldown)
+tries to claim again. A probe's closing travels the same way.
 
 Nothing here runs while every breaker is closed: no timer, no task, no per-request work.
 """
@@ -30,8 +35,8 @@ Nothing here runs while every breaker is closed: no timer, no task, no per-reque
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any, Final
+from collections.abc import Callable, Coroutine
+from typing import Any, Final, Protocol
 
 import structlog
 
@@ -57,6 +62,14 @@ _MISCONFIGURED: Final = frozenset({401, 403, 404})
 _EARLY_S: Final = 0.01
 
 
+class TrialClaims(Protocol):
+    """Who sends a route's trial among the replicas (shared/breakers.py)."""
+
+    async def claim(self, route_id: str, ttl_s: float) -> bool: ...
+
+    async def release(self, route_id: str) -> None: ...
+
+
 class BreakerTrials:
     """One per process, beside its breakers (stack.py)."""
 
@@ -74,6 +87,8 @@ class BreakerTrials:
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._calls: set[asyncio.Task[None]] = set()
         self._closed = False
+        #: Set when replicas share the breakers: a trial is sent only once claimed.
+        self.claims: TrialClaims | None = None
 
     def schedule(self, route_id: str, delay_s: float) -> None:
         """The route opened (or its cooldown was shortened): claim its trial in `delay_s`."""
@@ -116,12 +131,37 @@ class BreakerTrials:
         found = self._find(route_id)
         if found is None:
             return  # no longer an enabled route: nothing would be sent to it anyway
+        if self.claims is not None:
+            self._spawn(self._claimed(self.claims, *found))
+            return
         ticket = breakers.admit(route_id)
         if ticket is None or not ticket.trial:
             return
-        call = self._loop.create_task(self._trial(*found, ticket))
+        self._spawn(self._trial(*found, ticket))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        call = self._loop.create_task(work)
         self._calls.add(call)
         call.add_done_callback(self._calls.discard)
+
+    async def _claimed(self, claims: TrialClaims, model: ModelSnap, route: RouteSnap) -> None:
+        """Claim the trial among the replicas; send it if this one got it."""
+        breakers = self._breakers
+        window = breakers.cooldown(route.id)
+        if not await claims.claim(route.id, window):
+            slug = route.provider.slug
+            log.info("breaker_trial", route=route.id, provider=slug, outcome="claimed elsewhere")
+            # Its outcome arrives as a closing or a longer opening (which moves this timer).
+            self.schedule(route.id, window)
+            return
+        try:
+            if breakers.state(route.id) != OPEN or (breakers.retry_after(route.id) or 0.0) > 0:
+                return  # changed while claiming (closed elsewhere, or a request's trial)
+            ticket = breakers.admit(route.id)
+            if ticket is not None and ticket.trial:
+                await self._trial(model, route, ticket)
+        finally:
+            await claims.release(route.id)
 
     async def _trial(self, model: ModelSnap, route: RouteSnap, ticket: Ticket) -> None:
         breakers = self._breakers

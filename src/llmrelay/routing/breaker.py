@@ -14,9 +14,12 @@ A route (provider + credential + upstream model) is named by an opaque route id.
   under `cooldown_s`).
 - open or half_open -> closed by `close`: a health probe found the route's provider online.
 - closed -> open by `opened_elsewhere`: another replica opened the route's breaker
-  (shared/breakers.py), for what is left of its cooldown; this replica's own trial timer then
-  probes the route as for its own opens. Only openings travel: each replica closes by its own
-  trial or probe (a wrong close costs one attempt; a missed open costs `failures` attempts).
+  (shared/breakers.py), for what is left of its cooldown (a longer cooldown is adopted, so a
+  failed trial elsewhere doubles it here too); the trial timer is told as for its own opens.
+- open or half_open -> closed by `closed_elsewhere`: another replica's trial or probe closed
+  the route, and this breaker opened before that (a close older than this replica's own
+  opening is stale). Closings by a trial or by `close` are told to `on_closed` (to share
+  them); closings from elsewhere are not told again.
 
 Every admission returns a `Ticket` carrying the breaker's epoch. The epoch moves on every
 transition and on every trial claim, and a report whose ticket is from another epoch is ignored:
@@ -55,6 +58,8 @@ HALF_OPEN: Final[State] = "half_open"
 TransitionHook = Callable[[str, str, str], None]
 #: `on_open(route_id, cooldown_s)`: the route just opened; a trial may be claimed after that.
 OpenHook = Callable[[str, float], None]
+#: `on_closed(route_id)`: this process's trial or a probe closed the route.
+CloseHook = Callable[[str], None]
 
 _NEVER: Final = float("-inf")
 
@@ -73,6 +78,7 @@ class _Breaker:
     __slots__ = (
         "epoch",
         "failures",
+        "opened_at",
         "reopen_at",
         "route_id",
         "state",
@@ -89,6 +95,7 @@ class _Breaker:
         self.failures = 0  # consecutive, while closed
         self.window = window  # current cooldown length, while open or half-open
         self.reopen_at = _NEVER  # while open: when a trial may be claimed
+        self.opened_at = _NEVER  # while open or half-open: when it last opened (or was told so)
         self.trial_until = _NEVER  # while half-open: when an unreported trial stops counting
 
 
@@ -109,6 +116,8 @@ class Breakers:
         self.on_open: OpenHook | None = None
         #: Told when this replica's own failures opened a route (to tell the others).
         self.on_tripped: OpenHook | None = None
+        #: Told when this replica's trial or a probe closed a route (to tell the others).
+        self.on_closed: CloseHook | None = None
 
     def admit(self, route_id: str) -> Ticket | None:
         """A ticket for one attempt on the route, or None: skip the route for now."""
@@ -126,6 +135,8 @@ class Breakers:
         elif breaker.state is HALF_OPEN:
             breaker.window = self._settings.cooldown_s
             self._move(breaker, CLOSED)
+            if self.on_closed is not None:
+                self.on_closed(breaker.route_id)
 
     def failed(self, ticket: Ticket, *, misconfigured: bool = False) -> None:
         """Report a retryable failure, or with `misconfigured` a 401/403/404 from the provider."""
@@ -149,6 +160,22 @@ class Breakers:
             return False
         breaker.window = self._settings.cooldown_s
         self._move(breaker, CLOSED)
+        if self.on_closed is not None:
+            self.on_closed(route_id)
+        return True
+
+    def closed_elsewhere(self, route_id: str, ago_s: float) -> bool:
+        """Another replica closed this route's breaker `ago_s` ago (its trial succeeded, or a
+        probe found the provider online): an open or half-open breaker here that opened
+        before then closes too (its cooldown starts again from `cooldown_s`); one that opened
+        since, on failures seen after that close, stays open. Whether it closed."""
+        breaker = self._breakers.get(route_id)
+        if breaker is None or breaker.state is CLOSED:
+            return False
+        if breaker.opened_at > self._clock() - max(ago_s, 0.0):
+            return False
+        breaker.window = self._settings.cooldown_s
+        self._move(breaker, CLOSED)
         return True
 
     def opened_elsewhere(self, route_id: str, remaining_s: float) -> bool:
@@ -160,16 +187,23 @@ class Breakers:
         breaker = self._breakers.get(route_id)
         if breaker is None:
             breaker = self._breakers[route_id] = _Breaker(route_id, self._settings.cooldown_s)
-        until = self._clock() + remaining_s
+        now = self._clock()
+        until = now + remaining_s
         if breaker.state is OPEN:
             if until <= breaker.reopen_at:
                 return False
             breaker.reopen_at = until
+            breaker.opened_at = now
         elif breaker.state is CLOSED:
             breaker.reopen_at = until
             self._move(breaker, OPEN)
         else:
             return False  # a trial is deciding here already
+        settings = self._settings
+        longest = max(settings.max_cooldown_s, settings.cooldown_s)
+        # What is left of a cooldown the other replica doubled (its trial failed): a trial
+        # failing here next doubles that, not this replica's first cooldown.
+        breaker.window = max(breaker.window, min(remaining_s, longest))
         if self.on_open is not None:
             self.on_open(route_id, remaining_s)
         return True
@@ -180,6 +214,11 @@ class Breakers:
         if ticket.epoch == breaker.epoch and breaker.state is HALF_OPEN:
             breaker.epoch += 1
             breaker.trial_until = _NEVER
+
+    def cooldown(self, route_id: str) -> float:
+        """The route's current cooldown length (how long a trial may take before it lapses)."""
+        breaker = self._breakers.get(route_id)
+        return self._settings.cooldown_s if breaker is None else breaker.window
 
     def state(self, route_id: str) -> State:
         breaker = self._breakers.get(route_id)
@@ -245,6 +284,8 @@ class Breakers:
         breaker.epoch += 1
         breaker.failures = 0
         breaker.trial_until = _NEVER
+        if to_state is OPEN:
+            breaker.opened_at = self._clock()
         if to_state is CLOSED:
             breaker.ticket = Ticket(breaker.route_id, breaker.epoch, False, breaker)
         log.info(

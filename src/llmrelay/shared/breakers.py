@@ -1,14 +1,26 @@
-"""Breaker openings shared by the replicas: a route opened by failures on one replica is
-skipped by the others within moments, with no shared read on the request path (each
-replica's `Breakers.admit` stays a dict lookup; openings arrive in the background).
+"""Breakers shared by the replicas: a route opened by failures on one replica is skipped by
+the others within moments, a route closed on one (its trial succeeded, or a health probe found
+its provider online) is used again by the others, and when a cooldown ends one replica sends
+the timer's trial for all, with no shared read on the request path (each replica's
+`Breakers.admit` stays a dict lookup; openings and closings arrive in the background).
 
 When a replica's own failures open a route (`Breakers.on_tripped`), a task publishes
-"route open until T" (T in Unix seconds): on Redis pub/sub (channel `llmrelay:breakers`,
-seen by the others at once) and, on PostgreSQL, as the shared entry `b:ROUTE` that every
-replica polls (every `POLL_S`, or `POLL_WITH_REDIS_S` with Redis: the backstop for a
-message missed while Redis was down). A replica that learns of an opening opens its own
-breaker for what is left of the cooldown (`Breakers.opened_elsewhere`) and probes the
-route itself when it ends; closings do not travel (each replica's trial closes its own).
+"route open until T" (T in Unix seconds); when its trial or a probe closes one
+(`Breakers.on_closed`), "route closed at C". Both go on Redis pub/sub (channel
+`llmrelay:breakers`, seen by the others at once) and, on PostgreSQL, into the shared entry
+`b:ROUTE` that every replica polls (every `POLL_S`, or `POLL_WITH_REDIS_S` with Redis: the
+backstop for a message missed while Redis was down; a closing stays there `CLOSED_KEPT_S`).
+A replica that learns of an opening opens its own breaker for what is left of the cooldown
+(`Breakers.opened_elsewhere`); one that learns of a closing closes its breaker if it opened
+before C (`Breakers.closed_elsewhere`: an opening of its own since then stands).
+
+The timer's trial (gateway/trials.py) is claimed first: `claim` writes
+`llmrelay:breakers:trial:ROUTE` with Redis `SET NX PX` (or the entry `t:ROUTE` with one
+conditional upsert on PostgreSQL), for as long as a trial may take (the route's cooldown);
+the replica that wrote it sends the trial and deletes the claim when the trial is over, and
+its outcome reaches the others as an opening (for twice as long) or a closing. With neither
+store reachable the claim is granted: a second trial costs one small call, a missed one a
+whole cooldown. Requests keep their own half-open rule on each replica.
 The time is wall-clock time: replicas' clocks should agree within a second (NTP).
 """
 
@@ -33,6 +45,15 @@ POLL_S: Final = 0.5
 POLL_WITH_REDIS_S: Final = 5.0
 #: After a failure, the Redis subscription is tried again after this.
 RESUBSCRIBE_S: Final = 1.0
+#: How long a closing stays in the database for the replicas that poll it.
+CLOSED_KEPT_S: Final = 30.0
+#: Redis keys of trial claims start with this.
+TRIAL_KEY: Final = "llmrelay:breakers:trial:"
+#: Deletes a trial claim only if it is still the caller's.
+_RELEASE: Final = (
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+)
+_CLOSED: Final = "closed"
 
 
 class SharedBreakers:
@@ -44,14 +65,20 @@ class SharedBreakers:
         self._database = database
         #: This replica's name in what it publishes (its own messages come back to it).
         self._origin = os.urandom(8).hex()
-        self._outbox: asyncio.Queue[tuple[str, float]] = asyncio.Queue(maxsize=10_000)
+        #: (route id, moment, closed): an opening until the moment, or a closing at it.
+        self._outbox: asyncio.Queue[tuple[str, float, bool]] = asyncio.Queue(maxsize=10_000)
         #: Database entries already applied: key -> value.
         self._seen: dict[str, str] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._publisher: Any = None
+        #: Set once the Redis subscription is made (what is published from then on arrives).
+        self.listening = asyncio.Event()
+        #: Trial claims this replica holds: route id -> the store that holds it.
+        self._claims: dict[str, str] = {}
 
     def start(self) -> None:
         self._breakers.on_tripped = self._tripped
+        self._breakers.on_closed = self._closed
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._publish_loop()))
         if self._redis_url is not None:
@@ -61,6 +88,7 @@ class SharedBreakers:
 
     async def close(self) -> None:
         self._breakers.on_tripped = None
+        self._breakers.on_closed = None
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -70,21 +98,70 @@ class SharedBreakers:
             with contextlib.suppress(Exception):
                 await self._publisher.aclose()
 
+    async def claim(self, route_id: str, ttl_s: float) -> bool:
+        """Whether this replica sends the route's trial (no other replica holds the claim)."""
+        if self._redis_url is not None:
+            try:
+                won = await self._redis().set(
+                    TRIAL_KEY + route_id, self._origin, nx=True, px=max(int(ttl_s * 1000), 1)
+                )
+            except Exception as exc:  # noqa: BLE001 - Redis down: the database, or granted
+                log.warning("breaker_trial_claim_failed", store="redis", error=repr(exc))
+            else:
+                if won:
+                    self._claims[route_id] = "redis"
+                return bool(won)
+        if self._database is not None:
+            try:
+                won = await self._database.claim(f"t:{route_id}", self._origin, ttl_s)
+            except Exception as exc:  # noqa: BLE001
+                log.warning("breaker_trial_claim_failed", store="database", error=repr(exc))
+            else:
+                if won:
+                    self._claims[route_id] = "database"
+                return bool(won)
+        return True
+
+    async def release(self, route_id: str) -> None:
+        """The trial is over (its outcome published): the next one may be claimed at once.
+        A claim left behind (this failed, or the replica died) lapses by itself."""
+        store = self._claims.pop(route_id, None)
+        try:
+            if store == "redis":
+                await self._redis().eval(_RELEASE, 1, TRIAL_KEY + route_id, self._origin)
+            elif store == "database" and self._database is not None:
+                await self._database.release(f"t:{route_id}", self._origin)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("breaker_trial_release_failed", store=store, error=repr(exc))
+
     def _tripped(self, route_id: str, window_s: float) -> None:
         with contextlib.suppress(asyncio.QueueFull):  # a flood of openings: the rest wait
-            self._outbox.put_nowait((route_id, time.time() + window_s))
+            self._outbox.put_nowait((route_id, time.time() + window_s, False))
 
-    def _apply(self, route_id: str, until: float) -> None:
-        if self._breakers.opened_elsewhere(route_id, until - time.time()):
+    def _closed(self, route_id: str) -> None:
+        with contextlib.suppress(asyncio.QueueFull):
+            self._outbox.put_nowait((route_id, time.time(), True))
+
+    def _apply(self, route_id: str, moment: float, closed: bool) -> None:
+        if closed:
+            if self._breakers.closed_elsewhere(route_id, time.time() - moment):
+                log.info("breaker_closed_elsewhere", route=route_id)
+        elif self._breakers.opened_elsewhere(route_id, moment - time.time()):
             log.info("breaker_opened_elsewhere", route=route_id)
 
     async def _publish_loop(self) -> None:
         while True:
-            route_id, until = await self._outbox.get()
-            message = f"{self._origin} {route_id} {until!r}"
+            route_id, moment, closed = await self._outbox.get()
+            if closed:
+                # A fourth field: a replica of an earlier version ignores the message.
+                message = f"{self._origin} {route_id} {moment!r} {_CLOSED}"
+                kept = CLOSED_KEPT_S
+            else:
+                message = f"{self._origin} {route_id} {moment!r}"
+                kept = moment - time.time()
             if self._database is not None:
                 try:
-                    await self._database.put(f"b:{route_id}", message, until - time.time())
+                    await self._database.put(f"b:{route_id}", message, kept)
                 except Exception as exc:  # noqa: BLE001
                     log.warning("breaker_share_failed", store="database", error=repr(exc))
             if self._redis_url is not None:
@@ -104,13 +181,16 @@ class SharedBreakers:
         return self._publisher
 
     def _received(self, message: str) -> None:
+        fields = message.split(" ")
+        closed = len(fields) == 4 and fields[3] == _CLOSED
+        if len(fields) != 3 and not closed:
+            return
         try:
-            origin, route_id, until = message.split(" ")
-            moment = float(until)
+            moment = float(fields[2])
         except ValueError:
             return
-        if origin != self._origin:
-            self._apply(route_id, moment)
+        if fields[0] != self._origin:
+            self._apply(fields[1], moment, closed)
 
     async def _subscribe_loop(self) -> None:
         from redis.asyncio import Redis
@@ -121,6 +201,7 @@ class SharedBreakers:
             try:
                 pubsub = client.pubsub(ignore_subscribe_messages=True)
                 await pubsub.subscribe(REDIS_CHANNEL)
+                self.listening.set()
                 while True:
                     got = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
                     if got is not None and got.get("type") == "message":

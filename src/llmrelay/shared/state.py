@@ -1,7 +1,8 @@
 """What a process shares with the other replicas, built at start (stack.py) and closed at
 exit: the store (shared/store.py), its write-behind writer, and the two users of both, the
 conversation bindings (the executor's `affinity`) and stored responses' homes (the
-dispatcher's `homes`), and the breakers' openings (shared/breakers.py)."""
+dispatcher's `homes`), and the breakers' openings, closings and trial claims
+(shared/breakers.py)."""
 
 from __future__ import annotations
 
@@ -53,6 +54,8 @@ class SharedState:
         dispatcher.conversations = SharedConversations(self.entries, self.writer, sealer)
         self.breakers = SharedBreakers(executor.breakers, self.redis_url, self.database)
         self.breakers.start()
+        if executor.trials is not None:  # one replica sends each trial (gateway/trials.py)
+            executor.trials.claims = self.breakers
 
     async def close(self) -> None:
         if self.breakers is not None:

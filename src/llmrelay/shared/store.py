@@ -110,6 +110,28 @@ class DatabaseEntries:
                 self._swept_at = now
                 await conn.execute(delete(SharedEntry).where(SharedEntry.expires_at <= now))
 
+    async def claim(self, key: str, value: str, ttl_s: float) -> bool:
+        """Write the entry only if none is live under `key` (an expired one is replaced):
+        whether this call wrote it. One statement, so of several callers exactly one wins."""
+        now = self._clock()
+        statement = self._insert(SharedEntry).values(
+            key=key, kind=key.partition(":")[0], value=value, expires_at=now + ttl_s
+        )
+        claimed = statement.on_conflict_do_update(
+            index_elements=[SharedEntry.key],
+            set_={"value": statement.excluded.value, "expires_at": statement.excluded.expires_at},
+            where=SharedEntry.expires_at <= now,
+        ).returning(SharedEntry.key)
+        async with self._engine.begin() as conn:
+            return (await conn.execute(claimed)).first() is not None
+
+    async def release(self, key: str, value: str) -> None:
+        """Delete the entry if it still holds `value` (the caller's own claim)."""
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                delete(SharedEntry).where(SharedEntry.key == key, SharedEntry.value == value)
+            )
+
     async def close(self) -> None:
         pass  # the engine is the stack's
 
