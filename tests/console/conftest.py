@@ -187,7 +187,7 @@ def site(browser: Browser, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         },
     )
     gateway.env["LLMRELAY_PUBLIC_URL"] = gateway.url  # the links mails carry lead here
-    gateway.start(timeout_s=90)  # a busy machine (CI beside other runs) starts it slowly
+    gateway.start(timeout_s=300)  # a busy machine (CI beside other runs) starts it slowly
     try:
         tenants = httpx.get(  # the admin API is built on this first call: give it time
             f"{gateway.url}/api/admin/tenants",
