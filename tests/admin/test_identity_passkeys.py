@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from llmrelay.admin.state import AdminState
-from tests.admin.access_support import add_user, console
+from llmrelay.admin.state import AccountPolicy, AdminState
+from tests.admin.access_support import add_tenant, add_user, console
 from tests.support.accounts import make_account
 from tests.support.gateway_process import GatewayProcess
 from tests.support.webauthn_authenticator import SoftAuthenticator
@@ -321,3 +321,27 @@ async def test_without_a_public_url_there_are_no_passkeys(admin_state: AdminStat
             assert error["type"] == "passkeys_unavailable"
             assert "LLMRELAY_PUBLIC_URL" in error["message"]
         assert (await api.get("/auth/passkeys")).json() == {"data": []}
+
+
+async def test_a_passkey_is_the_two_factor_a_tenant_requires(admin_state: AdminState) -> None:
+    """A member of a tenant that requires two-factor gets its role once it has a passkey
+    (TOTP off), and loses it again when the passkey goes."""
+    admin_state.accounts = AccountPolicy(public_url="http://localhost")
+    tenant = await add_tenant(admin_state.database(), "strict", require_2fa=True)
+    await add_user(admin_state.database(), "strict@example.com", {tenant: "viewer"})
+    async with console(admin_state, "strict@example.com") as api:
+
+        async def locked() -> bool:
+            memberships = (await api.get("/auth/me")).json()["memberships"]
+            return bool(memberships[0]["two_factor_required"])
+
+        assert await locked()
+        assert (await api.get("/projects", params={"tenant_id": tenant})).status_code == 403
+        options = (await api.post("/auth/passkeys/register/options")).json()
+        credential = SoftAuthenticator("http://localhost").create(options)
+        made = await api.post("/auth/passkeys", json={"credential": credential})
+        assert made.status_code == 201, made.text
+        assert not await locked()
+        assert (await api.get("/projects", params={"tenant_id": tenant})).status_code == 200
+        assert (await api.delete(f"/auth/passkeys/{made.json()['id']}")).status_code == 204
+        assert await locked()
