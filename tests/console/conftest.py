@@ -93,7 +93,7 @@ class Site:
         return httpx.Client(
             base_url=f"{self.url}/api/admin",
             headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
-            timeout=10,
+            timeout=60,  # argon2 on a loaded machine (CI beside other runs) is slow
         )
 
     def new_context(self, *, javascript: bool = True) -> BrowserContext:
