@@ -98,7 +98,7 @@ class Site:
 
     def new_context(self, *, javascript: bool = True) -> BrowserContext:
         context = self.browser.new_context(base_url=self.url, java_script_enabled=javascript)
-        context.set_default_timeout(10_000)
+        context.set_default_timeout(30_000)  # a loaded machine: a sign-in (argon2) takes seconds
         return context
 
     def key_answers(self, secret: str, status: int, timeout_s: float = 10.0) -> None:
