@@ -34,7 +34,15 @@ from llmrelay.store.models_guardrails import GuardrailHit
 from llmrelay.store.types import utcnow
 from tests.admin.access_support import FAST_PASSWORDS, PASSWORD, login
 from tests.admin.conftest import ADMIN_TOKEN, SEALER
-from tests.admin.route_table import ANONYMOUS, CALLERS, TOKEN, Side, World, queue_job
+from tests.admin.route_table import (
+    ANONYMOUS,
+    CALLERS,
+    PUBLIC_URL,
+    TOKEN,
+    Side,
+    World,
+    queue_job,
+)
 from tests.conftest import need_postgres
 from tests.support.databases import postgres_database, sqlite_url
 from tests.support.fake_stripe import FakeStripe, stripe_config
@@ -43,6 +51,7 @@ from tests.support.oidc_provider import OidcProvider
 #: Sign-up on, and the account routes' throttles out of the way of the matrix's many calls
 #: from one client address.
 OPEN = AccountPolicy(
+    public_url=PUBLIC_URL,  # passkeys' relying party
     signup_enabled=True,
     signup_max_per_ip=1_000_000,
     reset_max_per_account=1_000_000,

@@ -26,14 +26,20 @@ from llmrelay.admin.state import AdminState
 from llmrelay.billing import ledger, orders
 from llmrelay.jobs import queue
 from llmrelay.store.db import session_factory
+from llmrelay.store.models_access import User
+from llmrelay.store.models_passkeys import Passkey
 from tests.admin.access_support import PASSWORD, totp_code
 from tests.support.mail import mail_text, token_in
+from tests.support.webauthn_authenticator import SoftAuthenticator, b64url
 
 #: Recognisable secrets planted in requests that carry one: no audit row may ever hold them.
 PLANTED_API_KEY = "sk-planted-provider-secret-7f3a9c"
 PLANTED_KEY = "llr-planted-key-secret-0123456789"
 PLANTED_PASSWORD = "planted password 9d2e41"
 PLANTED = (PLANTED_API_KEY, PLANTED_KEY, PLANTED_PASSWORD)
+
+#: The console's address in the world (LLMRELAY_PUBLIC_URL): passkeys are bound to it.
+PUBLIC_URL = "http://localhost"
 
 #: The callers of the matrix: every role of the role table (a console session; the platform
 #: admin is an account with the flag), the admin token, and no credentials at all.
@@ -341,6 +347,68 @@ async def _totp_disable(world: World, side: Side, api: httpx.AsyncClient) -> Cal
     return Call("POST", "/auth/totp/disable", {"password": PASSWORD, "code": code})
 
 
+async def _passkey_register(world: World, side: Side, api: httpx.AsyncClient) -> Call:
+    options = await api.post("/auth/passkeys/register/options")  # fails without an account
+    credential: dict[str, Any] = {"id": "none"}
+    if options.status_code == 200:
+        credential = SoftAuthenticator(PUBLIC_URL).create(options.json())
+    return Call("POST", "/auth/passkeys", {"credential": credential, "name": "matrix"})
+
+
+async def _my_passkey(api: httpx.AsyncClient) -> str:
+    """A passkey of the caller's, registered through the ceremony ("none" without an
+    account)."""
+    options = await api.post("/auth/passkeys/register/options")
+    if options.status_code != 200:
+        return "none"
+    credential = SoftAuthenticator(PUBLIC_URL).create(options.json())
+    made = await api.post("/auth/passkeys", json={"credential": credential})
+    assert made.status_code == 201, made.text
+    return str(made.json()["id"])
+
+
+async def _passkey_rename(world: World, side: Side, api: httpx.AsyncClient) -> Call:
+    return Call("PATCH", f"/auth/passkeys/{await _my_passkey(api)}", {"name": f"p{world.n()}"})
+
+
+async def _passkey_delete(world: World, side: Side, api: httpx.AsyncClient) -> Call:
+    passkey = await _my_passkey(api)
+    return Call("DELETE", f"/auth/passkeys/{passkey}", target=passkey)
+
+
+async def _passkey_login(world: World, side: Side, api: httpx.AsyncClient) -> Call:
+    """A password-less sign-in of an account of its own (its passkey put in the database,
+    as a registration would), answering options asked for by the same client."""
+    authenticator = SoftAuthenticator(PUBLIC_URL)
+    async with session_factory(world.engine)() as session:
+        user = User(email=f"passkey{world.n()}@example.com", password_hash="-")
+        session.add(user)
+        await session.flush()
+        held = authenticator.create(
+            {"rp": {"id": "localhost"}, "user": {"id": b64url(user.id.encode())}, "challenge": ""}
+        )
+        credential = authenticator.credentials[-1]
+        session.add(
+            Passkey(
+                user_id=user.id,
+                credential_id=held["id"],
+                public_key=b64url(credential.cose_key()),
+                sign_count=0,
+                name="matrix",
+            )
+        )
+        await session.commit()
+        user_id = user.id
+    options = await api.post("/auth/passkeys/login/options")
+    assert options.status_code == 200, options.text
+    return Call(
+        "POST",
+        "/auth/passkeys/login",
+        {"credential": authenticator.get(options.json())},
+        target=user_id,
+    )
+
+
 async def _add_member(world: World, side: Side, api: httpx.AsyncClient) -> Call:
     floater = await _floater(world, side)
     body = {"user_id": floater, "role": "viewer"}
@@ -501,6 +569,20 @@ ROUTES: list[Route] = [
           action="user.totp_enable"),
     Route("POST", "/auth/totp/disable", None, "self", token_status=400, custom=_totp_disable,
           action="user.totp_disable"),
+    # passkeys (tests/admin/test_identity_passkeys.py)
+    Route("GET", "/auth/passkeys", None, "self", token_status=400),
+    Route("POST", "/auth/passkeys/register/options", None, "self", token_status=400,
+          action="user.passkey_options", empty_diff=True),
+    Route("POST", "/auth/passkeys", None, "self", token_status=400, custom=_passkey_register,
+          new=True, action="user.passkey_register"),
+    Route("PATCH", "/auth/passkeys/{passkey_id}", None, "self", token_status=400,
+          custom=_passkey_rename, action="user.passkey_rename"),
+    Route("DELETE", "/auth/passkeys/{passkey_id}", None, "self", token_status=400,
+          custom=_passkey_delete, action="user.passkey_delete"),
+    Route("POST", "/auth/passkeys/login/options", None, "public",
+          action="auth.passkey_options"),
+    Route("POST", "/auth/passkeys/login", None, "public", custom=_passkey_login,
+          action="auth.passkey_login", empty_diff=True),
     Route("POST", "/auth/verify-email/send", None, "self", token_status=400,
           action="user.verification_sent", empty_diff=True),
     # one's own sessions; an admin's view of a member's (tests/admin/test_identity_session_list.py)

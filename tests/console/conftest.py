@@ -93,12 +93,12 @@ class Site:
         return httpx.Client(
             base_url=f"{self.url}/api/admin",
             headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
-            timeout=10,
+            timeout=60,  # argon2 on a loaded machine (CI beside other runs) is slow
         )
 
     def new_context(self, *, javascript: bool = True) -> BrowserContext:
         context = self.browser.new_context(base_url=self.url, java_script_enabled=javascript)
-        context.set_default_timeout(10_000)
+        context.set_default_timeout(30_000)  # a loaded machine: a sign-in (argon2) takes seconds
         return context
 
     def key_answers(self, secret: str, status: int, timeout_s: float = 10.0) -> None:
@@ -187,7 +187,7 @@ def site(browser: Browser, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         },
     )
     gateway.env["LLMRELAY_PUBLIC_URL"] = gateway.url  # the links mails carry lead here
-    gateway.start(timeout_s=90)  # a busy machine (CI beside other runs) starts it slowly
+    gateway.start(timeout_s=300)  # a busy machine (CI beside other runs) starts it slowly
     try:
         tenants = httpx.get(  # the admin API is built on this first call: give it time
             f"{gateway.url}/api/admin/tenants",

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from llmrelay.admin.access import PERMISSIONS, ROLE_PERMISSIONS, Role
-from tests.console.conftest import KEY, ROLES, Site, Watched
+from tests.console.conftest import KEY, PASSWORD, ROLES, Site, Watched, sign_in
+from tests.support.accounts import make_account
 
 #: (path, the permission it needs: None = any signed-in user, nav label or None)
 PAGES = [
@@ -291,17 +292,111 @@ PUBLIC = {
     "/sso/start",
     "/sso/callback",
 }
-#: Signed-in GET routes the role matrix does not visit yet (not whole pages, or pages of a row
-#: the matrix does not seed): the dashboard's live part, a key's once-shown secret, the usage
-#: CSV, a routing policy's and a guardrail's page. A new page must join PAGES (or this list,
-#: knowingly).
-NOT_IN_THE_MATRIX = {
+#: Pages of one row, or of one filter, visited by every role (and by a user of no tenant) in
+#: its own tenant and another one (test_row_pages_for_every_role_and_tenant): (path, the
+#: permission it needs, whether it names a row of one tenant).
+ROW_PAGES = [
+    ("/dashboard/health", "providers:read", False),
+    ("/usage.csv?project={project}", "usage:read", True),
+    ("/keys/{key}/secret", "keys:read", True),
+    ("/routing/{policy}", "policies:read", True),
+    ("/guardrails/{guardrail}", "guardrails:read", True),
+]
+#: The routes of ROW_PAGES, as the console declares them.
+ROW_ROUTES = {
     "/dashboard/health",
-    "/keys/{key_id}/secret",
     "/usage.csv",
+    "/keys/{key_id}/secret",
     "/routing/{policy_id}",
     "/guardrails/{guardrail_id}",
 }
+NO_TENANT = "no_tenant"
+
+
+@pytest.fixture(scope="module")
+def tenant_rows(site: Site) -> dict[str, dict[str, str]]:
+    """A row of each kind in the site's tenant ("own") and in another tenant ("other"), made
+    once per module by the admin token."""
+    with site.admin() as admin:
+
+        def made(path: str, body: dict[str, Any], **params: str) -> str:
+            answer = admin.post(path, json=body, params=params)
+            assert answer.status_code == 201, f"{path}: {answer.text}"
+            return str(answer.json()["id"])
+
+        def side(tenant: str, project: str, key: str, name: str) -> dict[str, str]:
+            guard = {"name": f"{name}-pii", "rules": [{"detector": "email", "action": "mask"}]}
+            return {
+                "tenant": tenant,
+                "project": project,
+                "key": key,
+                "policy": made("/policies", {"name": f"{name}-policy"}, tenant_id=tenant),
+                "guardrail": made("/guardrails", guard, tenant_id=tenant),
+            }
+
+        fixed = next(k for k in admin.get("/keys").json()["data"] if k["name"] == "fixed")
+        own = side(site.tenant_id, fixed["project_id"], fixed["id"], "own")
+        tenant = made("/tenants", {"slug": "elsewhere", "name": "Elsewhere"})
+        project = made("/projects", {"name": "elsewhere-web"}, tenant_id=tenant)
+        key = made(f"/projects/{project}/keys", {"name": "elsewhere-key"})
+        made("/providers", {"slug": "elsewhere-up", "type": "mock"}, tenant_id=tenant)
+        other = side(tenant, project, key, "elsewhere")
+    return {"own": own, "other": other}
+
+
+def _no_tenant_context(site: Site) -> Any:
+    """A signed-in user who belongs to no tenant (sign-up makes such accounts)."""
+    if NO_TENANT not in site.contexts:
+        with site.admin() as admin:
+            body = {"email": "nobody@example.com", "password": PASSWORD}
+            answer = make_account(admin, body)
+        assert answer.status_code == 201, answer.text
+        context = site.new_context()
+        page = context.new_page()
+        sign_in(page, "nobody@example.com")
+        page.close()
+        site.contexts[NO_TENANT] = context
+    return site.contexts[NO_TENANT]
+
+
+def _row_page_status(caller: str, permission: str, scoped: bool, where: str) -> int:
+    """The status a row page must answer: 200, 403 without the permission, and for another
+    tenant's row 404 (a filter naming another tenant's project: 400, as an unknown one)."""
+    if caller == NO_TENANT or not allowed(caller, permission):
+        return 403
+    if where == "own" or not scoped or caller == Role.PLATFORM_ADMIN.value:
+        return 200
+    return 400 if permission == "usage:read" else 404
+
+
+@pytest.mark.parametrize("caller", [*ROLES, NO_TENANT])
+def test_row_pages_for_every_role_and_tenant(
+    site: Site, tenant_rows: dict[str, dict[str, str]], caller: str
+) -> None:
+    """The exact set each caller may open of the pages of one row: its own tenant's rows with
+    the role's permission, never another tenant's (a platform admin: all of them); a page it
+    may not open says so and shows nothing of the row. The dashboard's health part lists
+    the caller's tenant's providers only."""
+    rows = tenant_rows
+    context = _no_tenant_context(site) if caller == NO_TENANT else site.signed_in(caller)
+    wrong: list[str] = []
+    for template, permission, scoped in ROW_PAGES:
+        for where in ("own", "other") if scoped else ("own",):
+            path = template.format(**rows[where])
+            answer = context.request.get(path)
+            want = _row_page_status(caller, permission, scoped, where)
+            text = answer.text()
+            if answer.status != want:
+                wrong.append(f"{caller} {path} ({where}): {answer.status}, expected {want}")
+            if want != 200 and any(rows["other"][n] in text for n in ("policy", "guardrail")):
+                wrong.append(f"{caller} {path} ({where}): shows the other tenant's row")
+            if answer.status == 200 and path.startswith("/usage.csv"):
+                assert text.startswith("start,group,requests"), text[:200]
+    health = context.request.get("/dashboard/health")
+    mine = health.status == 200 and caller != Role.PLATFORM_ADMIN.value
+    if mine and "elsewhere-up" in health.text():
+        wrong.append(f"{caller} /dashboard/health: shows another tenant's provider")
+    assert not wrong, "\n".join(wrong)
 
 
 def test_every_console_page_is_in_the_matrix() -> None:
@@ -324,6 +419,6 @@ def test_every_console_page_is_in_the_matrix() -> None:
         for route in app.app.routes
         if isinstance(route, Route) and "GET" in (route.methods or ())
     }
-    listed = {path for path, _, _ in PAGES} | DETAILS | PUBLIC | NOT_IN_THE_MATRIX
+    listed = {path for path, _, _ in PAGES} | DETAILS | PUBLIC | ROW_ROUTES
     assert served - listed == set(), "console pages missing from the matrix"
     assert listed - served == set(), "pages listed that the console lacks"

@@ -10,7 +10,7 @@ from llmrelay.admin.accounts import endpoints as accounts
 from llmrelay.admin.audit import AuditMiddleware
 from llmrelay.admin.audit_log import endpoints as audit_log
 from llmrelay.admin.identity import endpoints as identity
-from llmrelay.admin.identity import session_routes
+from llmrelay.admin.identity import passkey_routes, session_routes
 from llmrelay.admin.invitations import endpoints as invitations
 from llmrelay.admin.outbox import endpoints as outbox
 from llmrelay.admin.preferences import endpoints as preferences
@@ -26,6 +26,7 @@ def include(app: FastAPI, state: AdminState) -> None:
         sso.router,  # before identity: /auth/sso is not an identity route
         identity.router,
         session_routes.router,
+        passkey_routes.router,
         invitations.router,  # before accounts: GET /invitations is its own
         accounts.router,
         outbox.router,

@@ -139,14 +139,16 @@ def note(
     context.changes = diff(before, after)
 
 
-def note_sign_in(request: Request, email: str, user_id: str | None) -> None:
+def note_sign_in(
+    request: Request, email: str, user_id: str | None, action: str = "auth.login"
+) -> None:
     """Sign-in attempts are audited though no actor is authenticated yet."""
     context = _context(request)
     if context is None:
         return
     context.force = True
     context.email = email
-    context.action = "auth.login"
+    context.action = action
     context.target_type = "user"
     context.target_id = user_id
 

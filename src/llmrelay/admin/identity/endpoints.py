@@ -34,6 +34,7 @@ async def _me(session: AsyncSession, actor: Actor) -> schemas.MeOut:
         raise AdminError(401, "the account is gone", "authentication_error")
     held = await repository.memberships(session, user.id)
     names = await repository.tenant_names(session, [m.tenant_id for m, _ in held])
+    second = any(r for _, r in held) and await service.has_second_factor(session, user)
     return schemas.MeOut(
         kind=actor.kind,
         user=user_out(user),
@@ -44,7 +45,7 @@ async def _me(session: AsyncSession, actor: Actor) -> schemas.MeOut:
                 tenant_name=names.get(m.tenant_id),
                 role=m.role,
                 project_ids=m.project_ids,
-                two_factor_required=required and not user.totp_enabled,
+                two_factor_required=required and not second,
             )
             for m, required in held
         ],
@@ -64,7 +65,7 @@ def user_out(user: User) -> schemas.UserOut:
     )
 
 
-async def _session_out(
+async def session_out(
     session: AsyncSession, user: User, started: sessions.Started
 ) -> schemas.SessionOut:
     actor = await sessions.actor_of(session, user, started.session_id)
@@ -101,6 +102,9 @@ async def login(request: Request, body: schemas.LoginIn, response: Response) -> 
         ip=audit.client_ip(request),
         user_agent=request.headers.get("user-agent"),
         previous_token=sessions.presented_token(request),
+        passkey=body.passkey,
+        public_url=admin.accounts.public_url,
+        engine=admin.database(),
     )
     async with session_factory(admin.database())() as session:
         try:
@@ -118,7 +122,7 @@ async def login(request: Request, body: schemas.LoginIn, response: Response) -> 
         started = await sessions.start(
             session, admin.sessions, user.id, attempt.ip, attempt.user_agent
         )
-        out = await _session_out(session, user, started)
+        out = await session_out(session, user, started)
         await session.commit()
     sessions.set_cookie(response, admin.sessions, started)
     return out
@@ -166,7 +170,7 @@ async def change_password(
         audit.client_ip(request),
         request.headers.get("user-agent"),
     )
-    out = await _session_out(session, user, started)
+    out = await session_out(session, user, started)
     await session.commit()
     sessions.set_cookie(response, admin.sessions, started)
     return out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -12,6 +14,9 @@ class LoginIn(BaseModel):
     password: str = Field(min_length=1, max_length=1024)
     totp_code: str | None = Field(default=None, max_length=16)
     recovery_code: str | None = Field(default=None, max_length=32)
+    #: The second factor as a passkey: what navigator.credentials.get() answered to the
+    #: options of POST /auth/passkeys/login/options (asked with the email and password).
+    passkey: dict[str, Any] | None = None
 
 
 class MembershipOut(BaseModel):

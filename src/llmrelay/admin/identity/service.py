@@ -8,12 +8,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from llmrelay.admin.errors import AdminError
-from llmrelay.admin.identity import credentials, repository, sessions
+from llmrelay.admin.identity import credentials, passkeys, repository, sessions
+from llmrelay.admin.identity import passkey_repository as passkey_rows
 from llmrelay.admin.identity.credentials import Passwords
 from llmrelay.admin.identity.credentials import normalize_email as normalize_email
 from llmrelay.admin.state import SessionPolicy
@@ -52,15 +54,21 @@ class SignIn:
     user_agent: str | None
     #: The session cookie the client already had, if any: ended, never reused.
     previous_token: str | None
+    #: A passkey's answer to /auth/passkeys/login/options (with the email and password), as
+    #: the second factor; checked against `public_url`'s relying party in `engine`.
+    passkey: dict[str, Any] | None = None
+    public_url: str | None = None
+    engine: AsyncEngine | None = None
 
 
 async def check_throttle(
-    session: AsyncSession, policy: SessionPolicy, email: str, ip: str | None, now: datetime
+    session: AsyncSession, policy: SessionPolicy, email: str | None, ip: str | None, now: datetime
 ) -> None:
+    """429 once the account (when known) or the address failed too often lately."""
     window = timedelta(seconds=policy.throttle_window_s)
-    checks: list[tuple[str, int, dict[str, str]]] = [
-        ("for this account", policy.max_failures_per_account, {"email": email})
-    ]
+    checks: list[tuple[str, int, dict[str, str]]] = []
+    if email is not None:
+        checks.append(("for this account", policy.max_failures_per_account, {"email": email}))
     if ip is not None:
         checks.append(("from this address", policy.max_failures_per_ip, {"ip": ip}))
     for what, most, where in checks:
@@ -87,7 +95,32 @@ async def authenticate_user(
 ) -> User:
     """The user the credentials prove, or SignInFailed (to be recorded by the caller, in its
     own transaction) / Throttled / 403 for a disabled or pending (not activated) account:
-    said only to someone who knows the password."""
+    said only to someone who knows the password. An account with two-factor (TOTP, or a
+    passkey) needs its second factor too."""
+    user = await password_user(session, policy, passwords, attempt)
+    if await has_second_factor(session, user):
+        await second_factor(
+            session,
+            sealer,
+            user,
+            attempt.totp_code,
+            attempt.recovery_code,
+            passkey=attempt.passkey,
+            public_url=attempt.public_url,
+            engine=attempt.engine,
+        )
+    return user
+
+
+async def has_second_factor(session: AsyncSession, user: User) -> bool:
+    """TOTP is on, or the user has a passkey: a password alone no longer signs in."""
+    return user.totp_enabled or await passkey_rows.count_of_user(session, user.id) > 0
+
+
+async def password_user(
+    session: AsyncSession, policy: SessionPolicy, passwords: Passwords, attempt: SignIn
+) -> User:
+    """The active user whose email and password these are (the first step of a sign-in)."""
     email = normalize_email(attempt.email)
     await check_throttle(session, policy, email, attempt.ip, utcnow())
     user = await repository.user_by_email(session, email)
@@ -95,6 +128,14 @@ async def authenticate_user(
     if not passwords.verify(user.password_hash if user else None, attempt.password):
         raise SignInFailed()
     assert user is not None
+    check_active(user)
+    if passwords.needs_rehash(user.password_hash):
+        user.password_hash = passwords.hash(attempt.password)
+    return user
+
+
+def check_active(user: User) -> None:
+    """403 for a disabled or pending (not activated) account."""
     if user.disabled:
         raise AdminError(403, "this account is disabled", "account_disabled")
     if user.pending:
@@ -104,11 +145,6 @@ async def authenticate_user(
             "verification mail (or ask for a password reset, which sends a new link)",
             "account_pending",
         )
-    if user.totp_enabled:
-        await second_factor(session, sealer, user, attempt.totp_code, attempt.recovery_code)
-    if passwords.needs_rehash(user.password_hash):
-        user.password_hash = passwords.hash(attempt.password)
-    return user
 
 
 async def second_factor(
@@ -117,16 +153,34 @@ async def second_factor(
     user: User,
     totp_code: str | None,
     recovery_code: str | None,
+    *,
+    passkey: dict[str, Any] | None = None,
+    public_url: str | None = None,
+    engine: AsyncEngine | None = None,
 ) -> None:
-    """A current TOTP code (never one used before) or an unused recovery code."""
-    if not totp_code and not recovery_code:
+    """A current TOTP code (never one used before), an unused recovery code, or the answer
+    of one of the user's passkeys to a challenge issued for it."""
+    if not totp_code and not recovery_code and not passkey:
         raise AdminError(
             401,
-            "two-factor authentication is on for this account: send totp_code (or a recovery_code)",
+            "two-factor authentication is on for this account: send totp_code, a "
+            "recovery_code, or a passkey (its options: POST /auth/passkeys/login/options "
+            "with the email and password)",
             "totp_required",
         )
     now = utcnow()
+    if passkey:
+        if engine is None:
+            raise AdminError(503, "the database is not open yet", "unavailable")
+        rp = passkeys.relying_party(public_url)
+        try:
+            await passkeys.authenticate(engine, session, rp, passkey, user)
+        except passkeys.PasskeyRefused as exc:
+            raise SignInFailed(exc.message, exc.kind) from None
+        return
     if totp_code:
+        if not user.totp_enabled:
+            raise SignInFailed("wrong or already used two-factor code")
         secret = open_totp_secret(sealer, user)
         step = credentials.totp_step(secret, totp_code, user.totp_last_step)
         if step is None:
@@ -246,4 +300,5 @@ async def totp_disable(
     user.totp_enabled = False
     user.totp_secret_sealed = None
     user.totp_last_step = None
-    await repository.delete_recovery_codes(session, user.id)
+    if await passkey_rows.count_of_user(session, user.id) == 0:  # else still a second factor
+        await repository.delete_recovery_codes(session, user.id)

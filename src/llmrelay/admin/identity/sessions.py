@@ -12,7 +12,7 @@ from fastapi import Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from llmrelay.admin.access import SESSION_COOKIE, Actor, Role
-from llmrelay.admin.identity import credentials, repository
+from llmrelay.admin.identity import credentials, passkey_repository, repository
 from llmrelay.admin.state import AdminState, SessionPolicy
 from llmrelay.store.db import session_factory
 from llmrelay.store.models_access import ConsoleSession, User
@@ -59,12 +59,18 @@ async def actor_of(session: AsyncSession, user: User, session_id: str | None) ->
     roles: dict[str, Role] = {}
     projects: dict[str, frozenset[str] | None] = {}
     locked: set[str] = set()
+    #: Whether the user has a second factor; its passkeys are counted only when a tenant
+    #: requires one and TOTP is off (most requests never ask).
+    second: bool | None = True if user.totp_enabled else None
     for membership, requires_2fa in await repository.memberships(session, user.id):
         roles[membership.tenant_id] = Role(membership.role)
         ids = membership.project_ids
         projects[membership.tenant_id] = None if ids is None else frozenset(ids)
-        if requires_2fa and not user.totp_enabled:
-            locked.add(membership.tenant_id)
+        if requires_2fa:
+            if second is None:
+                second = await passkey_repository.count_of_user(session, user.id) > 0
+            if not second:
+                locked.add(membership.tenant_id)
     return Actor(
         kind="user",
         user_id=user.id,

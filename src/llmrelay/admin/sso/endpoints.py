@@ -74,7 +74,7 @@ async def finish(
         audit.client_ip(request),
         request.headers.get("user-agent"),
     )
-    out = await identity._session_out(session, user, started)
+    out = await identity.session_out(session, user, started)
     await session.commit()
     sessions.set_cookie(response, admin.sessions, started)
     response.headers["x-llmrelay-next"] = next_path

@@ -1,5 +1,6 @@
-"""Signing in (password, then a TOTP or recovery code when the account has two-factor),
-signing out, and the user's own account: password and two-factor setup."""
+"""Signing in (password, then a TOTP code, a passkey or a recovery code when the account has
+two-factor; or a passkey alone), signing out, and the user's own account: password,
+sessions and two-factor setup (passkeys themselves: pages/passkeys.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from llmrelay.console import flash
+from llmrelay.console.admin_client import AdminClient
 from llmrelay.console.forms import FormState
 from llmrelay.console.messages import plain
 from llmrelay.console.pages.accounts import DONE
@@ -23,6 +25,7 @@ from llmrelay.console.web import (
     CSRF_FIELD,
     Console,
     PageRefused,
+    Visit,
     client_for,
     form_visit,
     page,
@@ -127,6 +130,9 @@ async def sign_in(console: Console, request: Request) -> Response:
     else:
         email, password = fields.get("email", "").strip(), fields.get("password", "")
     body: dict[str, Any] = {"email": email, "password": password}
+    passkey = answer_of(fields, "passkey")
+    if passkey is not None:
+        body["passkey"] = passkey
     if fields.get("totp_code", "").strip():
         body["totp_code"] = fields["totp_code"].strip()
     if fields.get("recovery_code", "").strip():
@@ -134,31 +140,19 @@ async def sign_in(console: Console, request: Request) -> Response:
     admin = client_for(console, request)
     answer = await admin.call("POST", "/auth/login", body=body)
     if answer.ok:
-        redirect = RedirectResponse("/resume" if draft else next_path, status_code=303)
-        pass_cookies(redirect, admin)
-        set_csrf_cookie(console, redirect, str(answer.body["csrf_token"]))
-        if draft:  # the sealed draft itself is the flash for /resume
-            redirect.set_cookie(
-                flash.FLASH_COOKIE,
-                draft,
-                max_age=flash.DRAFT_S,
-                path="/",
-                secure=console.settings.env is Environment.PRODUCTION,
-                httponly=True,
-                samesite="lax",
-            )
-        return redirect
-    if answer.error.get("type") == "totp_required" or (pending and answer.status == 401):
+        return _signed_in(console, admin, answer.body, next_path, draft)
+    if answer.error.get("type") == "totp_required" or (pending and answer.status in (400, 401)):
         step = FormState(message=answer.message if pending else None)
         return render(
             console,
             request,
             "sign_in_totp.html",
-            401 if pending else 200,
+            answer.status if pending else 200,
             next=next_path,
             pending=_seal(console, email, password),
             form=step,
             draft=draft,
+            passkey_options=await second_step_options(admin, email, password),
         )
     form = FormState(values={"email": email}, message=answer.message)
     status = answer.status if answer.status in (400, 401, 403, 429) else 502
@@ -168,6 +162,74 @@ async def sign_in(console: Console, request: Request) -> Response:
     if answer.header("retry-after"):
         response.headers["retry-after"] = answer.header("retry-after") or ""
     return response
+
+
+def _signed_in(
+    console: Console, admin: AdminClient, session: dict[str, Any], next_path: str, draft: str
+) -> Response:
+    """To where the sign-in was going, with the new session's cookies (and a form's draft to
+    send again, on /resume)."""
+    redirect = RedirectResponse("/resume" if draft else next_path, status_code=303)
+    pass_cookies(redirect, admin)
+    set_csrf_cookie(console, redirect, str(session["csrf_token"]))
+    if draft:  # the sealed draft itself is the flash for /resume
+        redirect.set_cookie(
+            flash.FLASH_COOKIE,
+            draft,
+            max_age=flash.DRAFT_S,
+            path="/",
+            secure=console.settings.env is Environment.PRODUCTION,
+            httponly=True,
+            samesite="lax",
+        )
+    return redirect
+
+
+def answer_of(fields: dict[str, str], name: str = "credential") -> dict[str, Any] | None:
+    """The authenticator's answer (JSON) a passkey form carries (static/passkeys.js), or
+    None (no JavaScript, nothing chosen)."""
+    try:
+        found = orjson.loads(fields.get(name, "") or "null")
+    except orjson.JSONDecodeError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
+async def second_step_options(admin: AdminClient, email: str, password: str) -> str | None:
+    """The options (JSON) for the account's passkeys as its second factor, or None when it
+    has none (or this gateway has no LLMRELAY_PUBLIC_URL for passkeys)."""
+    answer = await admin.call(
+        "POST", "/auth/passkeys/login/options", body={"email": email, "password": password}
+    )
+    return orjson.dumps(answer.body).decode() if answer.ok else None
+
+
+async def sign_in_with_passkey(console: Console, request: Request) -> Response:
+    """A password-less sign-in: the passkey's answer to options static/passkeys.js asked
+    the admin API for."""
+    fields = await read_form(request)
+    next_path = _next(fields.get("next"))
+    credential = answer_of(fields)
+    admin = client_for(console, request)
+    answer = None
+    if credential is not None:
+        answer = await admin.call("POST", "/auth/passkeys/login", body={"credential": credential})
+        if answer.ok:
+            return _signed_in(console, admin, answer.body, next_path, "")
+    form = FormState(message="no passkey came back from the browser: try again")
+    status = 400
+    if answer is not None:
+        form = FormState(message=answer.message)
+        status = answer.status if answer.status in (400, 401, 403, 409, 429) else 502
+    return render(
+        console,
+        request,
+        "sign_in.html",
+        status,
+        next=next_path,
+        form=form,
+        sso=await sso_name(console, request),
+    )
 
 
 async def sign_out(console: Console, request: Request) -> Response:
@@ -204,20 +266,26 @@ async def resume(console: Console, request: Request) -> Response:
     )
 
 
-async def account(console: Console, request: Request) -> Response:
-    found = await visit(console, request)
-    handed = found.take_flash() or {}
+async def account_values(found: Visit, handed: dict[str, Any]) -> dict[str, Any]:
+    """What the account page shows besides its forms: sessions, passkeys, and what the form
+    whose redirect led here handed to it."""
     setup = handed.get("setup")
     listed = await found.admin.get("/auth/sessions")
-    return found.render(
-        "account.html",
-        form=FormState(),
-        notice=handed.get("notice"),
-        setup=setup,
-        qr=totp_qr(str(setup.get("otpauth_uri", ""))) if isinstance(setup, dict) else None,
-        recovery_codes=handed.get("recovery_codes"),
-        sessions=listed.body.get("data", []) if listed.ok else [],
-    )
+    keys = await found.admin.get("/auth/passkeys")
+    return {
+        "notice": handed.get("notice"),
+        "setup": setup,
+        "qr": totp_qr(str(setup.get("otpauth_uri", ""))) if isinstance(setup, dict) else None,
+        "recovery_codes": handed.get("recovery_codes"),
+        "sessions": listed.data,
+        "passkeys": keys.data,
+    }
+
+
+async def account(console: Console, request: Request) -> Response:
+    found = await visit(console, request)
+    values = await account_values(found, found.take_flash() or {})
+    return found.render("account.html", form=FormState(), **values)
 
 
 async def end_session(console: Console, request: Request) -> Response:
@@ -302,6 +370,7 @@ def routes(console: Console) -> list[Route]:
     return [
         page(console, "/sign-in", sign_in_page),
         page(console, "/sign-in", sign_in, ["POST"]),
+        page(console, "/sign-in/passkey", sign_in_with_passkey, ["POST"]),
         page(console, "/sign-out", sign_out, ["POST"]),
         page(console, "/resume", resume),
         page(console, "/account", account),
