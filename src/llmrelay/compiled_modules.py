@@ -47,6 +47,8 @@ COMPILED = (
     "llmrelay.gateway.relay",
     "llmrelay.gateway.requests",
     "llmrelay.gateway.rescue",
+    "llmrelay.gateway.rescue_events",
+    "llmrelay.gateway.rescue_messages",
     "llmrelay.gateway.rescue_point",
     "llmrelay.gateway.responses",
     "llmrelay.gateway.response_head",
