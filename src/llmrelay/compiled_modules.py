@@ -50,6 +50,7 @@ COMPILED = (
     "llmrelay.gateway.rescue_events",
     "llmrelay.gateway.rescue_messages",
     "llmrelay.gateway.rescue_point",
+    "llmrelay.gateway.rescue_responses",
     "llmrelay.gateway.responses",
     "llmrelay.gateway.response_head",
     "llmrelay.gateway.responses_relay",

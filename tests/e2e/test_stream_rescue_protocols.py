@@ -247,3 +247,60 @@ def test_a_messages_stream_without_rescue_or_cut_in_a_tool_call_ends_with_the_er
     assert tool[-1][0] == "error"
     assert "message_stop" not in [n for n, _ in tool]
     assert not _asked(upstream, "echo-mt")  # refused: tool arguments cannot be continued
+
+
+# -- OpenAI Responses ------------------------------------------------------------------------
+
+
+def _responses(gateway: GatewayProcess, model: str) -> httpx.Response:
+    body = {"model": model, "input": PROMPT, "stream": True}
+    headers = {"authorization": f"Bearer {KEY}"}
+    return httpx.post(f"{gateway.url}/v1/responses", json=body, headers=headers, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("model", "continued_by"), [("r-bridged", "echo-rb"), ("r-claude", "echo-rc")]
+)
+def test_a_broken_responses_stream_is_continued_in_the_same_response(
+    gateway: GatewayProcess, upstream: MockUpstream, model: str, continued_by: str
+) -> None:
+    response = _responses(gateway, model)
+    assert response.status_code == 200
+    events = _events(response)
+    kinds = [e["type"] for _, e in events]
+    deltas = [e for _, e in events if e["type"] == "response.output_text.delta"]
+    assert "".join(d["delta"] for d in deltas) == PROMPT
+    assert {(d["item_id"], d["output_index"], d["content_index"]) for d in deltas} == {
+        (deltas[0]["item_id"], 0, 0)
+    }
+    numbers = [e["sequence_number"] for _, e in events]
+    assert numbers == sorted(set(numbers))  # numbered on, never again
+    assert kinds.count("response.created") == 1 and "error" not in kinds
+    assert kinds[-4:] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    created = next(e["response"] for _, e in events if e["type"] == "response.created")
+    completed = events[-1][1]["response"]
+    assert completed["id"] == created["id"] and completed["model"] == model
+    assert completed["status"] == "completed"
+    assert completed["output"][0]["content"][0]["text"] == PROMPT
+    assert events[-4][1]["text"] == PROMPT
+    assert completed["usage"]["output_tokens"] == 5 + 3
+    assert len(_asked(upstream, continued_by)) == 1
+    record, attempts = _attempts(gateway, response.headers["x-request-id"])
+    assert record[:2] == (200, None) and record[3] == 5 + 3
+    assert [a[1:4] for a in attempts] == [
+        ("stream", 200, "stream_interrupted"),
+        ("fallback", 200, "ok"),
+    ]
+
+
+def test_a_responses_stream_without_rescue_ends_with_the_error(
+    gateway: GatewayProcess, upstream: MockUpstream
+) -> None:
+    events = _events(_responses(gateway, "r-off"))
+    assert events[-1][1]["type"] == "error"
+    assert not _asked(upstream, "echo-ro")

@@ -43,6 +43,7 @@ from llmrelay.gateway.relay import ChatStreamRelay
 from llmrelay.gateway.rescue import rescuing_primer
 from llmrelay.gateway.rescue_events import EventTranscript, event_rescue
 from llmrelay.gateway.rescue_messages import MessagesTranscript
+from llmrelay.gateway.rescue_responses import ResponsesTranscript
 from llmrelay.gateway.responses_relay import ResponsesStreamRelay
 from llmrelay.gateway.stream_relay import ParsedEventRelay
 from llmrelay.gateway.watch import ClientWatches
@@ -298,7 +299,7 @@ class Dispatcher:
         elif operation is Operation.RESPONSES:
             remember = partial(self.remember_response, model, call.record.project_id)
             finish = self._event_primer(
-                call, model, ResponsesStreamRelay, None, on_response_id=remember
+                call, model, ResponsesStreamRelay, ResponsesTranscript, on_response_id=remember
             )
         elif operation is Operation.GEMINI_STREAM:
             finish = self._event_primer(call, model, GeminiStreamRelay, None)
