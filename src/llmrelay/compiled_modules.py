@@ -48,6 +48,7 @@ COMPILED = (
     "llmrelay.gateway.requests",
     "llmrelay.gateway.rescue",
     "llmrelay.gateway.rescue_events",
+    "llmrelay.gateway.rescue_gemini",
     "llmrelay.gateway.rescue_messages",
     "llmrelay.gateway.rescue_point",
     "llmrelay.gateway.rescue_responses",

@@ -304,3 +304,77 @@ def test_a_responses_stream_without_rescue_ends_with_the_error(
     events = _events(_responses(gateway, "r-off"))
     assert events[-1][1]["type"] == "error"
     assert not _asked(upstream, "echo-ro")
+
+
+# -- Gemini ----------------------------------------------------------------------------------
+
+
+def _gemini(gateway: GatewayProcess, model: str, *, sse: bool = True) -> httpx.Response:
+    body = {"contents": [{"role": "user", "parts": [{"text": PROMPT}]}]}
+    query = "?alt=sse" if sse else ""
+    url = f"{gateway.url}/v1beta/models/{model}:streamGenerateContent{query}"
+    return httpx.post(url, json=body, headers={"x-goog-api-key": KEY}, timeout=60)
+
+
+def _gemini_text(responses: list[dict[str, Any]]) -> str:
+    return "".join(
+        p.get("text", "")
+        for r in responses
+        for c in r.get("candidates", [])
+        for p in c["content"]["parts"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("model", "continued_by", "sse"),
+    [
+        ("g-native", "echo-gn", True),
+        ("g-gemini", "echo-gg", True),
+        ("g-claude", "echo-gc", False),
+    ],
+)
+def test_a_broken_gemini_stream_is_continued_in_the_same_candidate(
+    gateway: GatewayProcess, upstream: MockUpstream, model: str, continued_by: str, sse: bool
+) -> None:
+    response = _gemini(gateway, model, sse=sse)
+    assert response.status_code == 200
+    # Google's framings: server-sent events, or one JSON array
+    responses = [e for _, e in _events(response)] if sse else orjson.loads(response.content)
+    assert _gemini_text(responses) == PROMPT
+    assert not any("error" in r for r in responses)
+    assert len({r.get("responseId") for r in responses}) == 1
+    assert {r.get("modelVersion") for r in responses} == {model}
+    assert {c["index"] for r in responses for c in r["candidates"]} == {0}
+    finishes = [c.get("finishReason") for r in responses for c in r["candidates"]]
+    assert [f for f in finishes if f] == ["STOP"] and finishes[-1] == "STOP"
+    usage = responses[-1]["usageMetadata"]
+    asked = [
+        r
+        for r in upstream.requests
+        if continued_by in r.path or r.body.get("model") == continued_by
+    ]
+    assert len(asked) == 1
+    if model == "g-gemini":  # verified: the last word sent is said again, passed on once
+        assert asked[0].body["contents"][-1] == {
+            "role": "model",
+            "parts": [{"text": "one two three"}],
+        }
+        assert usage["candidatesTokenCount"] == 5 + 4
+    else:
+        # native: the 4 words Gemini reported, then vLLM's 4; bridged: 3 chunks, Claude's 5
+        assert usage["candidatesTokenCount"] == 8
+    record, attempts = _attempts(gateway, response.headers["x-request-id"])
+    assert record[:2] == (200, None)
+    assert record[3] == usage["candidatesTokenCount"]
+    assert [a[1:4] for a in attempts] == [
+        ("stream", 200, "stream_interrupted"),
+        ("fallback", 200, "ok"),
+    ]
+
+
+def test_a_gemini_stream_without_rescue_ends_with_the_error(
+    gateway: GatewayProcess, upstream: MockUpstream
+) -> None:
+    responses = [e for _, e in _events(_gemini(gateway, "g-off"))]
+    assert "error" in responses[-1]
+    assert not _asked(upstream, "echo-go")

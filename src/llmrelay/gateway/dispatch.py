@@ -42,6 +42,7 @@ from llmrelay.gateway.recorder import Recorder
 from llmrelay.gateway.relay import ChatStreamRelay
 from llmrelay.gateway.rescue import rescuing_primer
 from llmrelay.gateway.rescue_events import EventTranscript, event_rescue
+from llmrelay.gateway.rescue_gemini import GeminiTranscript
 from llmrelay.gateway.rescue_messages import MessagesTranscript
 from llmrelay.gateway.rescue_responses import ResponsesTranscript
 from llmrelay.gateway.responses_relay import ResponsesStreamRelay
@@ -302,7 +303,7 @@ class Dispatcher:
                 call, model, ResponsesStreamRelay, ResponsesTranscript, on_response_id=remember
             )
         elif operation is Operation.GEMINI_STREAM:
-            finish = self._event_primer(call, model, GeminiStreamRelay, None)
+            finish = self._event_primer(call, model, GeminiStreamRelay, GeminiTranscript)
         else:
             finish = self._stream_primer(call, model)
         return executor.execute(
