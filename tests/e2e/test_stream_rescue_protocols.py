@@ -57,8 +57,14 @@ models:
   - name: m-native
     stream_rescue: true
     routes:
-      - {{provider: claude, upstream_model: drop-after-3-mn, priority: 0}}
-      - {{provider: vllm, upstream_model: echo-mn, priority: 1}}
+      - provider: claude
+        upstream_model: drop-after-3-mn
+        priority: 0
+        pricing: {{input_per_mtok: 1, output_per_mtok: 2}}
+      - provider: vllm
+        upstream_model: echo-mn
+        priority: 1
+        pricing: {{input_per_mtok: 3, output_per_mtok: 4}}
   - name: m-claude
     stream_rescue: true
     routes:
@@ -221,6 +227,35 @@ def test_a_broken_messages_stream_is_continued_in_the_same_message(
         ("stream", 200, "stream_interrupted"),
         ("fallback", 200, "ok"),
     ]
+
+
+def test_each_part_of_a_rescued_stream_is_billed_at_its_own_routes_price(
+    gateway: GatewayProcess,
+) -> None:
+    response = _messages(gateway, "m-native")
+    assert _messages_text(_events(response)) == PROMPT
+    request_id = response.headers["x-request-id"]
+    _attempts(gateway, request_id)  # once written
+    path = gateway.database_url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as conn:
+        record = conn.execute(
+            "SELECT input_tokens, output_tokens, cost_micros FROM request_records"
+            " WHERE request_id = ?",
+            (request_id,),
+        ).fetchone()
+        parts = conn.execute(
+            "SELECT provider, input_tokens, output_tokens, cost_micros FROM request_attempts"
+            " WHERE request_id = ? ORDER BY attempt",
+            (request_id,),
+        ).fetchall()
+    # The broken part: the input Anthropic reported in message_start (8 words), 3 text
+    # deltas sent (it reported no output: estimated), at 1 and 2 micro-USD a token. The
+    # continuation: vLLM's reported 11 in (the prompt and the prefill), 5 out, at 3 and 4.
+    assert [tuple(p) for p in parts] == [
+        ("claude", 8, 3, 8 * 1 + 3 * 2),
+        ("vllm", 11, 5, 11 * 3 + 5 * 4),
+    ]
+    assert tuple(record) == (8 + 11, 3 + 5, 14 + 53)
 
 
 def test_the_anthropic_sdk_reads_a_rescued_stream_as_one_message(gateway: GatewayProcess) -> None:
