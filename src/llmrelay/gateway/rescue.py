@@ -4,10 +4,12 @@ A committed stream that breaks (connection lost, an error event) or stalls (no e
 the provider's `stream_idle_timeout_s`) normally ends with an in-band error event. With
 rescue on, the relay keeps a transcript of what the client was sent, and on such a failure
 asks another route to continue the answer: the text sent is given to it as a final assistant
-message (an Anthropic prefill; `continue_final_message` on a vLLM server), and only the new
-tokens go on to the client, rewritten into the same event sequence (the first route's `id`,
-`created`, the virtual model, choice index 0) and with one final usage, the sum of both
-parts (the broken part's estimated: it reported none).
+message (an Anthropic prefill; `continue_final_message` on a vLLM server; a final `model`
+turn for Gemini, checked: rescue_point.cut), and only the new tokens go on to the client,
+rewritten into the same event sequence (the first route's `id`, `created`, the virtual
+model, choice index 0) and with one final usage, the sum of both parts (the broken part's
+estimated: it reported none); the record bills each part at its route's price
+(CallRecord.log_part). The other protocols' streams: gateway/rescue_events.py.
 
 A rescue is refused, and the stream ends with today's error, whenever the continuation point
 cannot be verified exactly: anything but plain text was sent (tool calls, a refusal,
