@@ -33,6 +33,11 @@ providers:
     type: openai_compatible
     base_url: {upstream.base_url}
     timeout_s: 10
+  - slug: stalling
+    type: openai_compatible
+    base_url: {upstream.base_url}
+    timeout_s: 10
+    stream_idle_timeout_s: 1
   - slug: vllm
     type: openai_compatible
     preset: vllm
@@ -89,6 +94,11 @@ models:
     routes:
       - {{provider: first, upstream_model: drop-after-3-rc, priority: 0}}
       - {{provider: claude, upstream_model: echo-rc, priority: 1}}
+  - name: r-stalled
+    stream_rescue: true
+    routes:
+      - {{provider: stalling, upstream_model: stall-after-3-rs, priority: 0}}
+      - {{provider: vllm, upstream_model: echo-rs, priority: 1}}
   - name: r-off
     routes:
       - {{provider: first, upstream_model: drop-after-3-ro, priority: 0}}
@@ -329,6 +339,19 @@ def test_a_broken_responses_stream_is_continued_in_the_same_response(
     assert record[:2] == (200, None) and record[3] == 5 + 3
     assert [a[1:4] for a in attempts] == [
         ("stream", 200, "stream_interrupted"),
+        ("fallback", 200, "ok"),
+    ]
+
+
+def test_a_stalled_responses_stream_is_continued_too(gateway: GatewayProcess) -> None:
+    response = _responses(gateway, "r-stalled")
+    events = _events(response)
+    deltas = [e["delta"] for _, e in events if e["type"] == "response.output_text.delta"]
+    assert "".join(deltas) == PROMPT
+    assert events[-1][1]["type"] == "response.completed"
+    _, attempts = _attempts(gateway, response.headers["x-request-id"])
+    assert [a[1:4] for a in attempts] == [
+        ("stream", 200, "stream_stalled"),
         ("fallback", 200, "ok"),
     ]
 
