@@ -45,6 +45,11 @@ providers:
     base_url: {upstream.root_url}
     api_key: sk-ant-mock
     timeout_s: 10
+  - slug: google
+    type: gemini
+    base_url: {upstream.root_url}
+    api_key: AIza-mock
+    timeout_s: 10
 models:
   - name: rescued
     stream_rescue: true
@@ -80,6 +85,16 @@ models:
     routes:
       - {{provider: first, upstream_model: drop-after-3-c, priority: 0}}
       - {{provider: claude, upstream_model: echo-c, priority: 1}}
+  - name: to-gemini
+    stream_rescue: true
+    routes:
+      - {{provider: first, upstream_model: drop-after-3-g, priority: 0}}
+      - {{provider: google, upstream_model: echo-g, priority: 1}}
+  - name: to-fresh
+    stream_rescue: true
+    routes:
+      - {{provider: first, upstream_model: drop-after-3-f, priority: 0}}
+      - {{provider: google, upstream_model: fresh-f, priority: 1}}
 projects:
   - name: rescue
     keys:
@@ -249,3 +264,35 @@ def test_a_broken_stream_is_continued_by_an_anthropic_prefill(
         ("stream", 200, "stream_interrupted", "first"),
         ("fallback", 200, "ok", "claude"),
     ]
+
+
+def test_a_broken_stream_is_continued_by_gemini_once_it_said_the_last_word_again(
+    client: openai.OpenAI, upstream: MockUpstream, gateway: GatewayProcess
+) -> None:
+    chunks, request_id = _stream(client, "to-gemini")
+    assert _text(chunks) == PROMPT  # "three" was said by both: passed on once
+    assert {c.id for c in chunks} == {"chatcmpl-upstream"}
+    # Gemini got a final model turn without the last word sent, which it then said again.
+    sent = [r for r in upstream.requests if "echo-g:" in r.path]
+    assert len(sent) == 1
+    assert sent[0].body["contents"][-1] == {"role": "model", "parts": [{"text": "one two"}]}
+    usages = [c.usage for c in chunks if c.usage is not None]
+    # Gemini's output (" three" again and the 5 words after it) plus the broken part's 3.
+    assert len(usages) == 1 and usages[0].completion_tokens == 6 + 3
+    record, attempts = _attempts(gateway, request_id)
+    assert record[:2] == (200, None)
+    assert [a[1:] for a in attempts] == [
+        ("stream", 200, "stream_interrupted", "first"),
+        ("fallback", 200, "ok", "google"),
+    ]
+
+
+def test_a_gemini_route_that_answers_anew_is_not_spliced_in(
+    client: openai.OpenAI, upstream: MockUpstream, gateway: GatewayProcess
+) -> None:
+    failures = _rescues(gateway, "failed")
+    with pytest.raises(openai.APIError) as failed:
+        _stream(client, "to-fresh")
+    assert "stream broke off" in str(failed.value)
+    assert _rescues(gateway, "failed") == failures + 1
+    assert len([r for r in upstream.requests if "fresh-f:" in r.path]) == 1

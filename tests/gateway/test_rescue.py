@@ -1,16 +1,28 @@
 """What a mid-stream rescue may continue (gateway/rescue.py): the transcript of what the client
-was sent, the refusals that keep two disagreeing answers from being spliced, and which
-providers are asked to continue, with what."""
+was sent, the refusals that keep two disagreeing answers from being spliced, which
+providers are asked to continue, with what, and how a rescued record is billed."""
 
 from __future__ import annotations
 
+import time
 from types import MappingProxyType
 from typing import Any
 
 import orjson
 import pytest
 
-from llmrelay.gateway.rescue_point import Transcript, can_continue, continuation_payload, refusal
+from llmrelay.gateway.call import ATTEMPT_COLUMNS, RECORD_COLUMNS, CallRecord
+from llmrelay.gateway.rescue_point import (
+    Overlap,
+    Transcript,
+    can_continue,
+    continuation_payload,
+    cut,
+    refusal,
+)
+from llmrelay.metering.cost import Price
+from llmrelay.metering.usage import Usage
+from llmrelay.providers.errors import UpstreamProtocolError
 from llmrelay.snapshot.model import ProviderSnap
 
 
@@ -67,7 +79,7 @@ def test_only_providers_that_continue_a_final_assistant_message_are_asked() -> N
     assert not can_continue(_provider("openai_compatible"))
     assert not can_continue(_provider("openai_compatible", "ollama"))
     assert not can_continue(_provider("openai"))
-    assert not can_continue(_provider("gemini"))
+    assert can_continue(_provider("gemini"))  # checked: see the next tests
 
 
 def test_the_prefill_is_the_final_assistant_message() -> None:
@@ -79,3 +91,61 @@ def test_the_prefill_is_the_final_assistant_message() -> None:
     assert claude["messages"][-1] == {"role": "assistant", "content": "Hello"}
     assert "continue_final_message" not in claude
     assert payload["messages"] == [{"role": "user", "content": "hi"}]  # the client's untouched
+
+
+def test_a_prefill_drops_trailing_space_and_gemini_is_given_all_but_the_last_word() -> None:
+    assert cut("one two three ", _provider("anthropic")) == ("one two three", " ", False)
+    assert cut("one two three", _provider("gemini")) == ("one two", " three", True)
+    assert cut("one two\nthree ", _provider("gemini")) == ("one two", "\nthree ", True)
+    assert cut("one ", _provider("gemini")) is None  # nothing to check a continuation by
+
+
+def test_a_checked_continuation_must_say_the_last_word_again_before_anything_passes() -> None:
+    overlap = Overlap(" three", True)
+    assert overlap.take(" th") == ""
+    assert overlap.take("ree four") == " four"
+    assert overlap.take(" five") == " five"
+    overlap.finish()
+    with pytest.raises(UpstreamProtocolError):
+        Overlap(" three", True).take("Sure! one")  # a new answer, not a continuation
+    short = Overlap(" three", True)
+    assert short.take(" thr") == ""
+    with pytest.raises(UpstreamProtocolError):
+        short.finish()
+    lenient = Overlap(" ", False)
+    assert lenient.take("\nfour") == "\nfour"
+    assert lenient.take(" five") == " five"
+
+
+def test_a_rescued_record_bills_each_part_at_its_own_routes_price() -> None:
+    record = CallRecord("req-1", "chat.completions", time.perf_counter())
+    record.stream = True
+    record.attempts, record.route_id, record.provider = 1, "r1", "first"
+    record.price = Price("v1", input=1_000_000, output=2_000_000)  # 1 and 2 micro-USD a token
+    record.log_part("stream", 200, "stream_interrupted", 5.0, Usage(input=10, output=3))
+    record.attempts, record.route_id, record.provider = 2, "r2", "second"
+    record.price = Price("v2", input=3_000_000, output=4_000_000)
+    record.log_attempt("fallback", 200, "ok", 1.0)
+    record.usage = Usage(input=10 + 12, output=3 + 5)  # the continuation's end: every part's
+    row = record.row(9.0)
+    assert row[RECORD_COLUMNS.index("cost_micros")] == (10 + 2 * 3) + (3 * 12 + 4 * 5)
+    assert row[RECORD_COLUMNS.index("output_tokens")] == 8
+    assert record.attempt_log is not None
+    costs = [dict(zip(ATTEMPT_COLUMNS, a, strict=True)) for a in record.attempt_log]
+    assert [(a["input_tokens"], a["output_tokens"], a["cost_micros"]) for a in costs] == [
+        (10, 3, 16),
+        (12, 5, 56),
+    ]
+
+
+def test_an_attempt_that_failed_before_any_output_costs_nothing() -> None:
+    record = CallRecord("req-2", "chat.completions", time.perf_counter())
+    record.attempts = 1
+    record.log_attempt("first", 503, "upstream_error", 2.0)
+    record.attempts = 2
+    record.price = Price("v1", input=1_000_000, output=1_000_000)
+    record.log_attempt("fallback", 200, "ok", 1.0)
+    record.usage = Usage(input=4, output=2)
+    record.row(3.0)
+    assert record.attempt_log is not None
+    assert [a[-3:] for a in record.attempt_log] == [(None, None, None), (4, 2, 6)]

@@ -57,7 +57,10 @@ ROWS: list[Row] = [
     ("req-2", 1_733_000_001.5, "tenant", False, None, 2**53 + 1, 0.1, 1e-300, 'é 漢字 🎉 \n"q"'),
     ("req-3", 1_733_000_002.0, "", None, True, -7, -2.5e10, math.pi, "\u2028\x00"),
 ]
-ATTEMPTS: list[Row] = [("req-2", 1, 1_733_000_001.25, None, "up", "m", "first", 503, "err", 3.5)]
+ATTEMPTS: list[Row] = [
+    ("req-2", 1, 1_733_000_001.25, None, "up", "m", "first", 503, "err", 3.5, None, None, None),
+    ("req-2", 2, 1_733_000_002.5, None, "up", "m", "fallback", 200, "ok", 1.5, 7, 2, 15),
+]
 
 
 async def test_rows_round_trip_exactly_and_files_go_once_written(tmp_path: Path) -> None:
@@ -69,7 +72,7 @@ async def test_rows_round_trip_exactly_and_files_go_once_written(tmp_path: Path)
     later: list[Row] = [(f"req-{i}", 1.0, None, True, None, i, 0.5, 2.0, "x") for i in range(4, 7)]
     spool.append(later, [])
     assert len(_files(spool)) == 2
-    assert spool.pending_rows == 7
+    assert spool.pending_rows == 3 + 3 + len(ATTEMPTS)
     assert spool.size_bytes == sum(p.stat().st_size for p in spool.directory.iterdir())
 
     sink = Sink()

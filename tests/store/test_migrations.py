@@ -47,7 +47,8 @@ _DROPPED_IN_0010 = {
 #: only them, compared with the models (0011 console identity and audit, 0012 resource versions,
 #: 0013 durable jobs, 0014 billing and mail, 0015 guardrails, 0016 key predecessors, 0017 key
 #: scopes, 0018 disputes and card refunds, 0019 model affinity, 0020 provider declared_by, 0021
-#: temporary passwords, 0022 shared entries, 0023 stream rescue, 0024 passkeys).
+#: temporary passwords, 0022 shared entries, 0023 stream rescue, 0024 passkeys, 0025 attempt
+#: costs).
 _TABLES_ADDED_AFTER_0010 = {
     "users",
     "memberships",
@@ -89,6 +90,9 @@ _COLUMNS_ADDED_AFTER_0010 = {
     ("virtual_models", "affinity_enabled"),
     ("virtual_models", "affinity_ttl_s"),
     ("virtual_models", "stream_rescue"),
+    ("request_attempts", "input_tokens"),
+    ("request_attempts", "output_tokens"),
+    ("request_attempts", "cost_micros"),
     ("providers", "declared_by"),
     ("users", "password_change_required"),
     *(

@@ -15,8 +15,10 @@ echo, status-CODE, slow-MS, fail-first-N (503 UNAVAILABLE), throttle-first-N (42
 RESOURCE_EXHAUSTED whose retry hint is a `google.rpc.RetryInfo` detail, `"retryDelay": "1s"`:
 Google sends no Retry-After header), and drop-after-N (cut the stream after N events).
 
-The mock model echoes the text of the last user turn; when the request declares
-`tools[].functionDeclarations` and that text starts with "call:", it answers a `functionCall`
+The mock model echoes the text of the last user turn (after a final `model` turn, only the
+rest of it: the answer continues that turn, unless the model's name starts with `fresh`);
+when the request declares `tools[].functionDeclarations` and that text starts with "call:",
+it answers a `functionCall`
 of the first declared function with `{"query": <the rest>}`; a `functionResponse` in the last
 user turn gets "result: <its response as compact JSON>". Answers longer than
 `generationConfig.maxOutputTokens` words are cut there (finishReason MAX_TOKENS). Tokens are
@@ -101,7 +103,7 @@ class GeminiModels:
             counted = body.get("generateContentRequest") or body
             total = _usage(counted, 0).get("promptTokenCount", 0)
             return web.json_response({"totalTokens": total}, dumps=_dumps)
-        responses = _responses(model, body, _answer(body))
+        responses = _responses(model, body, _continued(model, body, _answer(body)))
         if method == "generateContent":
             return web.json_response(responses[-1] | _whole(responses), dumps=_dumps)
         if request.query.get("alt") != "sse":
@@ -158,6 +160,19 @@ def _answer(body: dict[str, Any]) -> Answer:
     if limit and len(words) > limit:
         return Answer(" ".join(words[:limit]), None, "MAX_TOKENS")
     return Answer(text, None, "STOP")
+
+
+def _continued(model: str, body: dict[str, Any], answer: Answer) -> Answer:
+    """After a final `model` turn (a partial answer to continue), only the rest of the echo,
+    as Gemini continues such a turn; a `fresh...` model ignores it and answers anew."""
+    contents = body.get("contents") or []
+    last = contents[-1] if contents else {}
+    if last.get("role") != "model" or answer.call is not None or model.startswith("fresh"):
+        return answer
+    said = "".join(str(p.get("text", "")) for p in last.get("parts", []))
+    if not answer.text.startswith(said):
+        return answer
+    return Answer(answer.text[len(said) :], None, answer.finish_reason)
 
 
 def _responses(model: str, body: dict[str, Any], answer: Answer) -> list[dict[str, Any]]:

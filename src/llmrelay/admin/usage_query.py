@@ -260,6 +260,9 @@ async def one(
             "status_code": a.status_code,
             "outcome": a.outcome,
             "latency_ms": a.latency_ms,
+            "input_tokens": a.input_tokens,
+            "output_tokens": a.output_tokens,
+            "cost_micros": a.cost_micros,
         }
         for a in found
     ]

@@ -134,6 +134,13 @@ class AttemptOut(_Body):
     status_code: int | None = Field(description="the provider's status; null without one")
     outcome: str = Field(description='what went wrong ("ok" for the attempt that answered)')
     latency_ms: float
+    input_tokens: int | None = Field(
+        default=None, description="tokens in (null: the attempt produced no output)"
+    )
+    output_tokens: int | None = Field(default=None, description="tokens out")
+    cost_micros: int | None = Field(
+        default=None, description="what the attempt cost, in micro-USD, at its route's price"
+    )
 
 
 Encoding = Literal["utf-8", "base64"]

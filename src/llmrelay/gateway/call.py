@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 from llmrelay.metering import usage as usage_of
 from llmrelay.metering.catalogue import bundled
-from llmrelay.metering.cost import Cost, cost_of
+from llmrelay.metering.cost import Cost, cost_of, cost_plus
 from llmrelay.metering.estimate import prompt_tokens
-from llmrelay.metering.usage import Usage
+from llmrelay.metering.usage import Usage, minus, plus
 
 if TYPE_CHECKING:
     from llmrelay.gateway.capture import Capture
@@ -87,6 +87,9 @@ ATTEMPT_COLUMNS: Final = (
     "status_code",
     "outcome",
     "latency_ms",
+    "input_tokens",
+    "output_tokens",
+    "cost_micros",
 )
 
 #: The order of a guardrail hit row (gateway/guard.py makes them); the recorder inserts them
@@ -124,6 +127,7 @@ class CallRecord:
         "created",
         "delivered_events",
         "dropped",
+        "earlier",
         "endpoint",
         "error_code",
         "guard_hits",
@@ -205,6 +209,9 @@ class CallRecord:
         self.guard_hits: list[tuple[Any, ...]] | None = None
         #: The client's fields the last attempt's translation left out (gateway/dropped.py).
         self.dropped: tuple[str, ...] = ()
+        #: A stream rescued mid-answer: the usage and cost of the parts that broke off
+        #: (each at its own route's price), within the record's usage (see `log_part`).
+        self.earlier: tuple[Usage, Cost] | None = None
 
     def mark_first_byte(self) -> None:
         if self.ttfb_ms is None:
@@ -259,8 +266,27 @@ class CallRecord:
                 status,
                 outcome,
                 latency_ms,
+                None,
+                None,
+                None,
             )
         )
+
+    def log_part(
+        self, kind: str, status: int | None, outcome: str, latency_ms: float, usage: Usage
+    ) -> None:
+        """The attempts table's row for a part of a streamed answer that broke off and was
+        continued elsewhere (a mid-stream rescue), with what it used and cost at its route's
+        price; the record's usage will include it (the continuation reports every part's),
+        its cost is the parts' costs summed (`cost`)."""
+        cost = cost_of(usage, self._price())
+        self.log_attempt(kind, status, outcome, latency_ms)
+        assert self.attempt_log is not None
+        self.attempt_log[-1] = (*self.attempt_log[-1][:-3], usage.prompt, usage.output, cost.total)
+        earlier = self.earlier
+        if earlier is not None:
+            usage, cost = plus(earlier[0], usage), cost_plus(earlier[1], cost)
+        self.earlier = (usage, cost)
 
     def fail(self, status: int, code: str) -> None:
         self.status_code = status
@@ -288,17 +314,41 @@ class CallRecord:
         return self.usage
 
     def cost(self) -> Cost:
-        """The settled usage at the price in force when the request started."""
+        """The settled usage at the price in force when the request started (of a rescued
+        stream: the parts that broke off at their routes' prices, the rest at the last's)."""
+        earlier = self.earlier
+        if earlier is None:
+            return cost_of(self.usage, self._price())
+        usage = self.usage
+        own = cost_of(None if usage is None else minus(usage, earlier[0]), self._price())
+        return cost_plus(earlier[1], own)
+
+    def _price(self) -> Price | None:
         price = self.price
         if price is None and self.upstream_model is not None:
             price = bundled().price(self.upstream_model, self.created)
-        return cost_of(self.usage, price)
+        return price
+
+    def _close_attempts(self, usage: Usage | None, cost: Cost) -> None:
+        """The answering attempt's row (after failed ones) gets what it used and cost."""
+        log = self.attempt_log
+        if not log or log[-1][8] != "ok":
+            return
+        total = cost.total
+        earlier = self.earlier
+        if earlier is not None:
+            usage = None if usage is None else minus(usage, earlier[0])
+            total -= earlier[1].total
+        if usage is not None:
+            log[-1] = (*log[-1][:-3], usage.prompt, usage.output, total)
 
     def row(self, latency_ms: float) -> tuple[Any, ...]:
         """The record in RECORD_COLUMNS order; `created_at` is a Unix timestamp here.
         Settles the usage first."""
         usage = self.settle_usage()
         cost = self.cost()
+        if self.attempt_log is not None:
+            self._close_attempts(usage, cost)
         if usage is None:
             prompt = output = None
             buckets: tuple[int | None, ...] = (None,) * 5

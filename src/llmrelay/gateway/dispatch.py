@@ -41,6 +41,10 @@ from llmrelay.gateway.prepaid import reserve
 from llmrelay.gateway.recorder import Recorder
 from llmrelay.gateway.relay import ChatStreamRelay
 from llmrelay.gateway.rescue import rescuing_primer
+from llmrelay.gateway.rescue_events import EventTranscript, event_rescue
+from llmrelay.gateway.rescue_gemini import GeminiTranscript
+from llmrelay.gateway.rescue_messages import MessagesTranscript
+from llmrelay.gateway.rescue_responses import ResponsesTranscript
 from llmrelay.gateway.responses_relay import ResponsesStreamRelay
 from llmrelay.gateway.stream_relay import ParsedEventRelay
 from llmrelay.gateway.watch import ClientWatches
@@ -292,12 +296,14 @@ class Dispatcher:
         elif operation is _CHAT:
             finish = self._stream_primer(call, model)
         elif operation is Operation.MESSAGES:
-            finish = self._event_primer(call, model, MessagesStreamRelay)
+            finish = self._event_primer(call, model, MessagesStreamRelay, MessagesTranscript)
         elif operation is Operation.RESPONSES:
             remember = partial(self.remember_response, model, call.record.project_id)
-            finish = self._event_primer(call, model, ResponsesStreamRelay, on_response_id=remember)
+            finish = self._event_primer(
+                call, model, ResponsesStreamRelay, ResponsesTranscript, on_response_id=remember
+            )
         elif operation is Operation.GEMINI_STREAM:
-            finish = self._event_primer(call, model, GeminiStreamRelay)
+            finish = self._event_primer(call, model, GeminiStreamRelay, GeminiTranscript)
         else:
             finish = self._stream_primer(call, model)
         return executor.execute(
@@ -348,12 +354,22 @@ class Dispatcher:
         return prime
 
     def _event_primer(
-        self, call: ModelCall, model: ModelSnap, relay: Callable[..., R], **extra: Any
+        self,
+        call: ModelCall,
+        model: ModelSnap,
+        relay: Callable[..., R],
+        transcript: Callable[[], EventTranscript] | None,
+        **extra: Any,
     ) -> Finisher[R]:
         """The finisher that opens a relay of parsed events (Messages, Responses, Gemini:
-        `relay` is its class, `extra` more of its arguments) and reads to its first content."""
+        `relay` is its class, `extra` more of its arguments) and reads to its first content.
+        For a model with `stream_rescue`, `transcript` makes what reads the events for a
+        rescue (gateway/rescue_events.py)."""
         runtime = call.runtime
         record = call.record
+        rescue = None
+        if transcript is not None and model.stream_rescue:
+            rescue = event_rescue(call, model)
 
         async def prime(route: RouteSnap, response: UpstreamResponse) -> R:
             slug = route.provider.slug
@@ -367,6 +383,8 @@ class Dispatcher:
                 on_end=self.finish,
                 **extra,
             )
+            if rescue is not None and transcript is not None:
+                rescue(opened, transcript())
             await opened.prime(runtime.deadlines)
             return opened
 

@@ -4,10 +4,12 @@ A committed stream that breaks (connection lost, an error event) or stalls (no e
 the provider's `stream_idle_timeout_s`) normally ends with an in-band error event. With
 rescue on, the relay keeps a transcript of what the client was sent, and on such a failure
 asks another route to continue the answer: the text sent is given to it as a final assistant
-message (an Anthropic prefill; `continue_final_message` on a vLLM server), and only the new
-tokens go on to the client, rewritten into the same event sequence (the first route's `id`,
-`created`, the virtual model, choice index 0) and with one final usage, the sum of both
-parts (the broken part's estimated: it reported none).
+message (an Anthropic prefill; `continue_final_message` on a vLLM server; a final `model`
+turn for Gemini, checked: rescue_point.cut), and only the new tokens go on to the client,
+rewritten into the same event sequence (the first route's `id`, `created`, the virtual
+model, choice index 0) and with one final usage, the sum of both parts (the broken part's
+estimated: it reported none); the record bills each part at its route's price
+(CallRecord.log_part). The other protocols' streams: gateway/rescue_events.py.
 
 A rescue is refused, and the stream ends with today's error, whenever the continuation point
 cannot be verified exactly: anything but plain text was sent (tool calls, a refusal,
@@ -20,7 +22,7 @@ this runs.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -29,16 +31,19 @@ import structlog
 from llmrelay.deadlines import Deadlines
 from llmrelay.gateway.call import CallRecord
 from llmrelay.gateway.errors import GatewayError
-from llmrelay.gateway.executor import candidates
+from llmrelay.gateway.executor import Finisher, candidates
 from llmrelay.gateway.relay import ChatStreamRelay
 from llmrelay.gateway.rescue_point import (
     NOT_TEXT,
+    Overlap,
     Transcript,
     can_continue,
     continuation_payload,
+    cut,
     refusal,
 )
 from llmrelay.metering.estimate import prompt_tokens
+from llmrelay.metering.usage import Usage
 from llmrelay.protocols.openai import ModelRename
 from llmrelay.protocols.sse import SSEParser
 from llmrelay.providers.base import Operation, UpstreamResponse
@@ -56,9 +61,10 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-#: Asked to continue the stream with `prefill`: whether a route now does (the relay was
-#: switched to it by `continue_on`).
-Rescuer = Callable[["RescuingChatStreamRelay", str], Awaitable[bool]]
+#: Asked to continue a stream whose client was sent `text` (a route is given `continue_on`
+#: as its finisher, the request in its chat form with the text as a prefill, and the
+#: forwarded headers): whether a route now does (`continue_on` switched the relay to it).
+Rescuer = Callable[[Finisher[Any], str, dict[str, Any], Mapping[str, str]], Awaitable[bool]]
 
 
 class RescuingChatStreamRelay(ChatStreamRelay):
@@ -82,6 +88,8 @@ class RescuingChatStreamRelay(ChatStreamRelay):
         prompt_tokens: Callable[[], int],
         deadlines: Deadlines,
         count: Callable[[str], None],
+        payload: dict[str, Any],
+        forwarded: Mapping[str, str],
     ) -> None:
         super().__init__(
             route,
@@ -97,6 +105,9 @@ class RescuingChatStreamRelay(ChatStreamRelay):
         )
         self._transcript = Transcript()
         self._rescuer = rescuer
+        #: The client's request and headers, for the continuation's request.
+        self._call_payload = payload
+        self._forwarded = forwarded
         self._prompt_tokens = prompt_tokens
         self._deadlines = deadlines
         #: Counts a rescue's outcome (llmrelay_stream_rescues_total).
@@ -104,9 +115,10 @@ class RescuingChatStreamRelay(ChatStreamRelay):
         self._rescues = 0
         #: After a rescue: the continuation's events are parsed and rewritten (`_continue`).
         self._continuing = False
-        #: Whitespace the prefill left off (Anthropic refuses a prefill ending in it), to be
-        #: dropped from the continuation's start.
-        self._pending_space = self._space = ""
+        #: The text the client was sent when the stream failed (the continuation's start).
+        self._sent = ""
+        #: What the current continuation must begin with before its new text (rescue_point.cut).
+        self._overlap = Overlap("", False)
         #: The usage of the parts before the current route's (estimated: they broke off).
         self._earlier: dict[str, int] = {}
         self._rescue = self._try_rescue
@@ -122,16 +134,15 @@ class RescuingChatStreamRelay(ChatStreamRelay):
             return False
         record = self._record
         lost = "stream_stalled" if reason == "stall" else "stream_interrupted"
-        record.log_attempt("stream", 200, lost, record.latency_ms())  # (since the request began)
+        part = self._add_earlier(transcript.texts)
+        record.log_part("stream", 200, lost, record.latency_ms(), part)  # (since it began)
         if self._deadline is not None:
             self._deadline.stop()
         self._response.release()
         self._rescues += 1
-        self._add_earlier(transcript.texts)
-        text = transcript.text
-        stripped = text.rstrip()
-        self._space = text[len(stripped) :]
-        continued = await self._rescuer(self, stripped)
+        self._sent = text = transcript.text
+        call = self._call_payload
+        continued = await self._rescuer(self.continue_on, text, call, self._forwarded)
         log.info(
             "stream_rescued" if continued else "stream_rescue_failed",
             request_id=self._request_id,
@@ -140,12 +151,16 @@ class RescuingChatStreamRelay(ChatStreamRelay):
         self._count("rescued" if continued else "failed")
         return continued
 
-    def _add_earlier(self, completion: int) -> None:
-        """The broken parts' usage, estimated as the record would (they reported none): each
-        route's prompt by the tokenizer, a token per content event sent so far."""
+    def _add_earlier(self, completion: int) -> Usage:
+        """The broken part's usage (returned), estimated as the record would (a chat stream
+        reports usage only at its end): its prompt by the tokenizer, a token per content
+        event it sent; added to the earlier parts' (`completion`: every part's events)."""
         earlier = self._earlier
-        earlier["prompt_tokens"] = earlier.get("prompt_tokens", 0) + self._prompt_tokens()
+        prompt = self._prompt_tokens()
+        part = Usage(input=prompt, output=completion - earlier.get("completion_tokens", 0))
+        earlier["prompt_tokens"] = earlier.get("prompt_tokens", 0) + prompt
         earlier["completion_tokens"] = completion
+        return part
 
     async def continue_on(
         self, route: RouteSnap, response: UpstreamResponse
@@ -156,7 +171,9 @@ class RescuingChatStreamRelay(ChatStreamRelay):
         self._response = response
         self._parser = SSEParser()
         self._continuing = True
-        self._pending_space = self._space  # each continuation attempt starts afresh
+        cutting = cut(self._sent, route.provider)
+        assert cutting is not None  # the rescuer asks only routes it can be cut for
+        self._overlap = Overlap(cutting[1], cutting[2])  # each attempt starts afresh
         self._facts = None
         self._primed = []
         self._finished.clear()
@@ -211,7 +228,7 @@ class RescuingChatStreamRelay(ChatStreamRelay):
         total = None
         if usage and type(usage) is dict:
             self._usage_seen = True
-            total = _sum_usage(self._earlier, usage)
+            total = sum_usage(self._earlier, usage)
             self._record.take_usage(total)
         if not kept and (total is None or not self._forward_usage):
             return None
@@ -238,21 +255,19 @@ class RescuingChatStreamRelay(ChatStreamRelay):
             raise UpstreamProtocolError("the continuation is not text")
         delta.pop("role", None)
         content = delta.get("content")
-        pending = self._pending_space
-        if pending and type(content) is str and content:
-            if content.startswith(pending):
-                content = content[len(pending) :]
-            self._pending_space = ""
+        if type(content) is str and content:
+            content = self._overlap.take(content)
             delta["content"] = content
         finished = choice.get("finish_reason") is not None
         if finished:
+            self._overlap.finish()
             self._finished.add(0)
         choice["index"] = 0
         choice["delta"] = delta
         return finished or bool(content)
 
 
-def _sum_usage(earlier: dict[str, int], usage: dict[str, Any]) -> dict[str, Any]:
+def sum_usage(earlier: dict[str, int], usage: dict[str, Any]) -> dict[str, Any]:
     """The continuation's usage plus the earlier parts' (one final usage for the client)."""
     prompt = _count(usage.get("prompt_tokens")) + earlier.get("prompt_tokens", 0)
     completion = _count(usage.get("completion_tokens")) + earlier.get("completion_tokens", 0)
@@ -266,30 +281,37 @@ def _count(value: Any) -> int:
 
 
 def rescuer_for(call: ModelCall, model: ModelSnap) -> Rescuer:
-    """How a stream of `call` to `model` is continued: on each route the call may use (its
-    routing policy and needs as for the first attempt) that can continue and has not broken
-    off this stream, in the model's order, through the executor (so breakers, retries and
-    the attempts' records apply); the first whose continuation starts wins."""
+    """How a stream of `call` to `model` is continued, whatever the client's protocol: on
+    each route the call may use (its routing policy and needs as for the first attempt) that
+    can continue and has not broken off this stream, in the model's order, through the
+    executor as a chat call (so breakers, retries and the attempts' records apply); the
+    first whose continuation starts wins."""
     runtime = call.runtime
     record = call.record
     broken: set[str | None] = set()
 
-    async def rescue(relay: RescuingChatStreamRelay, prefill: str) -> bool:
+    async def rescue(
+        continue_on: Finisher[Any], text: str, chat: dict[str, Any], forwarded: Mapping[str, str]
+    ) -> bool:
         executor = runtime.executor
         broken.add(record.route_id)
         for route in candidates(model, None, call.policy, call.needs):
-            if route.id in broken or not can_continue(route.provider):
+            provider = route.provider
+            if route.id in broken or not can_continue(provider):
                 continue
-            payload = continuation_payload(call.payload, route.provider, prefill)
+            cutting = cut(text, provider)
+            if cutting is None:
+                continue
+            payload = continuation_payload(chat, provider, cutting[0])
             try:
                 await executor.execute(
                     Operation.CHAT,
                     model,
                     [route],
                     payload,
-                    call.forwarded,
+                    forwarded,
                     record,
-                    relay.continue_on,
+                    continue_on,
                     deadline_at=executor.clock() + model.deadline_s,
                 )
             except GatewayError as refused:
@@ -340,6 +362,8 @@ def rescuing_primer(
             prompt_tokens=lambda: prompt_tokens(payload),
             deadlines=runtime.deadlines,
             count=lambda outcome: metrics.stream_rescues.labels(outcome).inc(),
+            payload=payload,
+            forwarded=call.forwarded,
         )
         await relay.prime(runtime.deadlines)
         return relay

@@ -1,6 +1,7 @@
 """What a mid-stream rescue (gateway/rescue.py) knows before it asks another route: what the
 client was sent (`Transcript`), whether that is a point the answer can be continued from
-exactly (`refusal`), which providers continue a final assistant message (`can_continue`) and
+exactly (`refusal`), which providers continue a final assistant message (`can_continue`),
+the prefill each is given and what its continuation must begin with (`cut`, `Overlap`), and
 the request they are sent (`continuation_payload`)."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Any, Final
 import orjson
 
 from llmrelay.protocols.sse import SSEParser
+from llmrelay.providers.errors import UpstreamProtocolError
 from llmrelay.snapshot.model import ProviderSnap
 
 #: Delta fields whose partial value cannot be handed on exactly as a prefill.
@@ -21,11 +23,70 @@ MAX_RESCUES: Final = 2
 def can_continue(provider: ProviderSnap) -> bool:
     """Whether a provider continues a final assistant message rather than answering anew:
     Anthropic always does (a prefill); an OpenAI-compatible server only when it is known to
-    take `continue_final_message` (vLLM). Other APIs (OpenAI itself, Azure, Gemini through
-    the chat bridge) would start a new answer: they are never asked to continue."""
-    return provider.type == "anthropic" or (
-        provider.type == "openai_compatible" and provider.preset == "vllm"
+    take `continue_final_message` (vLLM); Gemini continues a final `model` turn, but does
+    not promise to, so its continuation is checked (`cut`). Other APIs (OpenAI itself,
+    Azure) would start a new answer: they are never asked to continue."""
+    kind = provider.type
+    return (
+        kind == "anthropic"
+        or kind == "gemini"
+        or (kind == "openai_compatible" and provider.preset == "vllm")
     )
+
+
+def cut(text: str, provider: ProviderSnap) -> tuple[str, str, bool] | None:
+    """How the text sent is handed to `provider`: (the prefill, what its continuation must
+    begin with before anything new, whether that is checked strictly). None: it cannot be
+    handed there verifiably.
+
+    Trailing whitespace is left out of every prefill (Anthropic refuses a prefill ending in
+    it) and dropped from the continuation's start when it comes again. A Gemini route is
+    given the text without its last word, which the continuation must then say again,
+    exactly, before anything of it is passed on: a model that answered anew instead of
+    continuing fails there, before the client sees a byte of it."""
+    stripped = text.rstrip()
+    if provider.type != "gemini":
+        return stripped, text[len(stripped) :], False
+    last = max(stripped.rfind(" "), stripped.rfind("\n"), stripped.rfind("\t"))
+    prefill = stripped[:last].rstrip() if last > 0 else ""
+    if not prefill:
+        return None  # one word so far: nothing to check a continuation against
+    return prefill, text[len(prefill) :], True
+
+
+class Overlap:
+    """The start a continuation owes before its new text (see `cut`): dropped as it comes;
+    when strict, a continuation that says anything else fails (UpstreamProtocolError)."""
+
+    __slots__ = ("expected", "held", "strict")
+
+    def __init__(self, expected: str, strict: bool) -> None:
+        self.expected = expected
+        self.strict = strict
+        self.held = ""
+
+    def take(self, piece: str) -> str:
+        """What of the continuation's next `piece` is new."""
+        expected = self.expected
+        if not expected or not piece:
+            return piece
+        if not self.strict:
+            self.expected = ""
+            return piece[len(expected) :] if piece.startswith(expected) else piece
+        held = self.held + piece
+        size = min(len(held), len(expected))
+        if held[:size] != expected[:size]:
+            raise UpstreamProtocolError("the continuation does not begin where the answer stopped")
+        if len(held) < len(expected):
+            self.held = held
+            return ""
+        self.expected = self.held = ""
+        return held[len(expected) :]
+
+    def finish(self) -> None:
+        """The continuation finished: a strict start it never said fails it."""
+        if self.strict and self.expected:
+            raise UpstreamProtocolError("the continuation ended before where the answer stopped")
 
 
 def continuation_payload(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import orjson
 import structlog
@@ -272,6 +272,9 @@ class ParsedEventRelay(StreamRelay):
         self._virtual_model = virtual_model
         self._on_malformed = on_malformed
         self._ended = False
+        #: Mid-stream rescue (gateway/rescue_events.py): what reads the events the client
+        #: gets. None (the usual case): nothing does.
+        self._tap: Tap | None = None
 
     @property
     def _complete(self) -> bool:
@@ -284,6 +287,7 @@ class ParsedEventRelay(StreamRelay):
 
     def _take(self, chunk: bytes, out: list[bytes], *, priming: bool) -> bool:
         content = False
+        tap = self._tap
         for name, data in self._parser.feed(chunk):
             if self._ended:
                 break  # anything after the end is not part of the answer
@@ -297,7 +301,32 @@ class ParsedEventRelay(StreamRelay):
                     log.warning("upstream_malformed_event", request_id=self._request_id)
                 continue
             content = self._pass(name, event, data, out) or content
+            if tap is not None:
+                tap.see(name, event)
+        if tap is not None:
+            tap.commit()  # (not when taking raised: then none of it reached the client)
         return content
+
+    def tap(self, tap: Tap, rescue: Callable[[UpstreamError], Awaitable[bool]]) -> None:
+        """Mid-stream rescue: `tap` reads every event the client gets, `rescue` is asked
+        when the stream fails after its first byte (gateway/rescue_events.py)."""
+        self._tap = tap
+        self._rescue = rescue
+
+    def let_go(self) -> None:
+        """The route broke off, and a rescue takes over: its deadline and response dropped."""
+        if self._deadline is not None:
+            self._deadline.stop()
+        self._response.release()
+
+    def resume(self, route: RouteSnap, response: UpstreamResponse) -> None:
+        """Go on reading from `response` (a rescue's continuation, written as this
+        protocol's events) as this stream's source; `prime` follows."""
+        self._route = route
+        self._response = response
+        self._parser = SSEParser()
+        self._primed = []
+        self._ended = False
 
     def _pass(self, name: str | None, event: dict[str, Any], data: bytes, out: list[bytes]) -> bool:
         """Append one parsed event, as the client gets it, to `out`; whether it carried
@@ -309,6 +338,14 @@ class ParsedEventRelay(StreamRelay):
         self._taken += 1
         out.append(b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n")
         return carried
+
+
+class Tap(Protocol):
+    """Reads the events a parsed-event relay passes on (see ParsedEventRelay.tap)."""
+
+    def see(self, name: str | None, event: dict[str, Any]) -> None: ...
+
+    def commit(self) -> None: ...
 
 
 def _log_reason(exc: UpstreamError) -> str:

@@ -108,6 +108,19 @@ def cost_of(usage: Usage | None, price: Price | None) -> Cost:
     )
 
 
+def cost_plus(one: Cost, other: Cost) -> Cost:
+    """Two costs summed bucket by bucket (the parts of one answer, each priced at its
+    route's price: a rescued stream), under the second's price version."""
+    return Cost(
+        one.input + other.input,
+        one.cached_input + other.cached_input,
+        one.cache_write + other.cache_write,
+        one.output + other.output,
+        other.version_id,
+        other.source,
+    )
+
+
 def micros_to_usd(micros: int) -> float:
     """For display only (the API's `cost_usd`); sums are kept in micros."""
     return micros / MICROS_PER_USD

@@ -63,6 +63,28 @@ class Usage:
         return f"Usage({self.as_dict()})"
 
 
+def plus(one: Usage, other: Usage) -> Usage:
+    """Two usages summed bucket by bucket."""
+    return Usage(
+        one.input + other.input,
+        one.output + other.output,
+        one.cached_input + other.cached_input,
+        one.cache_write + other.cache_write,
+        one.reasoning + other.reasoning,
+    )
+
+
+def minus(whole: Usage, part: Usage) -> Usage:
+    """What of `whole` is not `part` (never below zero in a bucket)."""
+    return Usage(
+        max(whole.input - part.input, 0),
+        max(whole.output - part.output, 0),
+        max(whole.cached_input - part.cached_input, 0),
+        max(whole.cache_write - part.cache_write, 0),
+        max(whole.reasoning - part.reasoning, 0),
+    )
+
+
 def _int(value: Any) -> int:
     return value if type(value) is int and value > 0 else 0
 

@@ -28,7 +28,7 @@ class Metrics:
         )
         self.stream_rescues = Counter(
             "llmrelay_stream_rescues",
-            "Chat streams that broke or stalled mid-answer on a model with stream_rescue, by"
+            "Streams that broke or stalled mid-answer on a model with stream_rescue, by"
             " outcome: rescued (continued from another route), refused (the continuation"
             " point could not be verified), failed (no route continued it).",
             ("outcome",),

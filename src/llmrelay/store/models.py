@@ -369,6 +369,13 @@ class RequestAttempt(Base):
     #: What went wrong ("ok" for the attempt that answered)
     outcome: Mapped[str] = mapped_column(String(64))
     latency_ms: Mapped[float] = mapped_column(Float)
+    #: What the attempt used and cost, when it produced output: the answering attempt, or a
+    #: part of a stream that broke off and was continued elsewhere (mid-stream rescue; its
+    #: usage estimated when its provider reported none). Null for attempts that failed
+    #: before any output (they cost nothing).
+    input_tokens: Mapped[int | None] = mapped_column(Integer)
+    output_tokens: Mapped[int | None] = mapped_column(Integer)
+    cost_micros: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class RequestPayload(Base):
