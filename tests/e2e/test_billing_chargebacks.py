@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import httpx
 import pytest
 
-from tests.support.billing import ADMIN_TOKEN, BillingDb, admin
+from tests.support.billing import ADMIN_TOKEN, BillingDb, admin, paid_top_up
 from tests.support.fake_stripe import FakeStripe
 from tests.support.gateway_process import GatewayProcess, serving
 from tests.support.mock_upstream import MockUpstream
@@ -64,17 +63,6 @@ def api(gateway: GatewayProcess) -> Iterator[httpx.Client]:
 @pytest.fixture(scope="module")
 def tenant(db: BillingDb) -> str:
     return db.default_tenant()
-
-
-def paid_top_up(api: httpx.Client, stripe: FakeStripe, tenant: str, usd: str) -> dict[str, Any]:
-    """A Checkout top-up, paid and credited: the order as the admin API shows it."""
-    made = api.post(f"/billing/{tenant}/checkout", json={"amount_usd": usd})
-    assert made.status_code == 201, made.text
-    completed = stripe.pay_session(made.json()["stripe_session_id"])
-    assert stripe.deliver(completed).json()["outcome"] == "credited"
-    order: dict[str, Any] = api.get(f"/billing/{tenant}/orders/{made.json()['id']}").json()
-    assert order["status"] == "paid" and order["stripe_payment_intent_id"]
-    return order
 
 
 def kinds(db: BillingDb, tenant: str, order_id: str) -> list[tuple[str, int, int]]:

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.billing import ADMIN_TOKEN, BillingDb, admin, eventually
+from tests.support.billing import ADMIN_TOKEN, BillingDb, admin, eventually, paid_top_up
 from tests.support.fake_stripe import FakeStripe
 from tests.support.gateway_process import GatewayProcess, serving
 from tests.support.mock_upstream import MockUpstream
@@ -177,6 +177,8 @@ def test_auto_top_up_charges_the_saved_card_under_the_threshold(
     stripe_server: FakeStripe,
     api: httpx.Client,
 ) -> None:
+    if not api.get(f"/billing/{tenant}/wallet").json()["payment_method_saved"]:
+        paid_top_up(api, stripe_server, tenant, "5")  # saves the card (tests run in any order)
     balance = db.wallet(tenant)[0]
     settings = {
         "prepaid": True,

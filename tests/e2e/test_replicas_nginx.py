@@ -5,8 +5,8 @@ replica nginx picked) served by both within seconds, background jobs run exactly
 replicas' in-process runners; then Redis goes away: limits degrade to each replica's share
 (fail_open), config changes still arrive (by polling), jobs still run.
 
-One cluster for the module (it is expensive): the tests run in order and the last one stops
-Redis."""
+One cluster for the module (it is expensive). The test that stops Redis starts it again on
+the same port and waits until both replicas use it once more, so the tests hold in any order."""
 
 from __future__ import annotations
 
@@ -39,6 +39,8 @@ SECRET = "replicas-nginx-secret-0123456789abcdef"
 ADMIN = "replicas-nginx-admin-0123456789abcdef"
 KEY = "replicas-nginx-key-0123456789"
 KEY_LIMITED = "replicas-nginx-limited-0123456789"
+#: Limited too, far above what any test sends: its answers say whether limits are degraded.
+KEY_WATCH = "replicas-nginx-watch-0123456789"
 RPM = 30
 #: Each replica polls the config generation this often: the backstop while Redis is down.
 POLL_S = 3.0
@@ -55,6 +57,7 @@ projects:
     keys:
       - {{name: k, key: {KEY}}}
       - {{name: limited, key: {KEY_LIMITED}, limits: {{rpm: {RPM}}}}}
+      - {{name: watch, key: {KEY_WATCH}, limits: {{rpm: 100000}}}}
 """
 
 
@@ -251,6 +254,26 @@ def test_with_redis_down_limits_degrade_changes_still_arrive_and_jobs_still_run(
     limit, answers say `X-RateLimit-Degraded: true`; the config signal is lost, so changes
     arrive by polling; jobs live in the database and run as before."""
     balanced.redis.stop()
+    try:
+        _run_without_redis(balanced, upstream)
+    finally:
+        balanced.redis.start()
+        within(60, lambda: _using_redis_again(balanced))
+
+
+def _using_redis_again(balanced: Balanced) -> bool:
+    """Each replica listens for config signals again and counts limits in Redis."""
+    for replica in balanced.replicas:
+        signal = httpx.get(f"{replica.url}/readyz", timeout=5).json()["config_signal"]
+        if signal["state"] != "listening":
+            return False
+        answer = balanced.chat(KEY_WATCH, base=replica.url)
+        if answer.status_code != 200 or answer.headers.get("x-ratelimit-degraded") == "true":
+            return False
+    return True
+
+
+def _run_without_redis(balanced: Balanced, upstream: MockUpstream) -> None:
     answers = [balanced.chat(KEY_LIMITED) for _ in range(4)]
     assert all(a.headers.get("x-ratelimit-degraded") == "true" for a in answers)
     assert {a.status_code for a in answers} <= {200, 429}

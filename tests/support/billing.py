@@ -9,7 +9,7 @@ import re
 import sqlite3
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncpg
 import httpx
@@ -17,6 +17,10 @@ import httpx
 ADMIN_TOKEN = "billing-admin-token-0123456789abcdef"
 T = TypeVar("T")
 _PLACEHOLDER = re.compile(r"\$\d+")
+
+
+if TYPE_CHECKING:
+    from tests.support.fake_stripe import FakeStripe
 
 
 class BillingDb:
@@ -110,3 +114,14 @@ def make_prepaid(api: httpx.Client, tenant_id: str, balance_micros: int, key: st
             json={"amount_micros": balance_micros - now, "reason": "test", "adjustment_id": key},
         )
         assert answer.status_code == 201, answer.text
+
+
+def paid_top_up(api: httpx.Client, stripe: FakeStripe, tenant: str, usd: str) -> dict[str, Any]:
+    """A Checkout top-up, paid and credited: the order as the admin API shows it."""
+    made = api.post(f"/billing/{tenant}/checkout", json={"amount_usd": usd})
+    assert made.status_code == 201, made.text
+    completed = stripe.pay_session(made.json()["stripe_session_id"])
+    assert stripe.deliver(completed).json()["outcome"] == "credited"
+    order: dict[str, Any] = api.get(f"/billing/{tenant}/orders/{made.json()['id']}").json()
+    assert order["status"] == "paid" and order["stripe_payment_intent_id"]
+    return order

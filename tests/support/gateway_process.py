@@ -59,7 +59,7 @@ class GatewayProcess:
     def base_url(self) -> str:
         return f"{self.url}/v1"
 
-    def start(self, timeout_s: float = 60.0) -> GatewayProcess:
+    def start(self, timeout_s: float = 180.0) -> GatewayProcess:
         self._log = self.log_path.open("wb")
         self.process = subprocess.Popen(
             self.args,
