@@ -22,12 +22,12 @@ from __future__ import annotations
 import hmac
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Literal
 
 from fastapi import Request
 
 from llmrelay.admin.errors import AdminError
+from llmrelay.admin.roles import Role as Role  # (re-exported: its home before roles.py)
 from llmrelay.admin.state import AdminState
 
 RESOURCES = (
@@ -52,15 +52,6 @@ PERMISSIONS = frozenset(f"{resource}:{action}" for resource in RESOURCES for act
 
 #: Methods that change nothing: no CSRF token needed, no audit entry written.
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-
-
-class Role(StrEnum):
-    PLATFORM_ADMIN = "platform_admin"
-    TENANT_ADMIN = "tenant_admin"
-    DEVELOPER = "developer"
-    BILLING = "billing"
-    VIEWER = "viewer"
-    AUDITOR = "auditor"
 
 
 def _all(*resources: str, actions: tuple[str, ...] = ACTIONS) -> frozenset[str]:

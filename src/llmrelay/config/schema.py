@@ -6,13 +6,14 @@ import ipaddress
 import re
 from datetime import UTC, datetime
 from decimal import Decimal
-from enum import StrEnum
 from typing import Annotated, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from llmrelay import apikeys
 from llmrelay.apikeys import MIN_KEY_LENGTH
+from llmrelay.config.kinds import ProviderType as ProviderType  # (re-exported)
+from llmrelay.config.kinds import Strategy as Strategy  # (re-exported)
 from llmrelay.guardrails import custom as guardrail_patterns
 from llmrelay.guardrails.detectors import CUSTOM as CUSTOM_DETECTORS
 from llmrelay.guardrails.detectors import DETECTORS
@@ -57,25 +58,6 @@ Limit = Annotated[int, Field(ge=1, le=INT32_MAX)]
 PricePerMtok = Annotated[Decimal, Field(ge=0, le=1_000_000)]
 #: A monthly budget in USD; stored as integer micro-USD.
 BudgetUsd = Annotated[Decimal, Field(ge=0, le=1_000_000_000)]
-
-
-class ProviderType(StrEnum):
-    OPENAI = "openai"
-    OPENAI_COMPATIBLE = "openai_compatible"
-    AZURE_OPENAI = "azure_openai"
-    ANTHROPIC = "anthropic"
-    GEMINI = "gemini"
-    MOCK = "mock"
-
-
-class Strategy(StrEnum):
-    PRIORITY = "priority"
-    FIXED = "fixed"
-    WEIGHTED = "weighted"
-    LEAST_TIME = "least_time"
-    COST_FIRST = "cost_first"
-    LOAD_BALANCE = "load_balance"
-    TAG = "tag"
 
 
 DEFAULT_BASE_URLS = {

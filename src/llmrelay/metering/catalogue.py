@@ -11,8 +11,6 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from llmrelay.metering.cost import Price
 
 _PREFIX_SEPARATORS = ("-", "@", ":")
@@ -104,6 +102,8 @@ class Catalogue:
 
 @cache
 def bundled() -> Catalogue:
+    import yaml  # here: only the first call parses the file (and a serving process may not)
+
     text = resources.files("llmrelay.metering").joinpath("catalogue.yaml").read_text("utf-8")
     raw = yaml.safe_load(text)
     return Catalogue([_entry(item) for item in raw["models"]])

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Container, Iterator
 
-from llmrelay.config.schema import ProviderType, Strategy
+from llmrelay.config.kinds import ProviderType, Strategy
 from llmrelay.snapshot.model import ModelSnap, ProviderSnap, Snapshot
 
 _PROVIDER_TYPES = frozenset(t.value for t in ProviderType)

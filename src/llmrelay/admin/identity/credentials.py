@@ -7,10 +7,12 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
+from typing import TYPE_CHECKING
 
 import pyotp
-from argon2 import PasswordHasher
-from argon2.exceptions import InvalidHashError, VerificationError
+
+if TYPE_CHECKING:
+    from argon2 import PasswordHasher
 
 #: The shortest password accepted (the bootstrap password has the same floor in production).
 MIN_PASSWORD_LENGTH = 12
@@ -21,15 +23,27 @@ TOTP_ISSUER = "llmrelay"
 class Passwords:
     """argon2id hashing with one set of parameters (argon2-cffi's defaults, RFC 9106's
     low-memory profile, unless told otherwise: tests use cheap ones). A hash carries its own
-    parameters, so hashes made with other ones still verify, and are rehashed at sign-in."""
+    parameters, so hashes made with other ones still verify, and are rehashed at sign-in.
+    argon2 is imported at the first use: every serving process holds a Passwords for its admin
+    API, which most never use (its cffi bindings are resident memory)."""
 
     def __init__(
         self, *, time_cost: int = 3, memory_cost: int = 65536, parallelism: int = 4
     ) -> None:
-        self._hasher = PasswordHasher(
-            time_cost=time_cost, memory_cost=memory_cost, parallelism=parallelism
-        )
+        self._parameters = (time_cost, memory_cost, parallelism)
+        self._made: PasswordHasher | None = None
         self._dummy: str | None = None
+
+    @property
+    def _hasher(self) -> PasswordHasher:
+        if self._made is None:
+            from argon2 import PasswordHasher
+
+            time_cost, memory_cost, parallelism = self._parameters
+            self._made = PasswordHasher(
+                time_cost=time_cost, memory_cost=memory_cost, parallelism=parallelism
+            )
+        return self._made
 
     def hash(self, password: str) -> str:
         return self._hasher.hash(password)
@@ -38,6 +52,8 @@ class Passwords:
         """True when `password` matches. With no hash (an unknown account) the same work is
         done against a dummy hash and the answer is False, so a wrong email costs the same
         time as a wrong password and response times do not tell which accounts exist."""
+        from argon2.exceptions import InvalidHashError, VerificationError
+
         if self._dummy is None:
             self._dummy = self._hasher.hash(secrets.token_urlsafe(16))
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llmrelay.admin.access import Role
+from llmrelay.admin.roles import Role
 from llmrelay.settings import Settings
 
 #: A group's grant: (tenant slug or None for the default tenant, role).
