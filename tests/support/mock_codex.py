@@ -225,7 +225,8 @@ class MockCodex:
     async def _record(self, request: web.Request) -> dict[str, Any]:
         raw = await request.read()
         body = orjson.loads(raw) if raw else {}
-        self.calls.append((request.path_qs, dict(request.headers), body))
+        headers = {name.lower(): value for name, value in request.headers.items()}
+        self.calls.append((request.path_qs, headers, body))
         return body if isinstance(body, dict) else {}
 
     async def _responses(self, request: web.Request) -> web.StreamResponse:
@@ -256,13 +257,15 @@ class MockCodex:
         await stream.prepare(request)
         started = {**done, "status": "in_progress", "output": [], "usage": None}
         item = done["output"][0]
+        part = item["content"][0]
+        at = {"item_id": item["id"], "output_index": 0, "content_index": 0}
         for kind, fields in (
             ("response.created", {"response": started}),
             ("response.output_item.added", {"output_index": 0, "item": {**item, "content": []}}),
-            (
-                "response.output_text.delta",
-                {"item_id": item["id"], "output_index": 0, "content_index": 0, "delta": text},
-            ),
+            ("response.content_part.added", {**at, "part": {**part, "text": ""}}),
+            ("response.output_text.delta", {**at, "delta": text}),
+            ("response.output_text.done", {**at, "text": text}),
+            ("response.content_part.done", {**at, "part": part}),
             ("response.output_item.done", {"output_index": 0, "item": item}),
             ("response.completed", {"response": done}),
         ):

@@ -96,18 +96,19 @@ async def _out(session: Session, provider_id: str) -> CodexAccountOut:
 async def codex_account(
     request: Request, session: Session, actor: Reader, provider_id: str, refresh: bool = False
 ) -> CodexAccountOut:
-    """The signed-in account and its usage limits (as last seen, or asked now)."""
-    row = await _codex_provider(session, actor, "providers:read", provider_id)
+    """The signed-in account and its usage limits (as last seen, or asked now); a provider of
+    another type has none."""
+    row = await load(session, actor, "providers:read", provider_id)
     problem = None
-    if refresh and await first_account(session, row.id) is not None:
+    if refresh and row.type == "openai_codex" and await first_account(session, row.id):
         accounts = _accounts(request)
         try:
             await accounts.fetch_usage(provider_snap(row, state(request).secrets()))
         except (oauth.OAuthError, LookupError) as failed:
             problem = str(failed)
         await accounts.settled()
-        session.expire_all()
-    out = await _out(session, row.id)
+        session.expire_all()  # the limits were written by another session
+    out = await _out(session, provider_id)
     out.usage_error = problem
     return out
 
@@ -117,7 +118,7 @@ async def codex_device_start(
     request: Request, session: Session, actor: Writer, provider_id: str
 ) -> DeviceStarted:
     """Start a device code sign-in: show the user the code and the URL."""
-    await _codex_provider(session, actor, "providers:write", provider_id)
+    row = await _codex_provider(session, actor, "providers:write", provider_id)
     accounts = _accounts(request)
     try:
         code = await oauth.request_device_code(
@@ -125,6 +126,7 @@ async def codex_device_start(
         )
     except oauth.OAuthError as failed:
         raise AdminError(502, str(failed), "upstream_error") from None
+    audit.note(request, "provider.codex_device", "provider", row.id, None, None, row.tenant_id)
     return DeviceStarted(
         device_auth_id=code.device_auth_id,
         user_code=code.user_code,
@@ -178,7 +180,7 @@ async def codex_sign_out(
     request: Request, session: Session, actor: Writer, provider_id: str
 ) -> Response:
     """Forget the provider's account (its tokens are deleted)."""
-    row = await _codex_provider(session, actor, "providers:write", provider_id)
+    row = await load(session, actor, "providers:write", provider_id)
     await sign_out(session, row.id)
     audit.note(request, "provider.codex_sign_out", "provider", row.id, None, None, row.tenant_id)
     await commit_change(request, session)
