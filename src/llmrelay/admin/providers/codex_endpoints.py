@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from llmrelay.admin import audit
 from llmrelay.admin.access import Actor, require
 from llmrelay.admin.admin_error import AdminError
+from llmrelay.admin.errors import documented
 from llmrelay.admin.kit.http import Session, commit_change, state
 from llmrelay.admin.providers.endpoints import load
 from llmrelay.codex_vault import first_account, sign_in, sign_out
@@ -25,6 +26,8 @@ from llmrelay.snapshot.builder import provider_snap
 from llmrelay.store.models import Provider
 
 router = APIRouter(tags=["providers"])
+#: What the device code routes may answer besides the app's errors.
+_ISSUER = documented({502: "The ChatGPT issuer refused the call or could not be reached"})
 Reader = Annotated[Actor, Depends(require("providers:read"))]
 Writer = Annotated[Actor, Depends(require("providers:write"))]
 
@@ -113,7 +116,7 @@ async def codex_account(
     return out
 
 
-@router.post("/providers/{provider_id}/codex/device")
+@router.post("/providers/{provider_id}/codex/device", responses=_ISSUER)
 async def codex_device_start(
     request: Request, session: Session, actor: Writer, provider_id: str
 ) -> DeviceStarted:
@@ -135,7 +138,10 @@ async def codex_device_start(
     )
 
 
-@router.post("/providers/{provider_id}/codex/device/poll")
+@router.post(
+    "/providers/{provider_id}/codex/device/poll",
+    responses={**_ISSUER, 202: {"model": DevicePolled, "description": "Not approved yet"}},
+)
 async def codex_device_poll(
     request: Request,
     response: Response,
