@@ -353,7 +353,9 @@ async def _codex_device(world: World, side: Side, *, poll: bool) -> Call:
     """An openai_codex provider of the side's tenant; to poll, a device code the user (the
     stand-in issuer) already approved."""
     provider = await world.make(
-        "/providers", {"slug": f"cx{world.n()}", "type": "openai_codex"}, tenant_id=side.tenant
+        "/providers",
+        {"slug": f"cx{world.n()}", "type": "openai_codex", "base_url": world.codex.backend},
+        tenant_id=side.tenant,
     )
     path = f"/providers/{provider}/codex/device"
     if not poll:

@@ -263,6 +263,31 @@ def test_a_refused_token_is_refreshed_once(
     assert codex.grants.count("refresh_token") == refreshes + 1
 
 
+def test_a_refused_refresh_makes_the_route_unavailable(
+    gateway: GatewayProcess, codex: MockCodex, client: openai.OpenAI
+) -> None:
+    """Tokens due for a refresh the issuer refuses: 503 saying to sign in again, and the
+    issuer is not asked again on the next call."""
+    codex.token_ttl_s = 120  # under the 300 s margin: due at once
+    try:
+        device_login(gateway, codex)
+    finally:
+        codex.token_ttl_s = 3600
+    codex.revoke_refresh_tokens()
+
+    def refused() -> str | None:
+        try:
+            client.responses.create(model="codex", input="no")
+        except openai.APIStatusError as error:
+            return str(error.message) if error.status_code == 503 else None
+        return None  # the account before, until the gateway reads the new one
+
+    assert "sign the account in again" in until(refused, "the refused refresh")
+    refreshes = codex.grants.count("refresh_token")
+    assert refused() is not None
+    assert codex.grants.count("refresh_token") == refreshes  # not asked again
+
+
 def test_an_exhausted_account_is_skipped_until_its_reset(
     signed_in: None, codex: MockCodex, client: openai.OpenAI, admin: httpx.Client
 ) -> None:

@@ -110,6 +110,10 @@ class MockCodex:
         """Every access token stops working (signed out elsewhere); refresh tokens stay."""
         self._access.clear()
 
+    def revoke_refresh_tokens(self) -> None:
+        """Every refresh token stops working (the account signed out everywhere)."""
+        self._refresh.clear()
+
     def backend_calls(self, suffix: str) -> list[tuple[str, dict[str, str], dict[str, Any]]]:
         return [call for call in self.calls if call[0].endswith(suffix)]
 

@@ -153,6 +153,7 @@ async def codex_device_poll(
     """Ask once whether the user approved; signed in (and kept) when they did."""
     row = await _codex_provider(session, actor, "providers:write", provider_id)
     accounts = _accounts(request)
+    prober = state(request).probes()
     try:
         tokens = await oauth.poll_device_code(
             accounts.session(),
@@ -178,6 +179,9 @@ async def codex_device_poll(
     audit.note(request, "provider.codex_sign_in", "provider", row.id, None, after, row.tenant_id)
     await commit_change(request, session)  # every replica reads the new account
     accounts.forget(row.id)
+    # A probe made before the sign-in found no account and took the provider out of routing:
+    # probe again now, so its routes come back at once rather than at the next retry.
+    await prober.probe(row.id)
     return DevicePolled(status="signed_in", account=await _out(session, row.id))
 
 

@@ -17,8 +17,8 @@ from llmrelay.console.web import Console, Visit, form_visit, page, see_other
 
 async def account(found: Visit, provider_id: str, *, refresh: bool) -> dict[str, Any] | None:
     """The account as GET /providers/{id}/codex shows it; None when it cannot be read."""
-    query = "?refresh=true" if refresh else ""
-    answer = await found.admin.get(f"/providers/{provider_id}/codex{query}")
+    query = {"refresh": "true"} if refresh else None
+    answer = await found.admin.get(f"/providers/{provider_id}/codex", query)
     return answer.body if answer.ok else None
 
 

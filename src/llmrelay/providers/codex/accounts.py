@@ -39,6 +39,8 @@ DEFAULT_MARGIN_S: Final = 300.0
 #: Write the usage limits seen in answers' headers at most this often per account (their
 #: exhaustion is written at once).
 _SAVE_EVERY_S: Final = 30.0
+#: How long a refused refresh is not tried again (a new sign-in is read at once).
+_REFUSED_S: Final = 60.0
 
 
 class AccountMissing(LookupError):
@@ -106,6 +108,9 @@ class CodexAccounts:
         self._locks: dict[str, asyncio.Lock] = {}
         self._session: aiohttp.ClientSession | None = None
         self._saved_at: dict[str, float] = {}
+        #: provider id -> (until when, the token generation, the issuer's refusal): a refresh
+        #: token the issuer refused is not offered again for a while (every call would).
+        self._refused: dict[str, tuple[float, tuple[str, int], str]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- tokens ------------------------------------------------------------------------
@@ -165,6 +170,19 @@ class CodexAccounts:
         return found
 
     async def _refresh(self, account: StoredAccount) -> StoredAccount:
+        refused = self._refused.get(account.provider_id)
+        tokens = (account.id, account.generation)
+        if refused is not None and refused[0] > self.clock() and refused[1] == tokens:
+            raise oauth.OAuthError(refused[2])  # not asked again within _REFUSED_S
+        try:
+            return await self._refresh_now(account)
+        except oauth.OAuthError as failed:
+            if failed.status is not None:  # the issuer answered no: sign in again
+                until = self.clock() + _REFUSED_S
+                self._refused[account.provider_id] = (until, tokens, str(failed))
+            raise
+
+    async def _refresh_now(self, account: StoredAccount) -> StoredAccount:
         session = self.session()
 
         async def refresh(current: StoredAccount) -> tuple[Tokens, Identity]:
