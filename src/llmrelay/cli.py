@@ -1,4 +1,4 @@
-"""The `llmrelay` command: serve, apply, migrate, rotate-secret, worker."""
+"""The `llmrelay` command: serve, apply, migrate, rotate-secret, worker, codex."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Collection
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -226,6 +226,100 @@ def worker() -> None:
         asyncio.run(run_worker(settings))
     except SchemaOutOfDate as exc:
         _fail(str(exc), code=1)
+
+
+codex = typer.Typer(
+    help="Sign ChatGPT accounts in for openai_codex providers (docs/codex.md).",
+    no_args_is_help=True,
+)
+app.add_typer(codex, name="codex")
+
+_ProviderOption = Annotated[
+    str, typer.Option("--provider", help="The openai_codex provider's slug.")
+]
+_TenantOption = Annotated[
+    str, typer.Option("--tenant", help="The tenant that declares the provider.")
+]
+
+
+def _codex_target(provider: str, tenant: str, issuer: str | None) -> Any:
+    from llmrelay.codex_login import Target
+
+    settings = _settings(uses={Setting.SECRET_KEY})  # seals the tokens
+    return Target(settings, provider, tenant, (issuer or settings.codex_issuer).rstrip("/"))
+
+
+@codex.command("login")
+def codex_login(
+    provider: _ProviderOption,
+    tenant: _TenantOption = "default",
+    device: Annotated[
+        bool, typer.Option("--device", help="Sign in with a device code (any browser, anywhere).")
+    ] = False,
+    browser: Annotated[
+        bool, typer.Option("--browser", help="Sign in in a browser on this machine (default).")
+    ] = False,
+    port: Annotated[
+        int, typer.Option("--port", help="The browser flow's loopback port (0: any free one).")
+    ] = 1455,
+    no_browser: Annotated[
+        bool, typer.Option("--no-browser", help="Print the sign-in URL; open nothing.")
+    ] = False,
+    issuer: Annotated[
+        str | None, typer.Option("--issuer", help="Default: LLMRELAY_CODEX_ISSUER.")
+    ] = None,
+) -> None:
+    """Sign a ChatGPT account in for an openai_codex provider (you bring the subscription,
+    and answer for its terms of use)."""
+    from llmrelay.codex_login import (
+        LoginFailed,
+        OAuthError,
+        browser_login,
+        check_provider,
+        device_login,
+    )
+
+    if device and browser:
+        _fail("choose --device or --browser, not both")
+    target = _codex_target(provider, tenant, issuer)
+
+    def say(text: str) -> None:
+        typer.echo(text)
+
+    async def run() -> str:
+        await check_provider(target)
+        if device:
+            return await device_login(target, say)
+        return await browser_login(target, say, port=port, open_browser=not no_browser)
+
+    try:
+        who = asyncio.run(run())
+    except (LoginFailed, OAuthError) as exc:
+        _fail(str(exc), code=1)
+    typer.echo(f"signed in for provider {provider!r}: {who}")
+
+
+@codex.command("status")
+def codex_status(provider: _ProviderOption, tenant: _TenantOption = "default") -> None:
+    """The provider's signed-in account, its token's expiry and its usage limits."""
+    from llmrelay.codex_login import LoginFailed, status
+
+    try:
+        typer.echo(asyncio.run(status(_codex_target(provider, tenant, None))))
+    except LoginFailed as exc:
+        _fail(str(exc), code=1)
+
+
+@codex.command("logout")
+def codex_logout(provider: _ProviderOption, tenant: _TenantOption = "default") -> None:
+    """Forget the provider's signed-in account (its tokens are deleted here)."""
+    from llmrelay.codex_login import LoginFailed, logout
+
+    try:
+        removed = asyncio.run(logout(_codex_target(provider, tenant, None)))
+    except LoginFailed as exc:
+        _fail(str(exc), code=1)
+    typer.echo(f"{provider}: {'signed out' if removed else 'no account was signed in'}")
 
 
 def _apply_file(settings: Settings, file: Path) -> None:

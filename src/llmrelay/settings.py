@@ -225,6 +225,12 @@ class Settings(BaseSettings):
     #: The console's base URL as users reach it (`https://gateway.example.com`): every link
     #: a mail carries starts with it. Required in production for mails with links.
     public_url: str | None = None
+    #: openai_codex providers (docs/codex.md): the ChatGPT OAuth issuer new sign-ins go to
+    #: (an account refreshes at the issuer it signed in with), the OAuth client id (the
+    #: public Codex CLI's), and how long before its expiry an access token is refreshed.
+    codex_issuer: str = "https://auth.openai.com"
+    codex_client_id: str = "app_EMoamEEZ73f0CkXaXp7hrann"
+    codex_refresh_margin_s: float = Field(default=300.0, ge=0)
     #: The model API's base URL as applications reach it (`https://api.example.com`, no
     #: `/v1`): the console's Quickstart snippets and Playground use it. Unset: the address
     #: the browser reached the console at (right unless LLMRELAY_ADMIN_LISTEN puts the

@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.billing.estimate import ReservePolicy
 from llmrelay.billing.prepaid import Prepaid
+from llmrelay.codex_vault import DatabaseVault
 from llmrelay.deadlines import Deadlines
 from llmrelay.gateway.dispatch import Dispatcher, Runtime
 from llmrelay.gateway.durable import DurableJobs
@@ -37,6 +38,7 @@ from llmrelay.observability.metrics import Metrics
 from llmrelay.observability.tracing import Tracing
 from llmrelay.observability.tracing import from_environment as tracing_from_environment
 from llmrelay.outbound.policy import OutboundPolicies
+from llmrelay.providers.codex.accounts import CodexAccounts
 from llmrelay.providers.http import HttpTransport
 from llmrelay.providers.registry import ProviderRegistry
 from llmrelay.routing.breaker import Breakers
@@ -98,7 +100,13 @@ class Stack:
             deadlines = Deadlines(loop)
             outbound = OutboundPolicies.from_settings(settings)
             registry = ProviderRegistry(
-                HttpTransport(deadlines, operator=outbound.operator, tenant=outbound.tenant)
+                HttpTransport(deadlines, operator=outbound.operator, tenant=outbound.tenant),
+                codex=CodexAccounts(
+                    DatabaseVault(session_factory(engine), sealer),
+                    margin_s=settings.codex_refresh_margin_s,
+                    issuer=settings.codex_issuer,
+                    client_id=settings.codex_client_id,
+                ),
             )
             recorder = Recorder(
                 engine,

@@ -22,8 +22,10 @@ from llmrelay.admin.sso.client import ProviderClient
 from llmrelay.admin.sso.config import SsoConfig
 from llmrelay.admin.state import AccountPolicy, AdminState
 from llmrelay.billing.payments import Payments
+from llmrelay.codex_vault import DatabaseVault
 from llmrelay.deadlines import Deadlines
 from llmrelay.jobs.probe import Prober
+from llmrelay.providers.codex.accounts import CodexAccounts
 from llmrelay.providers.http import HttpTransport
 from llmrelay.providers.registry import ProviderRegistry
 from llmrelay.store import migrate, rollups
@@ -46,6 +48,7 @@ from tests.admin.route_table import (
 from tests.conftest import need_postgres
 from tests.support.databases import postgres_database, sqlite_url
 from tests.support.fake_stripe import FakeStripe, stripe_config
+from tests.support.mock_codex import MockCodex
 from tests.support.oidc_provider import OidcProvider
 
 #: Sign-up on, and the account routes' throttles out of the way of the matrix's many calls
@@ -229,7 +232,11 @@ async def _payments(engine: AsyncEngine) -> AsyncIterator[Payments]:
 
 @asynccontextmanager
 async def _world(state: AdminState, engine: AsyncEngine) -> AsyncIterator[World]:
-    providers = ProviderRegistry(HttpTransport(Deadlines(asyncio.get_running_loop())))
+    codex = MockCodex().start()  # openai_codex sign-ins against the stand-in issuer
+    accounts = CodexAccounts(DatabaseVault(session_factory(engine), SEALER), issuer=codex.issuer)
+    providers = ProviderRegistry(
+        HttpTransport(Deadlines(asyncio.get_running_loop())), codex=accounts
+    )
     state.prober = Prober(engine, SEALER, providers, delays_s=(300.0,))
     app = create_admin(state)
     transport = httpx.ASGITransport(app=app)
@@ -238,7 +245,7 @@ async def _world(state: AdminState, engine: AsyncEngine) -> AsyncIterator[World]
         transport=transport, base_url="http://admin", headers=headers
     ) as admin:
         own, other = await _side(admin, engine, "own"), await _side(admin, engine, "other")
-        world = World(state, engine, admin, own, other, app)
+        world = World(state, engine, admin, own, other, app, codex=codex)
         async with session_factory(engine)() as session:  # as the recorder does for records
             session.add(UsageRollupDirty(hour=rollups.hour_of(utcnow()), version=1))
             await session.commit()
@@ -248,6 +255,7 @@ async def _world(state: AdminState, engine: AsyncEngine) -> AsyncIterator[World]
             yield world
         finally:
             await providers.close()
+            codex.stop()
 
 
 # --- fixtures (import them into a test module) ---------------------------------------

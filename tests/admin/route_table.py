@@ -88,6 +88,8 @@ class World:
     counter: itertools.count[int] = field(default_factory=itertools.count)
     #: the identity provider single sign-on signs in with (tests/support/oidc_provider.py)
     oidc: Any = None
+    #: the ChatGPT issuer openai_codex providers sign in at (tests/support/mock_codex.py)
+    codex: Any = None
 
     def n(self) -> int:
         return next(self.counter)
@@ -415,6 +417,25 @@ async def _add_member(world: World, side: Side, api: httpx.AsyncClient) -> Call:
     return Call("POST", f"/tenants/{side.tenant}/members", body, target=floater)
 
 
+async def _codex_device(world: World, side: Side, *, poll: bool) -> Call:
+    """An openai_codex provider of the side's tenant; to poll, a device code the user (the
+    stand-in issuer) already approved."""
+    provider = await world.make(
+        "/providers",
+        {"slug": f"cx{world.n()}", "type": "openai_codex", "base_url": world.codex.backend},
+        tenant_id=side.tenant,
+    )
+    path = f"/providers/{provider}/codex/device"
+    if not poll:
+        return Call("POST", path, target=provider)
+    started = await world.admin.post(path)
+    assert started.status_code == 200, started.text
+    code = started.json()
+    world.codex.approve(code["user_code"])
+    body = {"device_auth_id": code["device_auth_id"], "user_code": code["user_code"]}
+    return Call("POST", path + "/poll", body, target=provider)
+
+
 async def _deliveries(world: World, side: Side, api: httpx.AsyncClient) -> Call:
     return Call("GET", "/webhooks/deliveries", params={"project": side.project})
 
@@ -688,6 +709,15 @@ ROUTES: list[Route] = [
     Route("POST", "/providers/{provider_id}/test", "providers:write", action="provider.test"),
     Route("POST", "/providers/{provider_id}/discover", "providers:write",
           action="provider.discover"),
+    Route("GET", "/providers/{provider_id}/codex", "providers:read"),
+    Route("DELETE", "/providers/{provider_id}/codex", "providers:write",
+          action="provider.codex_sign_out", empty_diff=True),
+    Route("POST", "/providers/{provider_id}/codex/device", "providers:write",
+          custom=lambda w, s, api: _codex_device(w, s, poll=False),
+          action="provider.codex_device", empty_diff=True),
+    Route("POST", "/providers/{provider_id}/codex/device/poll", "providers:write",
+          custom=lambda w, s, api: _codex_device(w, s, poll=True),
+          action="provider.codex_sign_in"),
     # jobs
     _list("/jobs", "jobs:read", _ids()),
     Route("GET", "/jobs/{job_id}", "jobs:read"),

@@ -16,6 +16,7 @@ from llmrelay.admin.access import Role
 from tests.support.accounts import make_account
 from tests.support.browser import chromium
 from tests.support.gateway_process import GatewayProcess
+from tests.support.mock_codex import MockCodex
 from tests.support.mock_upstream import MockUpstream
 from tests.support.services import REQUIRE_BROWSER, skipped_services
 from tests.support.smtp_sink import SmtpSink
@@ -81,6 +82,8 @@ class Site:
     tenant_id: str
     #: Where the gateway's mails go (invitations, password resets).
     mail: SmtpSink
+    #: The ChatGPT issuer and Codex backend openai_codex providers sign in at.
+    codex: MockCodex
     contexts: dict[str, BrowserContext] = field(default_factory=dict)
     #: Roles whose account exists (made on first use: each costs an argon2 hash).
     accounts: set[str] = field(default_factory=set)
@@ -172,6 +175,7 @@ def browser() -> Iterator[Browser]:
 def site(browser: Browser, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     upstream = MockUpstream().start()
     mail = SmtpSink().start()
+    codex = MockCodex().start()
     folder = tmp_path_factory.mktemp("console")
     gateway = GatewayProcess(
         folder,
@@ -184,6 +188,7 @@ def site(browser: Browser, tmp_path_factory: pytest.TempPathFactory) -> Iterator
             # The tenant admin's providers point at the mock upstream, on loopback: the
             # outbound address policy lets tenants reach that one address only.
             "LLMRELAY_TENANT_OUTBOUND_ALLOW": "127.0.0.1/32",
+            "LLMRELAY_CODEX_ISSUER": codex.issuer,
         },
     )
     gateway.env["LLMRELAY_PUBLIC_URL"] = gateway.url  # the links mails carry lead here
@@ -194,7 +199,7 @@ def site(browser: Browser, tmp_path_factory: pytest.TempPathFactory) -> Iterator
             headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
             timeout=60,
         ).json()["data"]
-        found = Site(gateway, upstream, browser, tenant_id=tenants[0]["id"], mail=mail)
+        found = Site(gateway, upstream, browser, tenant_id=tenants[0]["id"], mail=mail, codex=codex)
         yield found
         for context in found.contexts.values():
             context.close()
@@ -202,6 +207,7 @@ def site(browser: Browser, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         code = gateway.stop()
         upstream.stop()
         mail.stop()
+        codex.stop()
     assert code == 0, gateway.logs()
 
 

@@ -48,7 +48,7 @@ _DROPPED_IN_0010 = {
 #: 0013 durable jobs, 0014 billing and mail, 0015 guardrails, 0016 key predecessors, 0017 key
 #: scopes, 0018 disputes and card refunds, 0019 model affinity, 0020 provider declared_by, 0021
 #: temporary passwords, 0022 shared entries, 0023 stream rescue, 0024 passkeys, 0025 attempt
-#: costs).
+#: costs, 0026 codex accounts).
 _TABLES_ADDED_AFTER_0010 = {
     "users",
     "memberships",
@@ -74,6 +74,7 @@ _TABLES_ADDED_AFTER_0010 = {
     "shared_entries",
     "passkeys",
     "passkey_challenges",
+    "codex_accounts",
 }
 _COLUMNS_ADDED_AFTER_0010 = {
     ("tenants", "require_2fa"),

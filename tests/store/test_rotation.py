@@ -71,6 +71,7 @@ async def test_old_values_are_resealed_once_and_the_generation_moves(
         ("projects.webhook_secret_sealed", 0, 0),  # nor any webhook a secret, nor a job a body
         ("wallets.payment_method_sealed", 0, 0),
         ("email_outbox.body_sealed", 0, 0),
+        ("codex_accounts.tokens_sealed", 0, 0),  # nor any ChatGPT account its tokens
         ("jobs.payload_sealed", 0, 0),
         ("jobs.result_sealed", 0, 0),
     ]

@@ -17,6 +17,7 @@ from llmrelay.admin.models import endpoints as models
 from llmrelay.admin.policies import endpoints as policies
 from llmrelay.admin.prices import endpoints as prices
 from llmrelay.admin.projects import endpoints as projects
+from llmrelay.admin.providers import codex_endpoints as provider_codex
 from llmrelay.admin.providers import endpoints as providers
 from llmrelay.admin.providers import health_endpoints as provider_health
 from llmrelay.admin.settings import endpoints as settings
@@ -54,6 +55,7 @@ def include(app: FastAPI) -> None:
         keys.router,
         provider_health.router,  # before providers: /providers/health is no provider id
         providers.router,
+        provider_codex.router,
         models.router,
         prices.router,
         policies.router,

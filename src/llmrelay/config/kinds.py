@@ -14,6 +14,8 @@ class ProviderType(StrEnum):
     AZURE_OPENAI = "azure_openai"
     ANTHROPIC = "anthropic"
     GEMINI = "gemini"
+    #: A ChatGPT account's Codex subscription, signed in by OAuth (docs/codex.md).
+    OPENAI_CODEX = "openai_codex"
     MOCK = "mock"
 
 

@@ -64,6 +64,7 @@ DEFAULT_BASE_URLS = {
     ProviderType.OPENAI: "https://api.openai.com/v1",
     ProviderType.ANTHROPIC: "https://api.anthropic.com",
     ProviderType.GEMINI: "https://generativelanguage.googleapis.com",
+    ProviderType.OPENAI_CODEX: "https://chatgpt.com/backend-api/codex",
 }
 
 
@@ -125,6 +126,11 @@ class ProviderConfig(_Strict):
             raise ValueError(f"base_url is required for type {self.type.value}")
         if self.api_version is not None and self.type is not ProviderType.AZURE_OPENAI:
             raise ValueError("api_version is only for type azure_openai")
+        if self.api_key is not None and self.type is ProviderType.OPENAI_CODEX:
+            raise ValueError(
+                "openai_codex providers take no api_key: sign a ChatGPT account in "
+                "(`llmrelay codex login`, or the console's provider page)"
+            )
         return self
 
     @property

@@ -48,6 +48,7 @@ from llmrelay.providers.errors import (
     UpstreamConnectError,
     UpstreamError,
     UpstreamTimeoutError,
+    UpstreamUnavailable,
 )
 from llmrelay.providers.registry import ProviderRegistry, UnsupportedProvider
 from llmrelay.routing.affinity import AffinityStore, SessionAffinity
@@ -365,6 +366,17 @@ class Executor:
                 breakers.abandon(ticket)
                 error = UpstreamFailed(f"provider {slug}: {refused}", code="address_refused")
                 raise _NextRoute(error) from None
+            except UpstreamUnavailable as resting:
+                # An account out of its usage limit, or none signed in: nothing was sent.
+                breakers.abandon(ticket)
+                retry = None
+                if resting.retry_at is not None:
+                    wait = max(1, math.ceil(resting.retry_at - time.time()))
+                    retry = {"Retry-After": str(wait)}
+                unavailable = NoCandidate(
+                    f"provider {slug}: {resting}", code="account_unavailable", headers=retry
+                )
+                raise _NextRoute(unavailable) from None
             except UpstreamError as failed:
                 breakers.failed(ticket)
                 error = UpstreamFailed(f"provider {slug}: {failed}", code="upstream_unreachable")

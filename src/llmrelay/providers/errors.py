@@ -39,3 +39,14 @@ class UpstreamErrorEvent(UpstreamProtocolError):
 
     def __init__(self, provider_message: str) -> None:
         super().__init__(f"{self.reason}: {provider_message}")
+
+
+class UpstreamUnavailable(UpstreamError):
+    """The provider cannot take calls now, and no call was made: its subscription's usage
+    limit is reached until `retry_at` (Unix seconds), or no account is signed in for it
+    (openai_codex). The next candidate is tried at once; the breaker is left alone (the
+    provider is not failing, it is resting)."""
+
+    def __init__(self, message: str, retry_at: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_at = retry_at

@@ -9,6 +9,8 @@ Per provider type:
                                (the resource's models: the data-plane API lists no deployments)
     anthropic                  GET {base_url}/v1/models?limit=1000     x-api-key, anthropic-version
     gemini                     GET {base_url}/v1beta/models?pageSize=1000   x-goog-api-key
+    openai_codex               GET {base_url}/models?client_version=   the account's token
+                               (signed by providers/codex/transport.py)
     mock                       answered in process (providers/mock.py)
 
 The request goes through the provider's transport (the shared connection pool, no redirects,
@@ -31,6 +33,7 @@ from llmrelay.protocols.openai import upstream_error_message
 from llmrelay.providers.anthropic import ANTHROPIC_VERSION
 from llmrelay.providers.azure import DEFAULT_API_VERSION
 from llmrelay.providers.base import UpstreamRequest
+from llmrelay.providers.codex.adapter import CLIENT_VERSION
 from llmrelay.providers.errors import UpstreamProtocolError
 from llmrelay.providers.mock import MODELS_URL
 from llmrelay.providers.registry import ProviderRegistry
@@ -96,6 +99,8 @@ def list_request(provider: ProviderSnap, page: str | None = None) -> UpstreamReq
             headers["x-goog-api-key"] = key  # never in the query string (URLs reach logs)
         query = {"pageSize": "1000", **({"pageToken": page} if page else {})}
         return _get(f"{base}/v1beta/models?{urlencode(query)}", headers)
+    if kind == "openai_codex":
+        return _get(f"{base}/models?client_version={CLIENT_VERSION}", headers)
     if kind == "mock":
         return _get(MODELS_URL, {})
     raise UnlistableProvider(f"provider type {kind!r} has no model list")
@@ -214,6 +219,18 @@ def _items(body: dict[str, Any], key: str, id_key: str) -> list[dict[str, Any]]:
     ]
 
 
+def _codex(body: dict[str, Any]) -> tuple[list[ListedModel], str | None]:
+    """The Codex backend's list: {"models": [{"slug", "display_name", "context_window"}]}."""
+    return [
+        ListedModel(
+            item["slug"],
+            display_name=_text(item.get("display_name")),
+            context_window=_count(item.get("context_window")),
+        )
+        for item in _items(body, "models", "slug")
+    ], None
+
+
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
@@ -225,4 +242,5 @@ def _count(value: Any) -> int | None:
 _READERS: Final[dict[str, Callable[[dict[str, Any]], tuple[list[ListedModel], str | None]]]] = {
     "anthropic": _anthropic,
     "gemini": _gemini,
+    "openai_codex": _codex,
 }

@@ -35,9 +35,10 @@ PRESETS: Final[dict[str, Preset]] = {
 
 
 def speaks_responses(provider_type: str, preset: str | None) -> bool:
-    """Whether a provider serves the Responses API itself: OpenAI does; an OpenAI-compatible
+    """Whether a provider serves the Responses API itself: OpenAI and a ChatGPT Codex
+    subscription (openai_codex) do; an OpenAI-compatible
     server only when its preset says so (unknown servers are assumed not to)."""
-    if provider_type == "openai":
+    if provider_type in ("openai", "openai_codex"):
         return True
     found = PRESETS.get(preset) if preset else None
     return found is not None and found.responses_api

@@ -462,6 +462,7 @@ class UsageRollupDirty(Base):
 # here so that Base.metadata, and so Alembic, always sees the whole schema.
 from llmrelay.store import models_access as models_access  # noqa: E402
 from llmrelay.store import models_billing as models_billing  # noqa: E402
+from llmrelay.store import models_codex as models_codex  # noqa: E402
 from llmrelay.store import models_guardrails as models_guardrails  # noqa: E402
 from llmrelay.store import models_jobs as models_jobs  # noqa: E402
 from llmrelay.store import models_passkeys as models_passkeys  # noqa: E402

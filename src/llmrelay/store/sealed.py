@@ -75,6 +75,15 @@ SEALED_COLUMNS: tuple[SealedColumn, ...] = (
     SealedColumn(
         table="email_outbox", id_column="id", sealed_column="body_sealed", context=context_is_id
     ),
+    # ChatGPT accounts' OAuth tokens for openai_codex providers (providers/codex/; context:
+    # the account row's id).
+    SealedColumn(
+        table="codex_accounts",
+        id_column="id",
+        sealed_column="tokens_sealed",
+        context=context_is_id,
+        key_id_column="tokens_key_id",
+    ),
     # Durable jobs' request bodies and answers (jobs/; context: the job id).
     SealedColumn(
         table="jobs", id_column="id", sealed_column="payload_sealed", context=context_is_id

@@ -1,5 +1,6 @@
 """Providers: the list, create, change (credentials write-only: a blank key keeps the stored
-one), delete, the model inventory, a connection test and model discovery (a job)."""
+one), delete, the model inventory, a connection test and model discovery (a job); an
+openai_codex provider's ChatGPT account (provider_codex.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from starlette.routing import Route
 
 from llmrelay.console.forms import FormState, Kind, body_of, text
 from llmrelay.console.listing import Column, field, listing
+from llmrelay.console.pages import provider_codex
 from llmrelay.console.pages.dashboard import health
 from llmrelay.console.web import (
     Console,
@@ -22,7 +24,15 @@ from llmrelay.console.web import (
     visit,
 )
 
-TYPES = ("openai", "openai_compatible", "azure_openai", "anthropic", "gemini", "mock")
+TYPES = (
+    "openai",
+    "openai_compatible",
+    "azure_openai",
+    "anthropic",
+    "gemini",
+    "openai_codex",
+    "mock",
+)
 PRESETS = ("deepseek", "qwen", "vllm", "ollama")
 _TIMEOUTS = ("timeout_s", "connect_timeout_s", "first_token_timeout_s", "stream_idle_timeout_s")
 #: Fields a change may clear (the slug and type stay; credentials are handled apart).
@@ -102,7 +112,7 @@ async def create(console: Console, request: Request) -> Response:
     return see_other(f"/providers/{answer.body['id']}", found)
 
 
-async def _detail(
+async def detail(
     found: Visit, provider_id: str, form: FormState, status: int = 200, **extra: Any
 ) -> Response:
     provider = await found.read(f"/providers/{provider_id}")
@@ -116,6 +126,9 @@ async def _detail(
             if answer.ok
             else {"id": job_id, "status": "unknown", "error": answer.message}
         )
+    if provider.get("type") == "openai_codex":
+        refresh = found.request.query_params.get("usage") == "now"
+        extra["codex"] = await provider_codex.account(found, provider_id, refresh=refresh)
     probe = await health(found)
     state = next(
         (r for r in (probe or {}).get("data", []) if r["provider_id"] == provider_id), None
@@ -136,7 +149,7 @@ async def _detail(
 async def provider(console: Console, request: Request) -> Response:
     found = await visit(console, request, "providers:read")
     handed = found.take_flash() or {}
-    return await _detail(
+    return await detail(
         found, request.path_params["provider_id"], FormState(), tested=handed.get("tested")
     )
 
@@ -156,7 +169,7 @@ async def change(console: Console, request: Request) -> Response:
         "PATCH", f"/providers/{provider_id}", body=body, if_match=fields.get("version")
     )
     if not answer.ok:
-        return await _detail(found, provider_id, FormState.failed(fields, answer), answer.status)
+        return await detail(found, provider_id, FormState.failed(fields, answer), answer.status)
     return see_other(f"/providers/{provider_id}", found)
 
 
@@ -168,7 +181,7 @@ async def delete(console: Console, request: Request) -> Response:
     )
     if not answer.ok:
         form = FormState(message=answer.message)
-        return await _detail(found, provider_id, form, answer.status)
+        return await detail(found, provider_id, form, answer.status)
     return see_other("/providers", found)
 
 
@@ -184,7 +197,7 @@ async def inventory(console: Console, request: Request) -> Response:
     )
     if not answer.ok:
         form = FormState.failed(fields, answer)
-        return await _detail(found, provider_id, form, answer.status)
+        return await detail(found, provider_id, form, answer.status)
     return see_other(f"/providers/{provider_id}", found)
 
 
@@ -195,7 +208,7 @@ async def test(console: Console, request: Request) -> Response:
     provider_id = request.path_params["provider_id"]
     answer = await found.admin.call("POST", f"/providers/{provider_id}/test")
     if not answer.ok:
-        return await _detail(found, provider_id, FormState(message=answer.message), answer.status)
+        return await detail(found, provider_id, FormState(message=answer.message), answer.status)
     target = f"/providers/{provider_id}"
     if answer.body.get("models"):
         inventory = await found.admin.get(f"/providers/{provider_id}/models")
@@ -211,7 +224,7 @@ async def discover(console: Console, request: Request) -> Response:
     provider_id = request.path_params["provider_id"]
     answer = await found.admin.call("POST", f"/providers/{provider_id}/discover")
     if not answer.ok:
-        return await _detail(found, provider_id, FormState(message=answer.message), answer.status)
+        return await detail(found, provider_id, FormState(message=answer.message), answer.status)
     return see_other(f"/providers/{provider_id}?job={answer.body['job_id']}", found)
 
 
@@ -226,4 +239,5 @@ def routes(console: Console) -> list[Route]:
         page(console, item + "/inventory", inventory, ["POST"]),
         page(console, item + "/test", test, ["POST"]),
         page(console, item + "/discover", discover, ["POST"]),
+        *provider_codex.routes(console),
     ]

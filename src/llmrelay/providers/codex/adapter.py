@@ -1,0 +1,136 @@
+"""Adapter for `openai_codex` providers: the Responses API at the ChatGPT Codex backend
+(`base_url`, by default https://chatgpt.com/backend-api/codex).
+
+The backend speaks OpenAI's Responses wire format with its own terms, as the Codex CLI meets
+them: it stores nothing (`store` is always false, so `previous_response_id` cannot continue
+a response: clients send the whole input, as Codex does) and it answers only as a stream. A
+client that did not ask for a stream gets the stream's final `response.completed` response
+as its JSON answer (`CompletedFromStream`). `/responses/compact` answers plain JSON.
+
+Headers: the Codex CLI's `originator` and `OpenAI-Beta: responses=experimental`, and the
+conversation's `session_id` (the request's `prompt_cache_key`, which Codex sets to its
+session) so the backend's prompt cache follows the conversation. The credentials
+(`authorization`, `chatgpt-account-id`) are added by the transport (transport.py), which
+holds the account. Chat, Messages and embeddings are not served: the next route is tried.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+import orjson
+
+from llmrelay.providers.base import (
+    Operation,
+    UnsupportedOperation,
+    UpstreamRequest,
+    UpstreamResponse,
+)
+from llmrelay.providers.errors import UpstreamErrorEvent, UpstreamProtocolError
+from llmrelay.snapshot.model import RouteSnap
+
+ORIGINATOR: Final = "codex_cli_rs"
+#: The client version the backend's model list is asked for.
+CLIENT_VERSION: Final = "0.99.0"
+_PATHS: Final = {
+    Operation.RESPONSES: "/responses",
+    Operation.RESPONSES_COMPACT: "/responses/compact",
+}
+
+
+class OpenAICodexAdapter:
+    protocol = "openai"
+
+    def build_request(
+        self,
+        operation: Operation,
+        route: RouteSnap,
+        payload: dict[str, Any],
+        forwarded_headers: Mapping[str, str],
+    ) -> UpstreamRequest:
+        path = _PATHS.get(operation)
+        if path is None:
+            raise UnsupportedOperation(
+                f"openai_codex providers serve only the Responses API, not {operation.value}"
+            )
+        provider = route.provider
+        headers = {
+            **forwarded_headers,
+            "openai-beta": "responses=experimental",
+            "originator": ORIGINATOR,
+            **provider.headers,
+            "content-type": "application/json",
+        }
+        cache_key = payload.get("prompt_cache_key")
+        if isinstance(cache_key, str) and cache_key:
+            headers["session_id"] = cache_key[:200]
+        body = {**payload, "model": route.upstream_model}
+        translate = None
+        if operation is Operation.RESPONSES:
+            body["store"] = False
+            if payload.get("stream") is not True:
+                translate = CompletedFromStream
+            body["stream"] = True
+            headers["accept"] = "text/event-stream"
+        return UpstreamRequest(
+            url=f"{provider.base_url}{path}",
+            headers=headers,
+            body=orjson.dumps(body),
+            translate=translate,
+        )
+
+
+class CompletedFromStream:
+    """A Responses stream read to its end, answered as the one Response JSON it completed
+    with (for a client that asked for no stream). Error answers pass through as they are."""
+
+    __slots__ = ("_inner", "status")
+
+    def __init__(self, inner: UpstreamResponse) -> None:
+        self._inner = inner
+        self.status = inner.status
+
+    def header(self, name: str) -> str | None:
+        if name.lower() == "content-type" and self.status < 300:
+            return "application/json"
+        return self._inner.header(name)
+
+    async def read(self) -> bytes:
+        raw = await self._inner.read()
+        if self.status >= 300:
+            return raw
+        return completed_response(raw)
+
+    async def next_chunk(self) -> bytes:
+        return await self.read()  # not a stream to its reader: all at once
+
+    def release(self) -> None:
+        self._inner.release()
+
+
+def completed_response(stream: bytes) -> bytes:
+    """The `response` of the stream's `response.completed` (or `response.incomplete`) event."""
+    for block in stream.replace(b"\r\n", b"\n").split(b"\n\n"):
+        data = b"".join(
+            line[5:].lstrip() for line in block.split(b"\n") if line.startswith(b"data:")
+        )
+        if not data or data == b"[DONE]":
+            continue
+        try:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            continue
+        if not isinstance(event, dict):
+            continue
+        kind = event.get("type")
+        if kind in ("response.completed", "response.incomplete") and isinstance(
+            event.get("response"), dict
+        ):
+            return orjson.dumps(event["response"])
+        if kind in ("response.failed", "error"):
+            failed = event.get("response", event)
+            error = failed.get("error") if isinstance(failed, dict) else None
+            message = error.get("message") if isinstance(error, dict) else None
+            raise UpstreamErrorEvent(str(message or "the response failed"))
+    raise UpstreamProtocolError("the Codex backend's stream ended before its response completed")

@@ -1,0 +1,357 @@
+"""The `openai_codex` provider end to end: a real gateway process and the `llmrelay codex`
+command against the stand-in ChatGPT issuer and Codex backend (tests/support/mock_codex.py),
+over real HTTP. Sign-in by device code and by browser (PKCE), the Responses API streamed and
+not, compaction, the model list, tokens refreshed before they expire and once after a 401,
+and an account at its usage limit skipped until its reset."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.support.gateway_process import GatewayProcess
+from tests.support.mock_codex import MockCodex
+
+KEY = "e2e-codex-key-0123456789"
+ADMIN = "e2e-codex-admin-token-0123456789"
+#: Generous: a CLI process takes a minute or more to start on a loaded machine.
+CEILING_S = 240.0
+
+
+def codex_config(codex: MockCodex) -> str:
+    return f"""
+providers:
+  - {{slug: codex, type: openai_codex, base_url: "{codex.backend}"}}
+  - {{slug: spare, type: mock}}
+models:
+  - name: codex
+    routes: [{{provider: codex, upstream_model: gpt-5-codex}}]
+  - name: codex-or-spare
+    routes:
+      - {{provider: codex, upstream_model: gpt-5-codex, priority: 0}}
+      - {{provider: spare, upstream_model: echo, priority: 1}}
+projects:
+  - name: codex
+    keys: [{{name: k, key: {KEY}}}]
+"""
+
+
+@pytest.fixture(scope="module")
+def codex() -> Iterator[MockCodex]:
+    server = MockCodex().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway(codex: MockCodex, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    env = {"LLMRELAY_CODEX_ISSUER": codex.issuer, "LLMRELAY_ADMIN_TOKEN": ADMIN}
+    process = GatewayProcess(
+        tmp_path_factory.mktemp("codex"), config=codex_config(codex), env=env
+    ).start(timeout_s=180)  # a loaded machine starts slowly
+    yield process
+    assert process.stop() == 0, process.logs()
+
+
+@pytest.fixture(scope="module")
+def client(gateway: GatewayProcess) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(api_key=KEY, base_url=gateway.base_url, max_retries=0, timeout=30) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def admin(gateway: GatewayProcess) -> Iterator[httpx.Client]:
+    headers = {"authorization": f"Bearer {ADMIN}"}
+    with httpx.Client(base_url=f"{gateway.url}/api/admin", headers=headers, timeout=30) as c:
+        yield c
+
+
+def cli(gateway: GatewayProcess, *args: str) -> subprocess.Popen[str]:
+    """`llmrelay codex ARGS` on the gateway's database, its output readable line by line."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "llmrelay", "codex", *args],
+        env={**gateway.env, "PYTHONUNBUFFERED": "1"},
+        cwd=gateway.folder,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def line_matching(process: subprocess.Popen[str], pattern: str) -> re.Match[str]:
+    assert process.stdout is not None
+    seen = []
+    deadline = time.monotonic() + CEILING_S
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        found = re.search(pattern, line)
+        if found:
+            return found
+    process.kill()
+    raise AssertionError(f"no line matching {pattern!r} in:\n{''.join(seen)}")
+
+
+def finished(process: subprocess.Popen[str]) -> str:
+    out, _ = process.communicate(timeout=CEILING_S)
+    assert process.returncode == 0, out
+    return out
+
+
+def device_login(gateway: GatewayProcess, codex: MockCodex) -> None:
+    process = cli(gateway, "login", "--provider", "codex", "--device")
+    code = line_matching(process, r"enter the code (\S+)").group(1)
+    codex.approve(code)
+    assert "signed in for provider 'codex'" in finished(process)
+
+
+def admin_sign_in(admin: httpx.Client, codex: MockCodex) -> dict[str, Any]:
+    """The console's device code flow, through the admin API: the account it signed in."""
+    provider = provider_id(admin)
+    started = admin.post(f"/providers/{provider}/codex/device")
+    assert started.status_code == 200, started.text
+    code = started.json()
+    poll = {"device_auth_id": code["device_auth_id"], "user_code": code["user_code"]}
+    codex.approve(code["user_code"])
+    done = admin.post(f"/providers/{provider}/codex/device/poll", json=poll)
+    assert done.status_code == 200, done.text
+    account: dict[str, Any] = done.json()["account"]
+    return account
+
+
+@pytest.fixture
+def signed_in(admin: httpx.Client, codex: MockCodex) -> None:
+    """A fresh sign-in for each test that needs one (the tests run in any order)."""
+    admin_sign_in(admin, codex)
+
+
+def until(check: Any, what: str) -> Any:
+    """`check()` once it is truthy (the gateway reads a new config within a poll)."""
+    deadline = time.monotonic() + CEILING_S
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"not within {CEILING_S}s: {what}")
+
+
+def test_without_an_account_the_route_is_unavailable(
+    admin: httpx.Client, codex: MockCodex, client: openai.OpenAI
+) -> None:
+    """Signed out: 503 naming the missing account, nothing sent upstream."""
+    assert admin.delete(f"/providers/{provider_id(admin)}/codex").status_code == 204
+    before = len(codex.calls)
+    with pytest.raises(openai.APIStatusError) as refused:
+        client.responses.create(model="codex", input="hello")
+    assert refused.value.status_code == 503
+    assert "no ChatGPT account" in str(refused.value.message)
+    assert len(codex.calls) == before
+
+
+def test_device_code_sign_in_from_the_cli(
+    gateway: GatewayProcess, codex: MockCodex, client: openai.OpenAI
+) -> None:
+    device_login(gateway, codex)
+    shown = finished(cli(gateway, "status", "--provider", "codex"))
+    assert "codex@example.com (pro)" in shown
+    assert client.responses.create(model="codex", input="cli").output_text == "cli"
+
+
+def test_a_response(signed_in: None, codex: MockCodex, client: openai.OpenAI) -> None:
+    before = len(codex.backend_calls("/responses"))
+    answer = client.responses.create(
+        model="codex", input="ping from codex", prompt_cache_key="conv-123"
+    )
+    assert answer.output_text == "ping from codex"
+    assert answer.model == "codex"
+    _, headers, body = codex.backend_calls("/responses")[before]
+    assert headers["chatgpt-account-id"] == codex.account_id
+    assert headers["authorization"].startswith("Bearer ")
+    assert headers["originator"] == "codex_cli_rs"
+    assert headers["openai-beta"] == "responses=experimental"
+    assert headers["session_id"] == "conv-123"
+    assert body["stream"] is True and body["store"] is False
+    assert body["model"] == "gpt-5-codex"
+
+
+def test_a_streamed_response(signed_in: None, client: openai.OpenAI) -> None:
+    with client.responses.stream(model="codex", input="stream me please") as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_response()
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    assert final.output_text == "stream me please"
+
+
+def test_compaction(signed_in: None, gateway: GatewayProcess, codex: MockCodex) -> None:
+    answer = httpx.post(
+        f"{gateway.base_url}/responses/compact",
+        headers={"authorization": f"Bearer {KEY}"},
+        json={"model": "codex", "input": [{"role": "user", "content": "a long talk"}]},
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["output"][0]["type"] == "compaction"
+    body = codex.backend_calls("/responses/compact")[-1][2]
+    assert body["model"] == "gpt-5-codex" and "stream" not in body
+
+
+def test_model_list_and_usage_limits_in_the_admin_api(
+    signed_in: None, admin: httpx.Client, codex: MockCodex
+) -> None:
+    provider = provider_id(admin)
+    probe = admin.post(f"/providers/{provider}/test")
+    assert probe.status_code == 200, probe.text
+    assert probe.json()["status"] == "online", probe.json()
+    assert any(
+        call[0].startswith("/backend-api/codex/models?client_version=") for call in codex.calls
+    )
+    shown = admin.get(f"/providers/{provider}/codex", params={"refresh": "true"})
+    assert shown.status_code == 200, shown.text
+    account = shown.json()
+    assert account["signed_in"] and account["email"] == codex.email
+    assert account["plan_type"] == "pro" and account["usage_error"] is None
+    assert account["limits"]["primary"]["used_percent"] == codex.used_percent
+    assert account["limits"]["secondary"]["window_minutes"] == 10080
+    assert "access_token" not in shown.text and "refresh_token" not in shown.text
+
+
+def test_a_token_about_to_expire_is_refreshed_first(
+    gateway: GatewayProcess, codex: MockCodex, client: openai.OpenAI
+) -> None:
+    """Browser sign-in (PKCE) with tokens that expire within the refresh margin: once the
+    gateway reads the new account, its first call refreshes them before it is sent, and the
+    refreshed tokens (an hour) serve the next call as they are."""
+    codex.token_ttl_s = 120  # under the 300 s margin
+    try:
+        process = cli(gateway, "login", "--provider", "codex", "--port", "0", "--no-browser")
+        url = line_matching(process, r"^(http://\S+/oauth/authorize\?\S+)").group(1)
+        assert "code_challenge_method=S256" in url
+        landed = httpx.get(url, follow_redirects=True, timeout=30)  # the user's browser
+        assert landed.status_code == 200 and "Signed in" in landed.text
+        finished(process)
+    finally:
+        codex.token_ttl_s = 3600
+    refreshes = codex.grants.count("refresh_token")
+
+    def refreshed() -> bool:
+        assert client.responses.create(model="codex", input="fresh").output_text == "fresh"
+        return codex.grants.count("refresh_token") > refreshes
+
+    until(refreshed, "the short-lived tokens refreshed")
+    assert codex.grants.count("refresh_token") == refreshes + 1
+    assert client.responses.create(model="codex", input="again").output_text == "again"
+    assert codex.grants.count("refresh_token") == refreshes + 1
+
+
+def test_a_refused_token_is_refreshed_once(
+    signed_in: None, codex: MockCodex, client: openai.OpenAI
+) -> None:
+    codex.revoke_access_tokens()  # signed out elsewhere: the held token is refused
+    refreshes = codex.grants.count("refresh_token")
+    assert client.responses.create(model="codex", input="after 401").output_text == "after 401"
+    assert codex.grants.count("refresh_token") == refreshes + 1
+
+
+def test_a_refused_refresh_makes_the_route_unavailable(
+    gateway: GatewayProcess, codex: MockCodex, client: openai.OpenAI
+) -> None:
+    """Tokens due for a refresh the issuer refuses: 503 saying to sign in again, and the
+    issuer is not asked again on the next call."""
+    codex.token_ttl_s = 120  # under the 300 s margin: due at once
+    try:
+        device_login(gateway, codex)
+    finally:
+        codex.token_ttl_s = 3600
+    codex.revoke_refresh_tokens()
+
+    def refused() -> str | None:
+        try:
+            client.responses.create(model="codex", input="no")
+        except openai.APIStatusError as error:
+            return str(error.message) if error.status_code == 503 else None
+        return None  # the account before, until the gateway reads the new one
+
+    assert "sign the account in again" in until(refused, "the refused refresh")
+    refreshes = codex.grants.count("refresh_token")
+    assert refused() is not None
+    assert codex.grants.count("refresh_token") == refreshes  # not asked again
+
+
+def test_an_exhausted_account_is_skipped_until_its_reset(
+    signed_in: None, codex: MockCodex, client: openai.OpenAI, admin: httpx.Client
+) -> None:
+    codex.used_percent = 100
+    codex.resets_at = time.time() + 3600
+    try:
+        raw = client.responses.with_raw_response.create(model="codex-or-spare", input="x")
+        assert raw.headers["x-llmrelay-provider"] == "spare"  # the 429 moved it on
+        calls = len(codex.backend_calls("/responses"))
+        raw = client.responses.with_raw_response.create(model="codex-or-spare", input="y")
+        assert raw.headers["x-llmrelay-provider"] == "spare"
+        assert len(codex.backend_calls("/responses")) == calls  # not asked at all
+        with pytest.raises(openai.APIStatusError) as refused:
+            client.responses.create(model="codex", input="z")
+        assert refused.value.status_code == 503
+        retry_after = int(refused.value.response.headers["retry-after"])
+        assert 3000 < retry_after <= 3600
+        shown = admin.get(f"/providers/{provider_id(admin)}/codex").json()
+        assert shown["exhausted_until"] is not None
+    finally:
+        codex.used_percent = 12.5
+
+
+def provider_id(admin: httpx.Client) -> str:
+    found: list[dict[str, Any]] = admin.get("/providers", params={"type": "openai_codex"}).json()[
+        "data"
+    ]
+    return str(found[0]["id"])
+
+
+def test_console_device_flow_through_the_admin_api(
+    codex: MockCodex, admin: httpx.Client, client: openai.OpenAI
+) -> None:
+    provider = provider_id(admin)
+    started = admin.post(f"/providers/{provider}/codex/device")
+    assert started.status_code == 200, started.text
+    code = started.json()
+    assert code["verification_url"] == f"{codex.issuer}/codex/device"
+    poll = {"device_auth_id": code["device_auth_id"], "user_code": code["user_code"]}
+    assert admin.post(f"/providers/{provider}/codex/device/poll", json=poll).status_code == 202
+    codex.approve(code["user_code"])
+    done = admin.post(f"/providers/{provider}/codex/device/poll", json=poll)
+    assert done.status_code == 200, done.text
+    assert done.json()["status"] == "signed_in"
+    assert done.json()["account"]["account_id"] == codex.account_id
+    assert client.responses.create(model="codex", input="console").output_text == "console"
+
+
+def test_logout_from_the_cli(
+    signed_in: None, gateway: GatewayProcess, client: openai.OpenAI
+) -> None:
+    assert "signed out" in finished(cli(gateway, "logout", "--provider", "codex"))
+
+    def refused() -> bool:
+        try:
+            client.responses.create(model="codex", input="gone")
+        except openai.APIStatusError as error:
+            return error.status_code == 503
+        return False
+
+    until(refused, "the signed-out account no longer served")
+
+
+def test_the_cli_refuses_a_provider_of_another_type(gateway: GatewayProcess) -> None:
+    process = cli(gateway, "login", "--provider", "spare", "--device")
+    out, _ = process.communicate(timeout=CEILING_S)
+    assert process.returncode == 1 and "not openai_codex" in out
