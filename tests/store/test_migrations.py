@@ -47,7 +47,7 @@ _DROPPED_IN_0010 = {
 #: only them, compared with the models (0011 console identity and audit, 0012 resource versions,
 #: 0013 durable jobs, 0014 billing and mail, 0015 guardrails, 0016 key predecessors, 0017 key
 #: scopes, 0018 disputes and card refunds, 0019 model affinity, 0020 provider declared_by, 0021
-#: temporary passwords, 0022 shared entries, 0023 stream rescue).
+#: temporary passwords, 0022 shared entries, 0023 stream rescue, 0024 limit counters).
 _TABLES_ADDED_AFTER_0010 = {
     "users",
     "memberships",
@@ -71,6 +71,10 @@ _TABLES_ADDED_AFTER_0010 = {
     "disputes",
     "card_refunds",
     "shared_entries",
+    "limit_windows",
+    "limit_leases",
+    "limit_spend",
+    "limit_replicas",
 }
 _COLUMNS_ADDED_AFTER_0010 = {
     ("tenants", "require_2fa"),

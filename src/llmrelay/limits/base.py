@@ -14,8 +14,10 @@ it, and then takes from all of them at once; a refused request takes nothing. Th
 - budget: the month's spend (UTC calendar month, micro-USD) must be below the budget; the
   cost of a request is added by `settle`.
 
-Implementations: local.py (in process) and redis.py (shared by replicas, one round trip per
-admission); resilient.py chooses between them when Redis fails.
+Implementations: local.py (in process), redis.py (shared by replicas, one round trip per
+admission) and postgres.py (shared through PostgreSQL when there is no Redis, admissions
+batched per round trip); resilient.py chooses between a shared one and local.py when the
+shared store fails.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 if TYPE_CHECKING:
     from llmrelay.limits.local import LocalProgram
+    from llmrelay.limits.postgres import DatabaseProgram
     from llmrelay.limits.redis import RedisProgram
 
 WINDOW_S: Final = 60
@@ -143,16 +146,17 @@ class Plan:
     a token estimate is wanted, a lease, the month — and each limiter's compiled form,
     filled on its first admission (a reload makes new plans, so never stale)."""
 
-    __slots__ = ("budget", "concurrency", "local", "scopes", "shared", "tpm")
+    __slots__ = ("budget", "concurrency", "database", "local", "scopes", "shared", "tpm")
 
     def __init__(self, scopes: tuple[Scope, ...]) -> None:
         self.scopes = scopes
         self.tpm = any(s.tpm is not None for s in scopes)
         self.concurrency = any(s.concurrency is not None for s in scopes)
         self.budget = any(s.budget_micros is not None for s in scopes)
-        #: LocalLimiter's program, and RedisLimiter's (see `Program`).
+        #: LocalLimiter's program, RedisLimiter's and DatabaseLimiter's (see `Program`).
         self.local: LocalProgram | None = None
         self.shared: RedisProgram | None = None
+        self.database: DatabaseProgram | None = None
 
 
 class Program:

@@ -457,4 +457,5 @@ from llmrelay.store import models_access as models_access  # noqa: E402
 from llmrelay.store import models_billing as models_billing  # noqa: E402
 from llmrelay.store import models_guardrails as models_guardrails  # noqa: E402
 from llmrelay.store import models_jobs as models_jobs  # noqa: E402
+from llmrelay.store import models_limits as models_limits  # noqa: E402
 from llmrelay.store import models_shared as models_shared  # noqa: E402
