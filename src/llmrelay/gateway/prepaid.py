@@ -26,7 +26,7 @@ from llmrelay.billing.errors import (
     RequestIdUsed,
     Unpriced,
 )
-from llmrelay.billing.estimate import reservation
+from llmrelay.billing.estimate import ReservePolicy, reservation
 from llmrelay.billing.prepaid import Prepaid
 from llmrelay.gateway.call import CallRecord
 from llmrelay.gateway.capabilities import price_for
@@ -65,6 +65,33 @@ def reachable(
             continue
         found.append((other, candidates(other, None, policy)))
     return found
+
+
+def budget_hold(
+    policy: ReservePolicy,
+    record: CallRecord,
+    operation: Operation,
+    payload: dict[str, Any],
+    snapshot: Snapshot,
+    model: ModelSnap,
+    pinned: str | None,
+    route_policy: PolicySnap | None,
+) -> int:
+    """What a call of a key or project with a monthly budget holds from the budget until it
+    settles: the prepaid reservation's estimate (the most it can cost on any route it may
+    reach), so budgets are hard caps on the same figures as wallets. 0 when a reachable
+    route has no price: such a call is metered at cost 0 anyway (docs/limits.md)."""
+    try:
+        return reservation(
+            payload,
+            reachable(snapshot, record.tenant_id or "", model, pinned, route_policy),
+            price_for,
+            time.time(),
+            policy,
+            generates=operation not in _EMBEDDINGS,
+        )
+    except Unpriced:
+        return 0
 
 
 async def reserve(

@@ -162,7 +162,7 @@ class DatabaseLimiter:
         )
 
     async def admit_plan(
-        self, plan: Plan, tokens: int, now: float, lease: str | None = None
+        self, plan: Plan, tokens: int, now: float, lease: str | None = None, hold: int = 0
     ) -> Admission:
         program = plan.database
         if program is None or program.owner is not self:
@@ -176,7 +176,7 @@ class DatabaseLimiter:
             "t": tokens,
             "l": lease,
             "e": now + LEASE_TTL_S,
-            "h": 0,
+            "h": hold,
             "m": month,
             "s": program.scopes_json,
         }
@@ -213,6 +213,7 @@ class DatabaseLimiter:
         admission = Admission()
         admission.program, admission.tokens, admission.now = program, tokens, now
         admission.lease, admission.settled = lease, False
+        admission.held = hold
         admission.top, admission.left = top, best_left
         admission.reset = _reset(top, reply, now) if top >= 0 else 0.0
         return admission

@@ -36,7 +36,7 @@ class Shared(Protocol):
     """What this wrapper needs of a shared limiter (RedisLimiter, DatabaseLimiter)."""
 
     async def admit_plan(
-        self, plan: Plan, tokens: int, now: float, lease: str | None = None
+        self, plan: Plan, tokens: int, now: float, lease: str | None = None, hold: int = 0
     ) -> Admission: ...
 
     def seed_spend(self, month: str, spend: Mapping[str, int]) -> None: ...
@@ -81,11 +81,11 @@ class ResilientLimiter:
         return await self.admit_plan(plan, demand.tokens, demand.now, demand.lease_id)
 
     async def admit_plan(
-        self, plan: Plan, tokens: int, now: float, lease: str | None = None
+        self, plan: Plan, tokens: int, now: float, lease: str | None = None, hold: int = 0
     ) -> Admission:
         if not self.degraded:
             try:
-                return await self._shared.admit_plan(plan, tokens, now, lease)
+                return await self._shared.admit_plan(plan, tokens, now, lease, hold)
             except BackendUnavailable:
                 self._lost()
         if self.policy is RedisFailurePolicy.FAIL_CLOSED:
@@ -95,7 +95,7 @@ class ResilientLimiter:
             )
         self._local.share = self._shared.replicas()
         # Raises LimitExceeded (counted by the caller); its admissions say `degraded`.
-        admission = self._local.take(plan, tokens, now, lease)
+        admission = self._local.take(plan, tokens, now, lease, hold)
         self._metrics.limits_degraded_admissions.inc()
         return admission
 
