@@ -17,9 +17,10 @@ import httpx
 import pytest
 import redis
 
-from llmrelay.billing.estimate import input_tokens, route_cost
+from llmrelay.billing.estimate import route_cost
 from llmrelay.database_setup import migrate_database
 from llmrelay.metering.cost import Price
+from llmrelay.metering.estimate import prompt_chars
 from tests.support.gateway_process import GatewayProcess
 from tests.support.mock_upstream import MockUpstream
 from tests.support.redis_server import RedisServer
@@ -95,10 +96,11 @@ def chat(replica: GatewayProcess) -> httpx.Response:
 
 
 def _hold() -> int:
-    """What each request holds: the prepaid reservation's estimate (billing/estimate.py)."""
+    """What each request holds: the prepaid reservation with the prompt bounded by its
+    characters (gateway/prepaid.budget_hold)."""
     micros = int(PRICE_PER_MTOK * 1_000_000)  # micro-USD per million tokens
     price = Price("test", input=micros, output=micros)
-    hold = route_cost(price, input_tokens(PAYLOAD), MAX_TOKENS)
+    hold = route_cost(price, prompt_chars(PAYLOAD), MAX_TOKENS)
     assert hold is not None
     return hold
 

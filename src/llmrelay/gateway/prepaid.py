@@ -36,6 +36,7 @@ from llmrelay.gateway.errors import (
     RequestIdReused,
 )
 from llmrelay.gateway.executor import candidates
+from llmrelay.metering.estimate import prompt_chars
 from llmrelay.providers.base import Operation
 from llmrelay.snapshot.model import ModelSnap, PolicySnap, RouteSnap, Snapshot
 
@@ -78,9 +79,11 @@ def budget_hold(
     route_policy: PolicySnap | None,
 ) -> int:
     """What a call of a key or project with a monthly budget holds from the budget until it
-    settles: the prepaid reservation's estimate (the most it can cost on any route it may
-    reach), so budgets are hard caps on the same figures as wallets. 0 when a reachable
-    route has no price: such a call is metered at cost 0 anyway (docs/limits.md)."""
+    settles: the prepaid reservation (the most it can cost on any route it may reach), so
+    budgets are hard caps on the same prices and output limits as wallets; its prompt is
+    bounded by its characters, not counted (the count's regex walk costs milliseconds for a
+    long prompt, on every budgeted request). 0 when a reachable route has no price: such a
+    call is metered at cost 0 anyway (docs/limits.md)."""
     try:
         return reservation(
             payload,
@@ -89,6 +92,7 @@ def budget_hold(
             time.time(),
             policy,
             generates=operation not in _EMBEDDINGS,
+            tokens_in=prompt_chars(payload),
         )
     except Unpriced:
         return 0
