@@ -1,7 +1,10 @@
 """Admission cost: the same model called with a key without limits ("off"), with a key whose
 key and project have every kind of limit ("all": eight counters) and with a key that has rpm
 and tpm limits of its own ("key"), in one llmrelay process without Redis (the in-process
-limiter) and in one with Redis (`python -m bench.run --limits [--quick]`).
+limiter), in one with Redis, and on PostgreSQL without Redis: once counting alone
+("pg-alone", LLMRELAY_LIMITS_ON_DATABASE=false: what a replica did before limits were shared
+through the database) and once sharing them through the database ("pg-shared",
+limits/postgres.py) (`python -m bench.run --limits [--quick] [--limiters a,b]`).
 
 The issue's target: "Admission cost per request with the in-process limiter and with Redis,
 as ratios to limits-off in the same run (targets >= 0.95 and >= 0.8)": per process and
@@ -16,6 +19,7 @@ server at 127.0.0.1:6379 (pinned to core 0 with the load generator when the scri
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import subprocess
 from dataclasses import asdict
@@ -30,14 +34,22 @@ from bench.upstream import answer_fragments, upstream
 
 LIMIT_MODES = ("plain", "sse")
 REDIS_URL = "redis://127.0.0.1:6379/0"
-#: process name -> (extra environment, target ratio limited/off)
+#: process name -> (extra environment, target ratio limited/off). The PostgreSQL processes
+#: get LLMRELAY_DATABASE_URL of a database of their own; the shared one's budget is Redis's
+#: (a shared limiter: a round trip per admission, or per batch of them).
 PROCESSES = {
     "in-process": ({}, 0.95),
     "redis": ({"LLMRELAY_REDIS_URL": REDIS_URL}, 0.8),
+    "pg-alone": ({"LLMRELAY_LIMITS_ON_DATABASE": "false"}, 0.95),
+    "pg-shared": ({}, 0.8),
 }
+_ON_POSTGRES = ("pg-alone", "pg-shared")
 
 
-def compare_limits(folder: Path, quick: bool, rounds: int | None = None) -> dict[str, Any]:
+def compare_limits(
+    folder: Path, quick: bool, rounds: int | None = None, limiters: list[str] | None = None
+) -> dict[str, Any]:
+    processes = {n: PROCESSES[n] for n in (limiters or list(PROCESSES))}
     modes = LIMIT_MODES
     levels = [1, 64]
     duration = 3.0 if quick else 6.0
@@ -49,10 +61,13 @@ def compare_limits(folder: Path, quick: bool, rounds: int | None = None) -> dict
     windows: dict[str, list[Any]] = {}
     problems: dict[str, dict[str, str]] = {}
     with upstream(folder, modes) as nginx:
-        for name, (env, _) in PROCESSES.items():
+        for name, (env, _) in processes.items():
             relay: System | None = None
+            database = _postgres() if name in _ON_POSTGRES else None
             try:
                 print(f"starting llmrelay ({name} limits) on core 1 ...", flush=True)
+                if database is not None:
+                    env = {**env, "LLMRELAY_DATABASE_URL": database}
                 relay = start_llmrelay(
                     folder / name, nginx.port, modes, limited=modes, env=env, name=name
                 )
@@ -78,6 +93,8 @@ def compare_limits(folder: Path, quick: bool, rounds: int | None = None) -> dict
             finally:
                 if relay is not None:
                     relay.stop()
+                if database is not None:
+                    _drop_postgres(database)
             windows[name] = driver.windows
             off = LIMIT_ARMS[0]
             figures[name] = {
@@ -88,7 +105,7 @@ def compare_limits(folder: Path, quick: bool, rounds: int | None = None) -> dict
         Target(
             f"{name}, {arm} limits: req/s vs off, {mode}, c={c}",
             v["throughput_ratio"],
-            PROCESSES[name][1],
+            processes[name][1],
             "",
             at_most=False,
             valid=v["valid"],
@@ -128,6 +145,24 @@ def compare_limits(folder: Path, quick: bool, rounds: int | None = None) -> dict
         "targets": [{**asdict(t), "met": t.met} for t in targets],
         "all_targets_met": all(t.met for t in targets),
     }
+
+
+def _postgres() -> str:
+    """A new database on the machine's PostgreSQL (127.0.0.1:5432), migrated."""
+    from tests.support.databases import create_postgres_database
+
+    from llmrelay.database_setup import migrate_database
+
+    url = asyncio.run(create_postgres_database())
+    asyncio.run(migrate_database(url))
+    return url
+
+
+def _drop_postgres(url: str) -> None:
+    from tests.support.databases import drop_postgres_database
+
+    with contextlib.suppress(Exception):
+        asyncio.run(drop_postgres_database(url))
 
 
 def _pin_redis() -> None:

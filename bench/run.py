@@ -339,7 +339,13 @@ def main() -> None:
     parser.add_argument(
         "--limits",
         action="store_true",
-        help="llmrelay alone: a key with limits against one without, in process and with Redis",
+        help="llmrelay alone: a key with limits against one without, in process, with Redis "
+        "and on PostgreSQL (alone and shared)",
+    )
+    parser.add_argument(
+        "--limiters",
+        help="--limits: only these comma-separated processes (in-process, redis, pg-alone, "
+        "pg-shared)",
     )
     parser.add_argument(
         "--recording",
@@ -431,7 +437,8 @@ def main() -> None:
             data = compare_routing(folder, modes, args.quick)
             kind = "routing-quick" if args.quick else "routing"
         elif args.limits:
-            data = compare_limits(folder, args.quick, args.rounds)
+            limiters = args.limiters.split(",") if args.limiters else None
+            data = compare_limits(folder, args.quick, args.rounds, limiters)
             kind = "limits-quick" if args.quick else "limits"
         elif args.instructions:
             cells = frozenset(args.cells.split(",")) if args.cells else None

@@ -88,6 +88,10 @@ class Settings(BaseSettings):
     spool_dir: Path | None = None
     #: Output tokens a tpm reservation assumes for a request that sets no max tokens.
     tpm_default_output_tokens: int = Field(default=512, ge=0)
+    #: On PostgreSQL without Redis, share the limits through the database (exact across
+    #: replicas and workers; limits/postgres.py); false: each process counts alone (its
+    #: 1/N share with `serve --workers N`), as before migration 0024.
+    limits_on_database: bool = True
     #: Set by `serve --workers N` for its workers: without Redis each enforces 1/N of
     #: every limit (see docs/limits.md).
     workers: int = Field(default=1, ge=1)

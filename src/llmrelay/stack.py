@@ -51,7 +51,7 @@ from llmrelay.snapshot.reload import LiveReload
 from llmrelay.store import migrate, rollups
 from llmrelay.store.backup import hold_in_use
 from llmrelay.store.crypto import Sealer, sealer_for
-from llmrelay.store.db import create_engine, session_factory
+from llmrelay.store.db import create_engine, is_sqlite, session_factory
 
 log = structlog.get_logger(__name__)
 
@@ -276,13 +276,15 @@ def _prepaid(settings: Settings, metrics: Metrics, engine: AsyncEngine) -> Prepa
 
 
 def _limiter(settings: Settings, metrics: Metrics, engine: AsyncEngine) -> Limiter:
-    """Redis when configured (with the failure policy); else in process, each of
-    `serve --workers N` enforcing 1/N of every limit so N never multiply them."""
-    if settings.redis_url is None:
+    """Redis when configured (with the failure policy); else PostgreSQL's tables when the
+    database is PostgreSQL (the same policy while it is unreachable); else in process, each
+    of `serve --workers N` enforcing 1/N of every limit so N never multiply them."""
+    shared_on_database = settings.limits_on_database and not is_sqlite(settings.database_url)
+    if settings.redis_url is None and not shared_on_database:
         if settings.workers > 1:
             log.info("limits_divided_among_workers", workers=settings.workers)
         return LocalLimiter(share=settings.workers)
-    from llmrelay.limits.resilient import ResilientLimiter  # imports redis: only when used
+    from llmrelay.limits.resilient import ResilientLimiter, SettleFailed, Shared
 
     limiter: ResilientLimiter | None = None
 
@@ -290,8 +292,23 @@ def _limiter(settings: Settings, metrics: Metrics, engine: AsyncEngine) -> Limit
         assert limiter is not None
         await seed_spend(limiter, engine, time.time())
 
+    if settings.redis_url is not None:
+        limiter = ResilientLimiter(
+            settings.redis_url, settings.limits_on_redis_failure, metrics, on_recovered=reseed
+        )
+        return limiter
+    from llmrelay.limits.postgres import DatabaseLimiter
+
+    def database(on_settle_failed: SettleFailed) -> Shared:
+        return DatabaseLimiter(settings.database_url, on_settle_failed=on_settle_failed)
+
     limiter = ResilientLimiter(
-        settings.redis_url, settings.limits_on_redis_failure, metrics, on_recovered=reseed
+        None,
+        settings.limits_on_redis_failure,
+        metrics,
+        on_recovered=reseed,
+        shared=database,
+        store="database",
     )
     return limiter
 

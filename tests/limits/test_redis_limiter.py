@@ -273,7 +273,7 @@ async def test_an_unreachable_redis_is_backend_unavailable() -> None:
     assert limiter.replicas() == 1
     admission = Admission()  # as an admission before Redis went away would be
     admission.program = RedisProgram(limiter, (key(budget_micros=5),))
-    admission.tokens, admission.now, admission.lease = 10, T0, "lease"
+    admission.tokens, admission.now, admission.lease, admission.held = 10, T0, "lease", 0
     admission.top, admission.left, admission.reset, admission.settled = -1, 0, 0.0, False
     limiter.settle(admission, 20, 30)
     await limiter.flush()

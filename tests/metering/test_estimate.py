@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmrelay.metering.estimate import answer_tokens, count_tokens, prompt_tokens
+from llmrelay.metering.estimate import answer_tokens, count_tokens, prompt_chars, prompt_tokens
 
 
 def test_counts_are_close_to_a_bpe_tokenizer_on_ordinary_text() -> None:
@@ -36,3 +36,17 @@ def test_an_answer_counts_its_generated_text_in_any_protocol() -> None:
     messages = {"content": [{"type": "text", "text": "Hello there, friend."}]}
     assert answer_tokens(chat) >= 4
     assert answer_tokens(messages) >= 4
+
+
+def test_prompt_chars_bound_the_counted_prompt_from_above() -> None:
+    """A budget's hold bounds the prompt by prompt_chars (gateway/prepaid.budget_hold): never
+    below what prompt_tokens counts, for prose, code, numbers, other scripts and tools."""
+    texts = ("hello there", "def f(x):\n    return x ** 2  # 1234", "日本語のテキスト", " a  b ")
+    for text in texts:
+        payload = {
+            "messages": [{"role": "user", "content": text}, {"role": "assistant", "content": ""}],
+            "system": text,
+            "tools": [{"name": "t", "description": text}],
+        }
+        assert prompt_chars(payload) >= prompt_tokens(payload)
+    assert prompt_chars({"messages": [{"role": "user", "content": "abcd"}]}) == 3 + len("user") + 4

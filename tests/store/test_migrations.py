@@ -48,7 +48,7 @@ _DROPPED_IN_0010 = {
 #: 0013 durable jobs, 0014 billing and mail, 0015 guardrails, 0016 key predecessors, 0017 key
 #: scopes, 0018 disputes and card refunds, 0019 model affinity, 0020 provider declared_by, 0021
 #: temporary passwords, 0022 shared entries, 0023 stream rescue, 0024 passkeys, 0025 attempt
-#: costs, 0026 codex accounts).
+#: costs, 0026 codex accounts, 0027 limit counters).
 _TABLES_ADDED_AFTER_0010 = {
     "users",
     "memberships",
@@ -75,6 +75,10 @@ _TABLES_ADDED_AFTER_0010 = {
     "passkeys",
     "passkey_challenges",
     "codex_accounts",
+    "limit_windows",
+    "limit_leases",
+    "limit_spend",
+    "limit_replicas",
 }
 _COLUMNS_ADDED_AFTER_0010 = {
     ("tenants", "require_2fa"),

@@ -103,10 +103,13 @@ def reservation(
     policy: ReservePolicy,
     *,
     generates: bool = True,
+    tokens_in: int | None = None,
 ) -> int:
     """The amount to reserve (micro-USD) for a request that may be served by `reachable`
-    (each model with the routes it may use). `generates` False: embeddings (no output)."""
-    tokens_in = input_tokens(payload)
+    (each model with the routes it may use). `generates` False: embeddings (no output).
+    `tokens_in`: the prompt's tokens when the caller bounds them itself (else counted)."""
+    if tokens_in is None:
+        tokens_in = input_tokens(payload)
     asked = requested_output(payload) if generates else 0
     most = 0
     for model, routes in reachable:

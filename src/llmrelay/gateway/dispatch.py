@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import orjson
 from starlette.types import Receive, Send
 
+from llmrelay.billing.estimate import ReservePolicy
 from llmrelay.billing.prepaid import Prepaid
 from llmrelay.deadlines import Deadlines
 from llmrelay.gateway.call import CallRecord
@@ -37,7 +38,7 @@ from llmrelay.gateway.guard import screen_answer, screen_request
 from llmrelay.gateway.ingress import RequestContext
 from llmrelay.gateway.messages_relay import MessagesStreamRelay
 from llmrelay.gateway.planner import serve
-from llmrelay.gateway.prepaid import reserve
+from llmrelay.gateway.prepaid import budget_hold, reserve
 from llmrelay.gateway.recorder import Recorder
 from llmrelay.gateway.relay import ChatStreamRelay
 from llmrelay.gateway.rescue import rescuing_primer
@@ -191,11 +192,26 @@ class Dispatcher:
                     if plan.tpm
                     else 1
                 )
+                # A budget holds the call's most possible cost until it settles (hard caps).
+                hold = (
+                    budget_hold(
+                        _reserve_policy(runtime),
+                        call.record,
+                        call.operation,
+                        call.payload,
+                        snapshot,
+                        model,
+                        pinned,
+                        call.policy,
+                    )
+                    if plan.budget
+                    else 0
+                )
                 try:
                     if type(limiter) is LocalLimiter:  # it never waits: no coroutine
-                        admission = limiter.take(plan, tokens, now())
+                        admission = limiter.take(plan, tokens, now(), None, hold)
                     else:
-                        admission = await limiter.admit_plan(plan, tokens, now())
+                        admission = await limiter.admit_plan(plan, tokens, now(), None, hold)
                 except (LimitExceeded, LimitsUnavailable) as refused:
                     _count_refusal(runtime.metrics, refused)
                     raise
@@ -523,6 +539,15 @@ async def read_json(route: RouteSnap, response: UpstreamResponse) -> Answer:
     if not isinstance(body, dict):
         raise UpstreamProtocolError("the answer is not a JSON object")
     return Answer(route, raw, body)
+
+
+#: The estimate budgets hold with when the process has no prepaid billing (its defaults).
+_DEFAULT_RESERVE: Final = ReservePolicy()
+
+
+def _reserve_policy(runtime: Runtime) -> ReservePolicy:
+    prepaid = runtime.prepaid
+    return _DEFAULT_RESERVE if prepaid is None else prepaid.policy
 
 
 def _count_refusal(metrics: Metrics, refused: LimitExceeded | LimitsUnavailable) -> None:

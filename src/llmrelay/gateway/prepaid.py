@@ -26,7 +26,7 @@ from llmrelay.billing.errors import (
     RequestIdUsed,
     Unpriced,
 )
-from llmrelay.billing.estimate import reservation
+from llmrelay.billing.estimate import ReservePolicy, reservation
 from llmrelay.billing.prepaid import Prepaid
 from llmrelay.gateway.call import CallRecord
 from llmrelay.gateway.capabilities import price_for
@@ -36,6 +36,7 @@ from llmrelay.gateway.errors import (
     RequestIdReused,
 )
 from llmrelay.gateway.executor import candidates
+from llmrelay.metering.estimate import prompt_chars
 from llmrelay.providers.base import Operation
 from llmrelay.snapshot.model import ModelSnap, PolicySnap, RouteSnap, Snapshot
 
@@ -65,6 +66,36 @@ def reachable(
             continue
         found.append((other, candidates(other, None, policy)))
     return found
+
+
+def budget_hold(
+    policy: ReservePolicy,
+    record: CallRecord,
+    operation: Operation,
+    payload: dict[str, Any],
+    snapshot: Snapshot,
+    model: ModelSnap,
+    pinned: str | None,
+    route_policy: PolicySnap | None,
+) -> int:
+    """What a call of a key or project with a monthly budget holds from the budget until it
+    settles: the prepaid reservation (the most it can cost on any route it may reach), so
+    budgets are hard caps on the same prices and output limits as wallets; its prompt is
+    bounded by its characters, not counted (the count's regex walk costs milliseconds for a
+    long prompt, on every budgeted request). 0 when a reachable route has no price: such a
+    call is metered at cost 0 anyway (docs/limits.md)."""
+    try:
+        return reservation(
+            payload,
+            reachable(snapshot, record.tenant_id or "", model, pinned, route_policy),
+            price_for,
+            time.time(),
+            policy,
+            generates=operation not in _EMBEDDINGS,
+            tokens_in=prompt_chars(payload),
+        )
+    except Unpriced:
+        return 0
 
 
 async def reserve(

@@ -11,11 +11,16 @@ it, and then takes from all of them at once; a refused request takes nothing. Th
   usage is known (a bucket that already left the window is past caring);
 - concurrency: leases, one per request in flight, each with an expiry renewed while the
   request lives (a crashed replica's leases run out instead of blocking forever);
-- budget: the month's spend (UTC calendar month, micro-USD) must be below the budget; the
-  cost of a request is added by `settle`.
+- budget: the month's spend (UTC calendar month, micro-USD) plus what the requests in
+  flight hold must be below the budget. Admission holds the request's most possible cost
+  (the prepaid reservation's estimate, `hold`); `settle` lets the hold go and adds the real
+  cost, so concurrent requests cannot all pass on a budget that covers a few: the spend
+  overshoots by at most the hold of the request admitted last (docs/limits.md).
 
-Implementations: local.py (in process) and redis.py (shared by replicas, one round trip per
-admission); resilient.py chooses between them when Redis fails.
+Implementations: local.py (in process), redis.py (shared by replicas, one round trip per
+admission) and postgres.py (shared through PostgreSQL when there is no Redis, admissions
+batched per round trip); resilient.py chooses between a shared one and local.py when the
+shared store fails.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 if TYPE_CHECKING:
     from llmrelay.limits.local import LocalProgram
+    from llmrelay.limits.postgres import DatabaseProgram
     from llmrelay.limits.redis import RedisProgram
 
 WINDOW_S: Final = 60
@@ -143,16 +149,17 @@ class Plan:
     a token estimate is wanted, a lease, the month — and each limiter's compiled form,
     filled on its first admission (a reload makes new plans, so never stale)."""
 
-    __slots__ = ("budget", "concurrency", "local", "scopes", "shared", "tpm")
+    __slots__ = ("budget", "concurrency", "database", "local", "scopes", "shared", "tpm")
 
     def __init__(self, scopes: tuple[Scope, ...]) -> None:
         self.scopes = scopes
         self.tpm = any(s.tpm is not None for s in scopes)
         self.concurrency = any(s.concurrency is not None for s in scopes)
         self.budget = any(s.budget_micros is not None for s in scopes)
-        #: LocalLimiter's program, and RedisLimiter's (see `Program`).
+        #: LocalLimiter's program, RedisLimiter's and DatabaseLimiter's (see `Program`).
         self.local: LocalProgram | None = None
         self.shared: RedisProgram | None = None
+        self.database: DatabaseProgram | None = None
 
 
 class Program:
@@ -196,7 +203,7 @@ class Admission:
     (`quota` and `reserved` are derived on demand), and no __init__: the limiters set every
     field themselves (a Python __init__ call costs twice the sets)."""
 
-    __slots__ = ("lease", "left", "now", "program", "reset", "settled", "tokens", "top")
+    __slots__ = ("held", "lease", "left", "now", "program", "reset", "settled", "tokens", "top")
 
     program: Program
     #: The tpm estimate (each scope with tpm reserved min(tokens, its tpm)).
@@ -205,6 +212,8 @@ class Admission:
     now: float
     #: The concurrency lease (None: no concurrency limit, and not Redis).
     lease: str | int | None
+    #: What it holds of each budget until settled (micro-USD; 0: nothing).
+    held: int
     #: The tightest limit: scope index * 4 + kind index (-1: none), what is left of it, and
     #: the seconds until it recovers.
     top: int
@@ -270,10 +279,11 @@ class Limiter(Protocol):
         """Take from every limit of `demand.scopes`, or raise LimitExceeded (taking nothing)."""
 
     async def admit_plan(
-        self, plan: Plan, tokens: int, now: float, lease: str | None = None
+        self, plan: Plan, tokens: int, now: float, lease: str | None = None, hold: int = 0
     ) -> Admission:
         """The same for the request path: a key's compiled plan, the tpm estimate (unused
-        without tpm), the wall clock; the limiter makes a lease id when it needs one."""
+        without tpm), the wall clock; the limiter makes a lease id when it needs one. `hold`:
+        the request's most possible cost, held from each budget until it settles."""
 
     def settle(self, admission: Admission, tokens: int | None, cost_micros: int) -> None:
         """The request ended: free its lease, reconcile its tpm reservation with `tokens`

@@ -40,7 +40,7 @@ class _State:
 
     __slots__ = (
         *("admitted", "buckets", "counted", "first", "leases", "open_second", "open_tokens"),
-        *("spent", "tpm_used"),
+        *("held", "spent", "tpm_used"),
     )
 
     def __init__(self) -> None:
@@ -59,6 +59,7 @@ class _State:
         self.tpm_used = 0  # the sum of `buckets` and `open_tokens`
         self.leases: set[str | int | None] = set()  # concurrency: lease ids (never None)
         self.spent = 0  # budget: micro-USD spent in the limiter's month
+        self.held = 0  # budget: micro-USD held by the requests in flight
         self.counted = False  # whether `spent` is known for that month (seeded or added)
 
     def rpm_reset(self, now: float) -> float:
@@ -190,12 +191,17 @@ class LocalLimiter:
         return self.take(Plan(demand.scopes), demand.tokens, demand.now, demand.lease_id)
 
     async def admit_plan(
-        self, plan: Plan, tokens: int, now: float, lease: str | None = None
+        self, plan: Plan, tokens: int, now: float, lease: str | None = None, hold: int = 0
     ) -> Admission:
-        return self.take(plan, tokens, now, lease)
+        return self.take(plan, tokens, now, lease, hold)
 
     def take(
-        self, plan: Plan, tokens: int, now: float, lease: str | int | None = None
+        self,
+        plan: Plan,
+        tokens: int,
+        now: float,
+        lease: str | int | None = None,
+        hold: int = 0,
     ) -> Admission:
         """Admit now (it never waits: the dispatcher calls it without a coroutine)."""
         program = plan.local
@@ -226,7 +232,7 @@ class LocalLimiter:
             if limit >= 0 and len(slot.leases) >= limit:
                 raise self._refusal(slot, _CONCURRENCY, now)
             limit = slot.budget
-            if limit >= 0 and slot.state.spent >= limit:
+            if limit >= 0 and slot.state.spent + slot.state.held >= limit:
                 raise self._refusal(slot, _BUDGET, now)
         if lease is None and program.leased:
             self._lease_seq += 1
@@ -264,12 +270,15 @@ class LocalLimiter:
                     best_left, best_share, top = left, left / limit, slot.at + _CONCURRENCY
             limit = slot.budget
             if limit >= 0:
-                left = limit - slot.state.spent
+                state = slot.state
+                state.held += hold
+                left = limit - state.spent - state.held
                 if left / limit < best_share:
                     best_left, best_share, top = left, left / limit, slot.at + _BUDGET
         admission = Admission()
         admission.program, admission.tokens, admission.now = program, tokens, now
         admission.lease, admission.settled = lease, False
+        admission.held = hold if program.budget else 0
         admission.top, admission.left = top, best_left
         if top < 0:
             admission.reset = 0.0
@@ -311,7 +320,7 @@ class LocalLimiter:
             quota = Quota(LimitKind.CONCURRENCY, holder, slot.concurrency, 0, 1.0)
             return LimitExceeded(quota, 1.0)
         reset = self._budget_reset(now)
-        left = slot.budget - state.spent
+        left = slot.budget - state.spent - state.held
         return LimitExceeded(Quota(LimitKind.BUDGET, holder, slot.budget, left, reset), reset)
 
     def settle(self, admission: Admission, tokens: int | None, cost_micros: int) -> None:
@@ -336,6 +345,10 @@ class LocalLimiter:
                 else:
                     continue  # its second has left the window already
                 state.tpm_used += delta
+        held = admission.held
+        if held:
+            for state in program.budget:
+                state.held -= held
         if cost_micros and program.budget:
             # A request admitted last month and settled in this one: Redis charges the month
             # it was admitted in, which here is already gone.

@@ -74,7 +74,7 @@ _FIGURES: Final = 6  # per scope: rpm count, oldest, tpm used, oldest second, le
 _NONE: Final = b""  # a limit the scope does not have, or a settle figure with nothing to do
 
 #: The ttls, packed once: the same in every admission.
-_TTLS: Final = pack_args((RPM_TTL_MS, TPM_TTL_MS, LEASES_TTL_MS))
+_TTLS: Final = pack_args((RPM_TTL_MS, TPM_TTL_MS, LEASES_TTL_MS, SPEND_TTL_S))
 #: The admission time travels as the 8 bytes of a double (see redis_scripts.ADMIT).
 _pack_double = struct.Struct("<d").pack
 
@@ -94,13 +94,17 @@ class _Keys:
     def __init__(self, prefix: str) -> None:
         self.prefix, self.month, self.spend = prefix, "", ""
         self.rpm, self.tpm, self.leases = f"{prefix}rpm", f"{prefix}tpm", f"{prefix}leases"
+        #: Budget holds: lease ids by expiry, and lease id -> micro-USD (redis_scripts).
+        self.holds, self.held = f"{prefix}holds", f"{prefix}held"
         self.admit = self.settle = b""
 
     def of_month(self, month: str) -> _Keys:
         if month != self.month:
             self.month, self.spend = month, f"{self.prefix}spend:{month}"
-            self.admit = pack_args((self.rpm, self.tpm, self.leases, self.spend))
-            self.settle = pack_args((self.leases, self.tpm, self.spend))
+            self.admit = pack_args(
+                (self.rpm, self.tpm, self.leases, self.spend, self.holds, self.held)
+            )
+            self.settle = pack_args((self.leases, self.tpm, self.spend, self.holds, self.held))
         return self
 
 
@@ -108,7 +112,10 @@ class RedisProgram(Program):
     """A plan's scopes as this limiter sends them: key names, packed limits, the reply's
     figures to read (see Plan)."""
 
-    __slots__ = ("admit_keys", "figures", "keys", "leases", "month", "numkeys", "tail")
+    __slots__ = (
+        *("admit_keys", "argc", "figures", "holds", "keys", "leases", "month", "numkeys"),
+        "tail",
+    )
 
     def __init__(self, owner: RedisLimiter, scopes: tuple[Scope, ...]) -> None:
         super().__init__(owner, scopes, False)
@@ -118,12 +125,18 @@ class RedisProgram(Program):
         self.tail = _TTLS + b"".join(
             pack_args([_NONE if v is None else v for v in four]) for four in limits
         )
-        self.numkeys = 4 * len(scopes)
+        self.numkeys = 6 * len(scopes)
+        #: Keys and arguments of an admission: 5 of its own, 4 ttls, 4 limits per scope.
+        self.argc = self.numkeys + 9 + 4 * len(scopes)
         #: Per scope: where its figures start in the reply, its index * 4, its limits.
         self.figures = tuple((1 + i * _FIGURES, 4 * i, *four) for i, four in enumerate(limits))
         #: The leases keys a lease sits in (renewed while the request lives).
         self.leases = tuple(
             k.leases for k, s in zip(self.keys, scopes, strict=True) if s.concurrency
+        )
+        #: The holds keys of the budgets a hold sits in (renewed with the leases).
+        self.holds = tuple(
+            k.holds for k, s in zip(self.keys, scopes, strict=True) if s.budget_micros is not None
         )
         self.month = ""  # the month `admit_keys` name the spend keys of
         self.admit_keys = b""
@@ -167,6 +180,7 @@ class RedisLimiter:
         self._idle = asyncio.Event()
         self._idle.set()
         self._live: dict[str, tuple[str, ...]] = {}  # lease id -> leases keys it sits in
+        self._holding: dict[str, tuple[str, ...]] = {}  # lease id -> holds keys it sits in
         self._keys: dict[str, _Keys] = {}
         self._months = Months()
         self._replicas = 1
@@ -187,7 +201,7 @@ class RedisLimiter:
         )
 
     async def admit_plan(
-        self, plan: Plan, tokens: int, now: float, lease: str | None = None
+        self, plan: Plan, tokens: int, now: float, lease: str | None = None, hold: int = 0
     ) -> Admission:
         program = plan.shared
         if program is None or program.owner is not self:
@@ -199,11 +213,12 @@ class RedisLimiter:
             lease = member = f"{self._lease_prefix}{next(self._seq)}"
         else:  # the caller's: unique rpm members even if a lease id comes back
             member = f"{lease}:{next(self._seq)}"
-        n = program.numkeys
+        if not program.holds:
+            hold = 0
         command = self._admit.command(
-            n,
-            n + 7 + n,
-            keys + pack_args((_pack_double(now), tokens, lease, member)) + program.tail,
+            program.numkeys,
+            program.argc,
+            keys + pack_args((_pack_double(now), tokens, lease, member, hold)) + program.tail,
         )
         try:
             try:
@@ -241,9 +256,12 @@ class RedisLimiter:
                     best_left, best_share, top = left, left / budget, index + 3
         if program.leases:
             self._live[lease] = program.leases
+        if hold:
+            self._holding[lease] = program.holds
         admission = Admission()  # every field set here (see Admission)
         admission.program, admission.tokens, admission.now = program, tokens, now
         admission.lease, admission.settled = lease, False
+        admission.held = hold
         admission.top, admission.left = top, best_left
         admission.reset = _reset(top, reply, now) if top >= 0 else 0.0
         return admission
@@ -256,6 +274,8 @@ class RedisLimiter:
         assert type(program) is RedisProgram  # made by this limiter
         if program.leases:
             self._live.pop(admission.lease, None)  # type: ignore[arg-type]  # always set
+        if admission.held:
+            self._holding.pop(admission.lease, None)  # type: ignore[arg-type]  # always set
         self._queue((admission, tokens, cost_micros))
 
     def seed_spend(self, month: str, spend: Mapping[str, int]) -> None:
@@ -323,8 +343,9 @@ class RedisLimiter:
                 else:  # the difference to what the admission reserved
                     delta = tokens - (asked if asked < tpm else tpm)
                 charge = cost != 0 and scope.budget_micros is not None
-                args += (delta, cost if charge else _NONE)
-        n = 3 * len(keys)  # each fragment: one scope's leases, tpm and spend keys
+                held = admission.held != 0 and scope.budget_micros is not None
+                args += (delta, cost if charge else _NONE, 1 if held else _NONE)
+        n = 5 * len(keys)  # each fragment: one scope's leases, tpm, spend, holds, held keys
         keys.append(pack_args(args))
         try:
             await self._settle.run(self._settle.command(n, n + len(args), b"".join(keys)))
@@ -357,6 +378,9 @@ class RedisLimiter:
             for key in keys:
                 calls.append(call(b"ZADD", key, b"XX", expiry, lease_id))
                 calls.append(call(b"PEXPIRE", key, LEASES_TTL_MS))
+        for lease_id, keys in list(self._holding.items()):
+            for key in keys:  # the holds keys live as long as the spend: no PEXPIRE
+                calls.append(call(b"ZADD", key, b"XX", expiry, lease_id))
         try:
             results = await asyncio.gather(*calls)  # the first failure; all are retrieved
         except _ERRORS as exc:

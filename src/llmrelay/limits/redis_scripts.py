@@ -43,9 +43,30 @@ local function recount(key, oldest)
 end
 """
 
-# KEYS: per scope rpm, tpm, leases, spend. ARGV: now (the 8 bytes of a little-endian double:
-# packing it costs the caller a fraction of formatting it), tokens, lease id, rpm member, then
-# the ttls, then per scope its rpm, tpm, concurrency, budget ('' = none). Times are computed
+# A scope's budget holds (the most each request in flight may cost, held from the budget
+# until it settles): HOLDS, a sorted set of lease ids by expiry (renewed with the leases, so
+# a dead replica's holds lapse), and HELD, a hash of lease id -> micro-USD with their sum in
+# field HELD_SUM. An admission first drops the lapsed holds.
+_HOLDS = """
+local HELD_SUM = '-1'
+local function held_now(holds, held, now)
+  local gone = redis.call('ZRANGEBYSCORE', holds, '-inf', now)
+  if #gone > 0 then
+    local amounts = redis.call('HMGET', held, unpack(gone))
+    local sum = 0
+    for j = 1, #amounts do sum = sum + (tonumber(amounts[j]) or 0) end
+    redis.call('HDEL', held, unpack(gone))
+    redis.call('ZREMRANGEBYSCORE', holds, '-inf', now)
+    if sum ~= 0 then redis.call('HINCRBY', held, HELD_SUM, -sum) end
+  end
+  return tonumber(redis.call('HGET', held, HELD_SUM) or '0')
+end
+"""
+
+# KEYS: per scope rpm, tpm, leases, spend, holds, held. ARGV: now (the 8 bytes of a
+# little-endian double: packing it costs the caller a fraction of formatting it), tokens,
+# lease id, rpm member, budget hold, then the ttls (rpm, tpm, leases, spend), then per scope
+# its rpm, tpm, concurrency, budget ('' = none). Times are computed
 # here with the same double arithmetic as local.py and written as 17 significant digits, which
 # Redis reads back as the same double. Refusal: {0, scope index, kind 1..4, figure, figure};
 # admission: {1, _FIGURES figures per scope}. Figures that are doubles (times) or may exceed a
@@ -53,6 +74,7 @@ end
 ADMIT = (
     _TPM_FIELDS
     + _RECOUNT
+    + _HOLDS
     + f"""
 local now_n = struct.unpack('<d', ARGV[1])
 local second_n = math.floor(now_n)
@@ -60,14 +82,14 @@ local now = string.format('%.17g', now_n)
 local rpm_cutoff = string.format('%.17g', now_n - {WINDOW_S})
 local tpm_oldest, second = second_n - {TPM_BUCKETS} + 1, string.format('%d', second_n)
 local expiry = string.format('%.17g', now_n + {LEASE_TTL_S!r})
-local tokens, lease, member = tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local rpm_ttl, tpm_ttl, leases_ttl = ARGV[5], ARGV[6], ARGV[7]
+local tokens, lease, member, hold = tonumber(ARGV[2]), ARGV[3], ARGV[4], tonumber(ARGV[5])
+local rpm_ttl, tpm_ttl, leases_ttl, spend_ttl = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 """
     + """
-local n = #KEYS / 4
+local n = #KEYS / 6
 local figures = {}
 for i = 1, n do
-  local k, a = (i - 1) * 4, 7 + (i - 1) * 4
+  local k, a = (i - 1) * 6, 9 + (i - 1) * 4
   local rpm, tpm = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   local conc, budget = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
   local f = {0, '', 0, '', 0, '0'}
@@ -92,14 +114,16 @@ for i = 1, n do
     if f[5] >= conc then return {0, i, 3, conc, ''} end  -- local says none left
   end
   if budget then
-    f[6] = redis.call('GET', KEYS[k + 4]) or '0'
-    if tonumber(f[6]) >= budget then return {0, i, 4, 0, f[6]} end
+    local spent = tonumber(redis.call('GET', KEYS[k + 4]) or '0')
+    f[6] = spent + held_now(KEYS[k + 5], KEYS[k + 6], now)
+    if f[6] >= budget then return {0, i, 4, 0, string.format('%d', f[6])} end
   end
-  figures[i] = {rpm, tpm, conc, f}
+  figures[i] = {rpm, tpm, conc, f, budget}
 end
 local out = {1}
 for i = 1, n do
-  local k, rpm, tpm, conc, f = (i - 1) * 4, unpack(figures[i], 1, 4)
+  local k, rpm, tpm, conc, f = (i - 1) * 6, unpack(figures[i], 1, 4)
+  local budget = figures[i][5]
   if rpm then
     redis.call('ZADD', KEYS[k + 1], now, member)
     redis.call('PEXPIRE', KEYS[k + 1], rpm_ttl)
@@ -122,17 +146,30 @@ for i = 1, n do
     redis.call('PEXPIRE', KEYS[k + 3], leases_ttl)
     f[5] = redis.call('ZCARD', KEYS[k + 3])
   end
+  if budget and hold > 0 then
+    redis.call('ZADD', KEYS[k + 5], expiry, lease)
+    redis.call('HSET', KEYS[k + 6], lease, hold)
+    redis.call('HINCRBY', KEYS[k + 6], HELD_SUM, hold)
+    redis.call('EXPIRE', KEYS[k + 5], spend_ttl)
+    redis.call('EXPIRE', KEYS[k + 6], spend_ttl)
+    f[6] = f[6] + hold
+  end
+  if type(f[6]) == 'number' then f[6] = string.format('%d', f[6]) end
   for j = 1, 6 do out[#out + 1] = f[j] end
 end
 return out
 """
 )
 
-# KEYS: per settle, per scope: leases, tpm, spend. ARGV: spend ttl, number of settles, then
-# per settle: lease id, bucket, number of scopes, then per scope: tpm delta, cost ('' =
-# none). A bucket that left the window is not recreated (HEXISTS first).
+# KEYS: per settle, per scope: leases, tpm, spend, holds, held. ARGV: spend ttl, number of
+# settles, then per settle: lease id, bucket, number of scopes, then per scope: tpm delta,
+# cost, whether it held ('' = none). A bucket that left the window is not recreated
+# (HEXISTS first); a hold that lapsed meanwhile was already dropped (its amount is read here).
 SETTLE = (
     _TPM_FIELDS
+    + """
+local HELD_SUM = '-1'
+"""
     + """
 local ttl, a, k = ARGV[1], 3, 0
 for _ = 1, tonumber(ARGV[2]) do
@@ -148,7 +185,15 @@ for _ = 1, tonumber(ARGV[2]) do
       redis.call('INCRBY', KEYS[k + 3], ARGV[a + 1])
       redis.call('EXPIRE', KEYS[k + 3], ttl)
     end
-    a, k = a + 2, k + 3
+    if ARGV[a + 2] ~= '' then
+      redis.call('ZREM', KEYS[k + 4], lease)
+      local amount = redis.call('HGET', KEYS[k + 5], lease)
+      if amount then
+        redis.call('HDEL', KEYS[k + 5], lease)
+        redis.call('HINCRBY', KEYS[k + 5], HELD_SUM, -tonumber(amount))
+      end
+    end
+    a, k = a + 3, k + 5
   end
 end
 return 0

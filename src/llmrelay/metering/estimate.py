@@ -82,6 +82,21 @@ def prompt_tokens(payload: dict[str, Any]) -> int:
     return count
 
 
+def prompt_chars(payload: dict[str, Any]) -> int:
+    """The prompt's characters plus the messages' framing: at least `prompt_tokens` (every
+    piece it counts is a character or more), for a fraction of its cost (no regex): what a
+    budget's hold bounds a prompt by on the request path (gateway/prepaid.budget_hold)."""
+    count = 0
+    messages = payload.get("messages")
+    if type(messages) is list:
+        for message in messages:
+            count += _PER_MESSAGE + sum(map(len, text_of(message)))
+    for name in _PROMPT_FIELDS:
+        if name in payload:
+            count += sum(map(len, text_of(payload[name])))
+    return count
+
+
 _ANSWER_FIELDS: Final = ("choices", "content", "output", "candidates")
 
 

@@ -465,5 +465,6 @@ from llmrelay.store import models_billing as models_billing  # noqa: E402
 from llmrelay.store import models_codex as models_codex  # noqa: E402
 from llmrelay.store import models_guardrails as models_guardrails  # noqa: E402
 from llmrelay.store import models_jobs as models_jobs  # noqa: E402
+from llmrelay.store import models_limits as models_limits  # noqa: E402
 from llmrelay.store import models_passkeys as models_passkeys  # noqa: E402
 from llmrelay.store import models_shared as models_shared  # noqa: E402
