@@ -57,7 +57,9 @@ ROWS: list[Row] = [
     ("req-2", 1_733_000_001.5, "tenant", False, None, 2**53 + 1, 0.1, 1e-300, 'é 漢字 🎉 \n"q"'),
     ("req-3", 1_733_000_002.0, "", None, True, -7, -2.5e10, math.pi, "\u2028\x00"),
 ]
-ATTEMPTS: list[Row] = [("req-2", 1, 1_733_000_001.25, None, "up", "m", "first", 503, "err", 3.5)]
+ATTEMPTS: list[Row] = [
+    ("req-2", 1, 1_733_000_001.25, None, "up", "m", "first", 503, "err", 3.5, "resource-1")
+]
 
 
 async def test_rows_round_trip_exactly_and_files_go_once_written(tmp_path: Path) -> None:

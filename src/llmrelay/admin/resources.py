@@ -19,6 +19,7 @@ from llmrelay.admin.prices import endpoints as prices
 from llmrelay.admin.projects import endpoints as projects
 from llmrelay.admin.providers import endpoints as providers
 from llmrelay.admin.providers import health_endpoints as provider_health
+from llmrelay.admin.providers import resource_endpoints as provider_resources
 from llmrelay.admin.settings import endpoints as settings
 from llmrelay.admin.webhooks import endpoints as webhooks
 from llmrelay.config.schema import (
@@ -29,6 +30,7 @@ from llmrelay.config.schema import (
     PolicyConfig,
     ProjectConfig,
     ProviderConfig,
+    ResourceConfig,
     RouteConfig,
     RoutingConfig,
 )
@@ -38,6 +40,7 @@ _BODIES: dict[tuple[str, str], tuple[type[BaseModel], tuple[str, ...]]] = {
     ("/projects", "post"): (ProjectConfig, ("keys", "capture")),
     ("/projects/{project_id}/keys", "post"): (KeyConfig, ()),
     ("/providers", "post"): (ProviderConfig, ()),
+    ("/providers/{provider_id}/resources", "post"): (ResourceConfig, ()),
     ("/models", "post"): (ModelConfig, ()),
     ("/models/{model_id}/routes", "post"): (RouteConfig, ()),
     ("/policies", "post"): (PolicyConfig, ()),
@@ -54,6 +57,7 @@ def include(app: FastAPI) -> None:
         keys.router,
         provider_health.router,  # before providers: /providers/health is no provider id
         providers.router,
+        provider_resources.router,
         models.router,
         prices.router,
         policies.router,
