@@ -102,11 +102,12 @@ async def create(console: Console, request: Request) -> Response:
     return see_other(f"/providers/{answer.body['id']}", found)
 
 
-async def _detail(
+async def detail(
     found: Visit, provider_id: str, form: FormState, status: int = 200, **extra: Any
 ) -> Response:
     provider = await found.read(f"/providers/{provider_id}")
     inventory = await found.admin.get(f"/providers/{provider_id}/models")
+    resources = await found.admin.get(f"/providers/{provider_id}/resources")
     job_id = extra.pop("job_id", None) or found.request.query_params.get("job")
     job = None
     if job_id:
@@ -128,6 +129,7 @@ async def _detail(
         job=job,
         form=form,
         inventory=inventory.body if inventory.ok else None,
+        resources=resources.body["data"] if resources.ok else [],
         presets=PRESETS,
         **extra,
     )
@@ -136,7 +138,7 @@ async def _detail(
 async def provider(console: Console, request: Request) -> Response:
     found = await visit(console, request, "providers:read")
     handed = found.take_flash() or {}
-    return await _detail(
+    return await detail(
         found, request.path_params["provider_id"], FormState(), tested=handed.get("tested")
     )
 
@@ -156,7 +158,7 @@ async def change(console: Console, request: Request) -> Response:
         "PATCH", f"/providers/{provider_id}", body=body, if_match=fields.get("version")
     )
     if not answer.ok:
-        return await _detail(found, provider_id, FormState.failed(fields, answer), answer.status)
+        return await detail(found, provider_id, FormState.failed(fields, answer), answer.status)
     return see_other(f"/providers/{provider_id}", found)
 
 
@@ -168,7 +170,7 @@ async def delete(console: Console, request: Request) -> Response:
     )
     if not answer.ok:
         form = FormState(message=answer.message)
-        return await _detail(found, provider_id, form, answer.status)
+        return await detail(found, provider_id, form, answer.status)
     return see_other("/providers", found)
 
 
@@ -184,7 +186,7 @@ async def inventory(console: Console, request: Request) -> Response:
     )
     if not answer.ok:
         form = FormState.failed(fields, answer)
-        return await _detail(found, provider_id, form, answer.status)
+        return await detail(found, provider_id, form, answer.status)
     return see_other(f"/providers/{provider_id}", found)
 
 
@@ -195,7 +197,7 @@ async def test(console: Console, request: Request) -> Response:
     provider_id = request.path_params["provider_id"]
     answer = await found.admin.call("POST", f"/providers/{provider_id}/test")
     if not answer.ok:
-        return await _detail(found, provider_id, FormState(message=answer.message), answer.status)
+        return await detail(found, provider_id, FormState(message=answer.message), answer.status)
     target = f"/providers/{provider_id}"
     if answer.body.get("models"):
         inventory = await found.admin.get(f"/providers/{provider_id}/models")
@@ -211,7 +213,7 @@ async def discover(console: Console, request: Request) -> Response:
     provider_id = request.path_params["provider_id"]
     answer = await found.admin.call("POST", f"/providers/{provider_id}/discover")
     if not answer.ok:
-        return await _detail(found, provider_id, FormState(message=answer.message), answer.status)
+        return await detail(found, provider_id, FormState(message=answer.message), answer.status)
     return see_other(f"/providers/{provider_id}?job={answer.body['job_id']}", found)
 
 
