@@ -616,7 +616,8 @@ ROUTES: list[Route] = [
           action="provider_resource.update"),
     Route("DELETE", "/providers/{provider_id}/resources/{resource_id}", "providers:write",
           make=_resource, action="provider_resource.delete"),
-    Route("PUT", "/providers/{provider_id}/models", "providers:write",
+    # on a provider of its own: once listed, an inventory binds the routes the others add
+    Route("PUT", "/providers/{provider_id}/models", "providers:write", make=_provider,
           body=lambda w, s: {"models": [f"listed-{w.n()}"]}, action="provider.inventory"),
     _list("/providers/health", "providers:read", _ids("provider_id")),
     Route("POST", "/providers/{provider_id}/test", "providers:write", action="provider.test"),

@@ -98,9 +98,6 @@ class RequestRecordOut(_Body):
     completion_tokens: int | None
     attempts: int
     route_id: str | None
-    resource_id: str | None = Field(
-        default=None, description="the provider resource (account) that served; null: none"
-    )
     policy_id: str | None
     cost_micros: int | None
     protocol: str | None
@@ -118,6 +115,9 @@ class RequestRecordOut(_Body):
     price_source: str | None
     client_ip: str | None
     user_agent: str | None
+    resource_id: str | None = Field(
+        default=None, description="the provider resource (account) that served; null: none"
+    )
 
 
 class RequestPage(_Body):
