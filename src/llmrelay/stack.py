@@ -343,8 +343,13 @@ def _executor(registry: ProviderRegistry, snapshots: SnapshotHolder, metrics: Me
         # opened by the failures that had it probed, start closed (the probe just succeeded).
         back = denied[0] - snapshot.denied_providers
         denied[0] = snapshot.denied_providers
-        breakers.forget({route.id for route in every if route.provider.id not in back})
+        kept = {route.id for route in every if route.provider.id not in back}
+        # Resources' breakers (shared by the routes to their provider) stay as they are.
+        accounts = {v.resource.id for r in every for v in r.variants if v.resource is not None}
+        kept.update(f"resource:{account}" for account in accounts)
+        breakers.forget(kept)
         router.latency.forget(routes)
+        executor.resources.forget(accounts)
 
     snapshots.listeners.append(follow)
     executor = Executor(registry, breakers, router)

@@ -75,6 +75,7 @@ async def _side(admin: httpx.AsyncClient, engine: AsyncEngine, slug: str) -> Sid
     key = (await post(f"/projects/{project}/keys", {"name": "web-key"}))["id"]
     outside_key = (await post(f"/projects/{outside}/keys", {"name": "batch-key"}))["id"]
     provider = (await post("/providers", {"slug": "up", "type": "mock"}, tenant_id=tenant))["id"]
+    resource = (await post(f"/providers/{provider}/resources", {"name": "acct"}))["id"]
     model = await post(
         "/models",
         {"name": "chat", "routes": [{"provider": "up", "upstream_model": "x"}]},
@@ -143,6 +144,7 @@ async def _side(admin: httpx.AsyncClient, engine: AsyncEngine, slug: str) -> Sid
         provider_slug="up",
         model=model["id"],
         route=model["routes"][0]["id"],
+        resource=resource,
         policy=policy,
         guardrail=guardrail,
         member=member["id"],

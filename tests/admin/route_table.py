@@ -60,6 +60,7 @@ class Side:
     provider_slug: str
     model: str
     route: str
+    resource: str  # an account of `provider`
     policy: str
     guardrail: str
     member: str  # a viewer of this tenant only
@@ -126,6 +127,7 @@ PARAMS = {
     "provider_id": "provider",
     "model_id": "model",
     "route_id": "route",
+    "resource_id": "resource",
     "policy_id": "policy",
     "guardrail_id": "guardrail",
     "user_id": "member",
@@ -216,6 +218,10 @@ async def _key(world: World, side: Side) -> str:
 async def _provider(world: World, side: Side) -> str:
     body = {"slug": f"up{world.n()}", "type": "mock"}
     return await world.make("/providers", body, tenant_id=side.tenant)
+
+
+async def _resource(world: World, side: Side) -> str:
+    return await world.make(f"/providers/{side.provider}/resources", {"name": f"a{world.n()}"})
 
 
 async def _model(world: World, side: Side) -> str:
@@ -703,7 +709,18 @@ ROUTES: list[Route] = [
                          "headers": {"x-upstream-token": PLANTED_API_KEY}},
            lambda w, s: {"region": f"r{w.n()}", "api_key": PLANTED_API_KEY}, _provider),
     Route("GET", "/providers/{provider_id}/models", "providers:read"),
-    Route("PUT", "/providers/{provider_id}/models", "providers:write",
+    Route("GET", "/providers/{provider_id}/resources", "providers:read"),
+    Route("POST", "/providers/{provider_id}/resources", "providers:write", new=True,
+          body=lambda w, s: {"name": f"a{w.n()}", "api_key": PLANTED_API_KEY},
+          action="provider_resource.create"),
+    Route("GET", "/providers/{provider_id}/resources/{resource_id}", "providers:read"),
+    Route("PATCH", "/providers/{provider_id}/resources/{resource_id}", "providers:write",
+          body=lambda w, s: {"priority": w.n(), "api_key": PLANTED_API_KEY},
+          action="provider_resource.update"),
+    Route("DELETE", "/providers/{provider_id}/resources/{resource_id}", "providers:write",
+          make=_resource, action="provider_resource.delete"),
+    # on a provider of its own: once listed, an inventory binds the routes the others add
+    Route("PUT", "/providers/{provider_id}/models", "providers:write", make=_provider,
           body=lambda w, s: {"models": [f"listed-{w.n()}"]}, action="provider.inventory"),
     _list("/providers/health", "providers:read", _ids("provider_id")),
     Route("POST", "/providers/{provider_id}/test", "providers:write", action="provider.test"),

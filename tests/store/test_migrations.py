@@ -48,7 +48,7 @@ _DROPPED_IN_0010 = {
 #: 0013 durable jobs, 0014 billing and mail, 0015 guardrails, 0016 key predecessors, 0017 key
 #: scopes, 0018 disputes and card refunds, 0019 model affinity, 0020 provider declared_by, 0021
 #: temporary passwords, 0022 shared entries, 0023 stream rescue, 0024 passkeys, 0025 attempt
-#: costs, 0026 codex accounts, 0027 limit counters).
+#: costs, 0026 codex accounts, 0027 limit counters, 0028 provider resources).
 _TABLES_ADDED_AFTER_0010 = {
     "users",
     "memberships",
@@ -79,6 +79,7 @@ _TABLES_ADDED_AFTER_0010 = {
     "limit_leases",
     "limit_spend",
     "limit_replicas",
+    "provider_resources",
 }
 _COLUMNS_ADDED_AFTER_0010 = {
     ("tenants", "require_2fa"),
@@ -100,6 +101,9 @@ _COLUMNS_ADDED_AFTER_0010 = {
     ("request_attempts", "cost_micros"),
     ("providers", "declared_by"),
     ("users", "password_change_required"),
+    ("request_records", "resource_id"),
+    ("request_attempts", "resource_id"),
+    ("usage_rollups", "resource_id"),
     *(
         (table, "version")
         for table in (
@@ -121,9 +125,18 @@ _CONSTRAINTS_ADDED_AFTER_0010 = {
 }
 
 
+#: Unique keys that changed after 0010 (0024: the rollups' key gained `resource_id`).
+_UNIQUE_KEYS_CHANGED_AFTER_0010 = {"uq_usage_rollups_dimensions"}
+
+
 def _added_after_0010(difference: object) -> bool:
     if not isinstance(difference, tuple):
         return False
+    if (
+        difference[0] in ("add_constraint", "remove_constraint")
+        and str(difference[1].name) in _UNIQUE_KEYS_CHANGED_AFTER_0010
+    ):
+        return True
     if difference[0] == "add_table":
         return str(difference[1].name) in _TABLES_ADDED_AFTER_0010
     if (

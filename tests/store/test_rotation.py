@@ -67,6 +67,7 @@ async def test_old_values_are_resealed_once_and_the_generation_moves(
 
     assert [(c.column, c.resealed, c.current) for c in report.columns] == [
         ("providers.credentials_sealed", 1, 1),
+        ("provider_resources.credentials_sealed", 0, 0),  # no provider has resources here
         ("users.totp_secret_sealed", 0, 0),  # no console user has TOTP here
         ("projects.webhook_secret_sealed", 0, 0),  # nor any webhook a secret, nor a job a body
         ("wallets.payment_method_sealed", 0, 0),

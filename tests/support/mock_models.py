@@ -93,9 +93,15 @@ class ModelLists:
     @web.middleware
     async def credentials(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         key = presented_key(request)
-        if key is not None and key in self.upstream.refused_keys:
-            self.upstream.refusals += 1
+        upstream = self.upstream
+        if key is not None and key in upstream.refused_keys:
+            upstream.refusals += 1
             return refusal(request, key)
+        status = None if key is None else upstream.failing_keys.get(key)
+        if key is not None and status is not None:
+            upstream.failed_by_key[key] = upstream.failed_by_key.get(key, 0) + 1
+            message = f"upstream says {status} for this account"
+            return _json({"error": {"message": message, "type": "upstream_test"}}, status)
         return await handler(request)
 
     def _seen(self, request: web.Request) -> web.Response | None:

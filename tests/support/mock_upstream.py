@@ -116,6 +116,11 @@ class MockUpstream:
     #: Credentials refused on every route (a revoked key), and how many requests were.
     refused_keys: set[str] = field(default_factory=set)
     refusals: int = 0
+    #: Credentials answered with a status of their own on every route while listed (an
+    #: account over its quota: 429; an account whose backend fails: 500), and the requests
+    #: each one got (neither kind enters `requests`).
+    failing_keys: dict[str, int] = field(default_factory=dict)
+    failed_by_key: dict[str, int] = field(default_factory=dict)
     #: Upstream models that answer 503 while they are listed here.
     down: set[str] = field(default_factory=set)
     #: Breaker trial calls from the gateway (header x-llmrelay-trial), apart from `requests`.

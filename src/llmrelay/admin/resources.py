@@ -20,6 +20,7 @@ from llmrelay.admin.projects import endpoints as projects
 from llmrelay.admin.providers import codex_endpoints as provider_codex
 from llmrelay.admin.providers import endpoints as providers
 from llmrelay.admin.providers import health_endpoints as provider_health
+from llmrelay.admin.providers import resource_endpoints as provider_resources
 from llmrelay.admin.settings import endpoints as settings
 from llmrelay.admin.webhooks import endpoints as webhooks
 from llmrelay.config.schema import (
@@ -30,6 +31,7 @@ from llmrelay.config.schema import (
     PolicyConfig,
     ProjectConfig,
     ProviderConfig,
+    ResourceConfig,
     RouteConfig,
     RoutingConfig,
 )
@@ -39,6 +41,7 @@ _BODIES: dict[tuple[str, str], tuple[type[BaseModel], tuple[str, ...]]] = {
     ("/projects", "post"): (ProjectConfig, ("keys", "capture")),
     ("/projects/{project_id}/keys", "post"): (KeyConfig, ()),
     ("/providers", "post"): (ProviderConfig, ()),
+    ("/providers/{provider_id}/resources", "post"): (ResourceConfig, ()),
     ("/models", "post"): (ModelConfig, ()),
     ("/models/{model_id}/routes", "post"): (RouteConfig, ()),
     ("/policies", "post"): (PolicyConfig, ()),
@@ -56,6 +59,7 @@ def include(app: FastAPI) -> None:
         provider_health.router,  # before providers: /providers/health is no provider id
         providers.router,
         provider_codex.router,
+        provider_resources.router,
         models.router,
         prices.router,
         policies.router,

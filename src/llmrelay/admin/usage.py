@@ -36,6 +36,8 @@ class Filters:
     key: Name = None
     model: Name = None
     provider: Name = None
+    #: A provider resource's id: only what it served.
+    resource: Name = None
     since: When = None
     until: When = None
 
@@ -74,7 +76,7 @@ async def usage_timeseries(
     filters: Filtered,
     actor: Reader,
     bucket: Literal["hour", "day"] = "hour",
-    group_by: Literal["model", "provider", "project", "key"] | None = None,
+    group_by: Literal["model", "provider", "resource", "project", "key"] | None = None,
 ) -> dict[str, Any]:
     """Per bucket (and group): requests, error rate, tokens, cost, p50/p95 latency and time
     to first byte."""

@@ -24,6 +24,8 @@ from llmrelay.store import rollups
 from llmrelay.store.models import (
     ApiKey,
     Project,
+    Provider,
+    ProviderResource,
     RequestAttempt,
     RequestPayload,
     RequestRecord,
@@ -40,9 +42,12 @@ class UsageFilter:
     provider: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+    resource: str | None = None
 
     def dims(self) -> rollups.Dimensions:
-        return rollups.Dimensions(self.project_ids, self.key_ids, self.model, self.provider)
+        return rollups.Dimensions(
+            self.project_ids, self.key_ids, self.model, self.provider, self.resource
+        )
 
     def where(self) -> list[ColumnElement[bool]]:
         clauses: list[ColumnElement[bool]] = []
@@ -54,6 +59,8 @@ class UsageFilter:
             clauses.append(R.virtual_model == self.model)
         if self.provider is not None:
             clauses.append(R.provider == self.provider)
+        if self.resource is not None:
+            clauses.append(R.resource_id == self.resource)
         if self.since is not None:
             clauses.append(R.created_at >= self.since)
         if self.until is not None:
@@ -78,6 +85,7 @@ async def resolve(
     since: datetime | None,
     until: datetime | None,
     visible: frozenset[str] | None = None,
+    resource: str | None = None,
 ) -> UsageFilter:
     """Names (or ids) to ids; an unknown project or key is a 400 naming the parameter.
     `visible` is the project ids the caller may see (None: all): a project outside them is
@@ -101,7 +109,7 @@ async def resolve(
         key_ids = tuple(row[0] for row in await conn.execute(query))
         if not key_ids:
             raise AdminError(400, f"key: no key named {key!r}", field="key")
-    return UsageFilter(project_ids, key_ids, model, provider, since, until)
+    return UsageFilter(project_ids, key_ids, model, provider, since, until, resource)
 
 
 def _figures(cell: rollups.Cell) -> dict[str, Any]:
@@ -134,6 +142,7 @@ async def summary(conn: AsyncConnection, where: UsageFilter) -> dict[str, Any]:
 GROUP_COLUMNS = {
     "model": "virtual_model",
     "provider": "provider",
+    "resource": "resource_id",
     "project": "project_id",
     "key": "key_id",
 }
@@ -160,7 +169,7 @@ async def timeseries(
         point: dict[str, Any] = {"start": start.isoformat().replace("+00:00", "Z")}
         if group_by:
             point["group"] = names.get(group, group)
-            if group_by in ("project", "key"):
+            if group_by in ("project", "key", "resource"):
                 point["group_id"] = group
         point.update(_figures(cell))
         point["latency_ms"] = _percentiles(cell.latency)
@@ -174,10 +183,18 @@ def _percentiles(bins: list[int]) -> dict[str, float | None]:
 
 
 async def _names(conn: AsyncConnection, group_by: str | None, ids: set[Any]) -> dict[Any, str]:
-    """Display names of project and key groups (records hold their ids)."""
+    """Display names of project, key and resource groups (records hold their ids); a
+    resource's is "PROVIDER_SLUG/NAME"."""
     ids.discard(None)
-    if not ids or group_by not in ("project", "key"):
+    if not ids or group_by not in ("project", "key", "resource"):
         return {}
+    if group_by == "resource":
+        found = await conn.execute(
+            select(ProviderResource.id, Provider.slug, ProviderResource.name)
+            .join(Provider, Provider.id == ProviderResource.provider_id)
+            .where(ProviderResource.id.in_(ids))
+        )
+        return {row.id: f"{row.slug}/{row.name}" for row in found}
     table = Project if group_by == "project" else ApiKey
     rows = await conn.execute(select(table.id, table.name).where(table.id.in_(ids)))
     return {row.id: row.name for row in rows}
@@ -255,6 +272,7 @@ async def one(
             else a.created_at,
             "route_id": a.route_id,
             "provider": a.provider,
+            "resource_id": a.resource_id,
             "upstream_model": a.upstream_model,
             "kind": a.kind,
             "status_code": a.status_code,

@@ -72,7 +72,7 @@ class UsagePoint(_PointHead, UsageFigures):
 
 class UsageSeries(_Body):
     bucket: Literal["hour", "day"]
-    group_by: Literal["model", "provider", "project", "key"] | None
+    group_by: Literal["model", "provider", "resource", "project", "key"] | None
     data: list[UsagePoint]
 
 
@@ -115,6 +115,9 @@ class RequestRecordOut(_Body):
     price_source: str | None
     client_ip: str | None
     user_agent: str | None
+    resource_id: str | None = Field(
+        default=None, description="the provider resource (account) that served; null: none"
+    )
 
 
 class RequestPage(_Body):
@@ -129,6 +132,7 @@ class AttemptOut(_Body):
     created_at: Moment
     route_id: str | None
     provider: str | None
+    resource_id: str | None = None
     upstream_model: str | None
     kind: str = Field(description='"first", "retry" or "fallback"')
     status_code: int | None = Field(description="the provider's status; null without one")

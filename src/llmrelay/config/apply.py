@@ -24,6 +24,7 @@ from llmrelay.admin.kit.problems import ServiceError
 from llmrelay.admin.policies import service as policies_service
 from llmrelay.admin.projects import repository as projects_repository
 from llmrelay.admin.projects import service as projects_service
+from llmrelay.admin.providers import resource_service
 from llmrelay.admin.providers import service as providers_service
 from llmrelay.admin.settings import service as settings_service
 from llmrelay.config.apply_models import upsert_model
@@ -138,7 +139,13 @@ async def _upsert_provider(
         session, tenant_id, config, existing.get(config.slug), sealer
     )
     existing[config.slug] = outcome.row
-    note(result, "provider", config.slug, outcome.created, outcome.changed)
+    changed = outcome.changed
+    if config.resources is not None:
+        await session.flush()  # the resources refer to a new provider by id
+        done = await resource_service.sync_resources(session, outcome.row, config.resources, sealer)
+        if done and not outcome.created:
+            changed = [*changed, "resources"]
+    note(result, "provider", config.slug, outcome.created, changed)
     await providers_service.reprobe_if_changed(session, outcome.row, outcome.changed)
 
 

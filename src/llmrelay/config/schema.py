@@ -8,7 +8,14 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Annotated, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from llmrelay import apikeys
 from llmrelay.apikeys import MIN_KEY_LENGTH
@@ -72,6 +79,45 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class ResourceConfig(_Strict):
+    """One account or credential of a provider (docs/configuration.md, "Provider
+    resources"): tried by `priority` (lower first), then by the route's strategy among those
+    of one priority (`weight` for weighted ones); each has its own health and quota buckets."""
+
+    name: Slug
+    api_key: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    priority: Annotated[int, Field(ge=-INT32_MAX, le=INT32_MAX)] = 0
+    weight: Annotated[float, Field(ge=0)] = 1.0
+    disabled: bool = False
+    #: Requests and tokens per minute this account may use (None: no bucket).
+    rpm: Limit | None = None
+    tpm: Limit | None = None
+
+    @field_validator("api_key")
+    @classmethod
+    def _header_safe(cls, value: str | None) -> str | None:
+        if value is not None and _HEADER_VALUE_FORBIDDEN.search(value):
+            raise ValueError("may not hold a line break or other control character")
+        return value
+
+    @field_validator("headers")
+    @classmethod
+    def _header_names(cls, value: dict[str, str]) -> dict[str, str]:
+        return _check_headers(value)
+
+
+def _check_headers(value: dict[str, str]) -> dict[str, str]:
+    for name, header_value in value.items():
+        if not _HEADER_NAME.fullmatch(name):
+            raise ValueError(f"{name!r} is not a valid header name")
+        if name.lower() in RESERVED_UPSTREAM_HEADERS:
+            raise ValueError(f"header {name!r} is set by the gateway and cannot be overridden")
+        if _HEADER_VALUE_FORBIDDEN.search(header_value):
+            raise ValueError(f"header {name!r} has a control character in its value")
+    return value
+
+
 class ProviderConfig(_Strict):
     slug: Slug
     type: ProviderType
@@ -87,6 +133,10 @@ class ProviderConfig(_Strict):
     region: Label | None = None
     #: A known OpenAI-compatible server (providers/presets.py): default base URL and flags.
     preset: Literal["deepseek", "qwen", "vllm", "ollama"] | None = None
+    #: Several accounts of this provider (each its own credential, health and quotas).
+    #: Left out: the provider's resources are left as they are (the admin API manages
+    #: them); a list, even empty, is the whole set (apply adds, changes and removes).
+    resources: list[ResourceConfig] | None = None
 
     @field_validator("base_url")
     @classmethod
@@ -108,13 +158,13 @@ class ProviderConfig(_Strict):
     @field_validator("headers")
     @classmethod
     def _header_names(cls, value: dict[str, str]) -> dict[str, str]:
-        for name, header_value in value.items():
-            if not _HEADER_NAME.fullmatch(name):
-                raise ValueError(f"{name!r} is not a valid header name")
-            if name.lower() in RESERVED_UPSTREAM_HEADERS:
-                raise ValueError(f"header {name!r} is set by the gateway and cannot be overridden")
-            if _HEADER_VALUE_FORBIDDEN.search(header_value):
-                raise ValueError(f"header {name!r} has a control character in its value")
+        return _check_headers(value)
+
+    @field_validator("resources")
+    @classmethod
+    def _unique_resources(cls, value: list[ResourceConfig] | None) -> list[ResourceConfig] | None:
+        if value is not None:
+            _unique_names([resource.name for resource in value])
         return value
 
     @model_validator(mode="after")
@@ -198,7 +248,9 @@ class PricingConfig(_Strict):
 class ModelConfig(_Strict):
     name: ModelName
     strategy: Strategy = Strategy.PRIORITY
-    routes: Annotated[list[RouteConfig], Field(min_length=1)]
+    #: At least one, except where a draft is validated (a model whose last route was
+    #: removed: validation context {"draft": True}; docs/configuration.md, "Model directory").
+    routes: list[RouteConfig]
     retry: RetryConfig = Field(default_factory=RetryConfig)
     deadline_s: PositiveSeconds = 300.0
     fallbacks: list[ModelName] = Field(default_factory=list)
@@ -210,6 +262,13 @@ class ModelConfig(_Strict):
     #: continued from another route that can take the text sent as a prefill (docs/api.md,
     #: "Mid-stream rescue"). Off by default: the relay then keeps no copy of the text.
     stream_rescue: bool = False
+
+    @field_validator("routes")
+    @classmethod
+    def _some_route(cls, value: list[RouteConfig], info: ValidationInfo) -> list[RouteConfig]:
+        if not value and not (info.context or {}).get("draft"):
+            raise ValueError("List should have at least 1 item after validation, not 0")
+        return value
 
     @model_validator(mode="after")
     def _no_self_fallback(self) -> Self:

@@ -73,6 +73,7 @@ RECORD_COLUMNS: Final = (
     "price_source",
     "client_ip",
     "user_agent",
+    "resource_id",
 )
 
 #: The order of the attempt rows a record carries (see CallRecord.log_attempt).
@@ -87,6 +88,7 @@ ATTEMPT_COLUMNS: Final = (
     "status_code",
     "outcome",
     "latency_ms",
+    "resource_id",
     "input_tokens",
     "output_tokens",
     "cost_micros",
@@ -140,6 +142,7 @@ class CallRecord:
         "provider_type",
         "request_id",
         "reserved",
+        "resource_id",
         "route_id",
         "started",
         "status_code",
@@ -191,6 +194,8 @@ class CallRecord:
         #: one, and rows for the attempts table once an attempt failed (see log_attempt).
         self.attempts = 0
         self.route_id: str | None = None
+        #: The provider resource (account) of the last attempt; None without resources.
+        self.resource_id: str | None = None
         self.attempt_log: list[tuple[Any, ...]] | None = None
         #: The route whose in-flight count this call holds (strategy load_balance).
         self.counted_route: str | None = None
@@ -266,6 +271,7 @@ class CallRecord:
                 status,
                 outcome,
                 latency_ms,
+                self.resource_id,
                 None,
                 None,
                 None,
@@ -393,6 +399,7 @@ class CallRecord:
             cost.source,
             self.client_ip,
             self.user_agent,
+            self.resource_id,
         )
 
     def used_tokens(self) -> int | None:

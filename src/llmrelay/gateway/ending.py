@@ -49,6 +49,9 @@ def end_call(runtime: Runtime, record: CallRecord) -> None:
         None if ttfb is None else ttfb / 1000.0,
     )
     usage = record.usage
+    resource_id = record.resource_id
+    if resource_id is not None and usage is not None:  # the resource's tpm bucket
+        runtime.executor.resources.spend_tokens(resource_id, usage.total)
     if usage is not None:
         stats.observe_usage(
             model,

@@ -38,6 +38,7 @@ from llmrelay.gateway.errors import (
     UpstreamFailed,
     UpstreamTimeout,
 )
+from llmrelay.gateway.resources import ResourcePicker
 from llmrelay.gateway.trials import BreakerTrials
 from llmrelay.protocols.openai import upstream_error_message
 from llmrelay.protocols.translation import TranslationError
@@ -195,6 +196,8 @@ class Executor:
         self.on_credentials_refused: Callable[[str], None] | None = None
         #: Sends the breakers' trials when their cooldowns end (stack.py sets it).
         self.trials: BreakerTrials | None = None
+        #: Which provider resource each attempt uses, and their quota buckets.
+        self.resources = ResourcePicker()
 
     def usable(self, route_id: str) -> bool:
         """Whether a route's breaker is closed (a session is kept only on a healthy route)."""
@@ -222,10 +225,13 @@ class Executor:
         last: GatewayError | None = None
         cooling: list[float] = []
         hint: float | None = None  # the last Retry-After a provider sent
-        for route in routes:
-            ticket = self.breakers.admit(route.id)
+        # A provider with resources: its routes' attempts go to its resources in turn
+        # (gateway/resources.py), each judged by its resource's breaker (`breaker_key`).
+        targets = self.resources.targets(routes, strategy, record) if model.resourced else routes
+        for route in targets:
+            ticket = self.breakers.admit(route.breaker_key)
             if ticket is None:
-                cooling.append(self.breakers.retry_after(route.id) or 1.0)
+                cooling.append(self.breakers.retry_after(route.breaker_key) or 1.0)
                 continue
             attempt = 1
             while True:
@@ -255,7 +261,7 @@ class Executor:
                     hint = again.wait_s if again.wait_s is not None else hint
                     if attempt >= model.retry_attempts:
                         break
-                    if self.breakers.state(route.id) != "closed":
+                    if self.breakers.state(route.breaker_key) != "closed":
                         break  # a failed trial, or the failure that opened it: move on at once
                     wait = again.wait_s
                     if wait is None:
@@ -263,7 +269,7 @@ class Executor:
                     if self.clock() + wait >= deadline_at:
                         break  # a wait past the deadline (a long Retry-After): the next route
                     await asyncio.sleep(wait)
-                    ticket = self.breakers.admit(route.id)  # it may have opened meanwhile
+                    ticket = self.breakers.admit(route.breaker_key)  # it may have opened meanwhile
                     if ticket is None:
                         break
                     attempt += 1

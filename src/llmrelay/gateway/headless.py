@@ -186,6 +186,7 @@ class Headless:
             )
             hooked = Executor(registry, executor.breakers, executor.router)
             hooked.affinity = executor.affinity  # the bindings the replicas share
+            hooked.resources = executor.resources  # the accounts' quota buckets
             runtime = dataclasses.replace(runtime, executor=hooked)
         call = ModelCall(
             runtime,

@@ -1,5 +1,5 @@
 """The database limiter: replicas on one PostgreSQL database and no Redis admit against the
-same counters (tables of migration 0024), so a limit is not multiplied by the replicas.
+same counters (tables of migration 0027), so a limit is not multiplied by the replicas.
 
 An admission is one call of the stored function `llmrelay_limits_admit`, atomic under
 advisory locks on the request's scopes: it checks every limit of every scope as the Redis

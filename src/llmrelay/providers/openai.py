@@ -24,16 +24,19 @@ class OpenAIAdapter:
     protocol = "openai"
 
     def __init__(self) -> None:
-        #: provider id -> (the ProviderSnap it was built from, its fixed request headers)
+        #: provider (or provider resource) id -> (the ProviderSnap it was built from, its
+        #: fixed request headers)
         self._fixed: dict[str, tuple[ProviderSnap, dict[str, str]]] = {}
 
     def _fixed_headers(self, provider: ProviderSnap) -> dict[str, str]:
-        """Headers every request to this provider carries, built once per snapshot."""
-        held = self._fixed.get(provider.id)
+        """Headers every request to this provider carries, built once per snapshot (and
+        per resource: each account calls with its own credential)."""
+        key = provider.resource_id or provider.id
+        held = self._fixed.get(key)
         if held is not None and held[0] is provider:
             return held[1]
         headers = fixed_headers(provider)
-        self._fixed[provider.id] = (provider, headers)
+        self._fixed[key] = (provider, headers)
         return headers
 
     def build_request(

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from llmrelay.guardrails.policy import Guard
 from llmrelay.metering.cost import Price
+from llmrelay.snapshot import resources
 from llmrelay.snapshot.guardrails import GuardrailsError, load_guards
 from llmrelay.snapshot.model import (
     BreakerSettings,
@@ -43,6 +44,7 @@ from llmrelay.store.models import (
     PriceVersion,
     Project,
     Provider,
+    ProviderResource,
     Route,
     RoutingPolicy,
     Tenant,
@@ -74,16 +76,24 @@ async def build_snapshot(session: AsyncSession, sealer: Sealer) -> Snapshot:
             select(ProviderHealth.provider_id).where(ProviderHealth.status == UNAVAILABLE)
         )
     )
+    # Accounts (resources): without any row this costs one query that finds nothing.
+    exhausted = resources.attach(providers, await session.scalars(select(ProviderResource)), sealer)
     routes_by_model: dict[str, list[RouteSnap]] = defaultdict(list)
     for route in await session.scalars(select(Route)):
-        routes_by_model[route.model_id].append(_route(route, providers, denied))
+        routes_by_model[route.model_id].append(_route(route, providers, denied, exhausted))
     price_rows = list(await session.scalars(select(PriceVersion)))
     now = utcnow()
     prices = _prices_in_force(price_rows, now)
     scheduled = [row.effective_from for row in price_rows if row.effective_from > now]
 
     models: dict[str, dict[str, ModelSnap]] = defaultdict(dict)
-    for model in await session.scalars(select(VirtualModel)):
+    model_rows = list(await session.scalars(select(VirtualModel)))
+    # A model without routes is a draft: kept in the directory, never served, and left out
+    # of the fallbacks that name it (docs/configuration.md, "Model directory").
+    drafts = {(m.tenant_id, m.name) for m in model_rows if m.id not in routes_by_model}
+    for model in model_rows:
+        if (model.tenant_id, model.name) in drafts:
+            continue
         routes = sorted(routes_by_model.get(model.id, ()), key=lambda r: (r.priority, r.position))
         models[model.tenant_id][model.name] = ModelSnap(
             id=model.id,
@@ -94,8 +104,10 @@ async def build_snapshot(session: AsyncSession, sealer: Sealer) -> Snapshot:
             retry_attempts=model.retry_attempts,
             retry_backoff_ms=model.retry_backoff_ms,
             deadline_s=model.deadline_s,
-            fallbacks=tuple(model.fallbacks),
-            context_fallbacks=tuple(model.context_fallbacks),
+            fallbacks=tuple(n for n in model.fallbacks if (model.tenant_id, n) not in drafts),
+            context_fallbacks=tuple(
+                n for n in model.context_fallbacks if (model.tenant_id, n) not in drafts
+            ),
             embedding=model.embedding,
             price=prices.get(model.id),
             created=int(model.created_at.timestamp()),
@@ -207,24 +219,32 @@ def provider_snap(row: Provider, sealer: Sealer) -> ProviderSnap:
     )
 
 
-def _route(row: Route, providers: dict[str, ProviderSnap], denied: frozenset[str]) -> RouteSnap:
+def _route(
+    row: Route,
+    providers: dict[str, ProviderSnap],
+    denied: frozenset[str],
+    exhausted: frozenset[str],
+) -> RouteSnap:
+    """A route row as requests see it; built disabled when its provider is denied, or has
+    resources and every one of them is disabled."""
     provider = providers.get(row.provider_id)
     if provider is None:
         raise SnapshotError(f"route {row.id} names a missing provider {row.provider_id}")
     unavailable = row.provider_id in denied
-    return RouteSnap(
+    route = RouteSnap(
         id=row.id,
         provider=provider,
         upstream_model=row.upstream_model,
         priority=row.priority,
         weight=row.weight,
         tag=row.tag,
-        disabled=row.disabled or unavailable,
+        disabled=row.disabled or unavailable or row.provider_id in exhausted,
         position=row.position,
         capabilities=_capabilities(row.capabilities),
         price=_route_price(row.id, row.pricing),
         denied=unavailable,
     )
+    return resources.with_variants(route)
 
 
 def _capabilities(stored: dict[str, Any] | None) -> Capabilities | None:

@@ -32,6 +32,31 @@ class ProviderSnap:
     #: Its base URL was set by a tenant's admin, not the operator: the outbound address
     #: policy for tenants applies to every connection made to it (outbound/).
     tenant_declared: bool = False
+    #: Its accounts (provider resources) that are not disabled, by (priority, position);
+    #: empty: the provider's own credential is its one implicit resource.
+    resources: tuple[ResourceSnap, ...] = ()
+    #: Set on the copy a resource calls with (ResourceSnap.provider): that resource's id.
+    resource_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceSnap:
+    """One account of a provider: its own credential, health (the breaker keyed
+    `breaker_key`), priority and quota buckets (gateway/resources.py)."""
+
+    id: str
+    name: str
+    priority: int
+    weight: float
+    #: Requests and tokens per minute (None: no bucket).
+    rpm: int | None
+    tpm: int | None
+    #: The provider as this account calls it: the account's api_key and headers.
+    provider: ProviderSnap
+
+    @property
+    def breaker_key(self) -> str:
+        return "resource:" + self.id
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +89,18 @@ class RouteSnap:
     #: Its provider's health probe found it unavailable (the snapshot's denylist): left out
     #: of routing like a disabled route (`disabled` is set too) until a probe succeeds.
     denied: bool = False
+    #: The provider resource this attempt target uses (set on `variants` only).
+    resource: ResourceSnap | None = None
+    #: One copy of this route per resource of its provider, by resource priority, each
+    #: calling with its resource's credential; empty without resources.
+    variants: tuple[RouteSnap, ...] = ()
+    #: The breaker that judges it: the route's own (its id), or its resource's.
+    breaker_key: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.breaker_key:
+            key = self.id if self.resource is None else self.resource.breaker_key
+            object.__setattr__(self, "breaker_key", key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +130,8 @@ class ModelSnap:
     #: Sticky routing acts: it is on and there is more than one route to choose from (else
     #: a request derives no conversation key at all).
     sticky: bool = field(init=False, compare=False, repr=False)
+    #: Some enabled route's provider has resources (else attempts go to routes as they are).
+    resourced: bool = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         enabled = tuple(r for r in self.routes if not r.disabled)
@@ -100,6 +139,7 @@ class ModelSnap:
         aware = any(r.capabilities is not None for r in enabled)
         object.__setattr__(self, "capability_aware", aware)
         object.__setattr__(self, "sticky", self.affinity_ttl_s is not None and len(enabled) > 1)
+        object.__setattr__(self, "resourced", any(r.variants for r in enabled))
 
 
 @dataclass(frozen=True, slots=True)

@@ -194,6 +194,35 @@ class Provider(Versioned, Timestamped, Base):
     )
 
 
+class ProviderResource(Versioned, Timestamped, Base):
+    """One account or credential of a provider (migration 0028): a provider with resources
+    sends each attempt with one of them, chosen by priority, then by the route's strategy,
+    each with its own health (a breaker of its own) and quota buckets. A provider without
+    any uses its own credential, as it always did (gateway/resources.py)."""
+
+    __tablename__ = "provider_resources"
+    __table_args__ = (UniqueConstraint("provider_id", "name"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    provider_id: Mapped[str] = mapped_column(
+        ForeignKey("providers.id", ondelete="CASCADE"), index=True
+    )
+    name: Mapped[str] = mapped_column(String(64))
+    #: AES-GCM sealed JSON {"api_key": ..., "headers": {...}} under the resource's own id,
+    #: as a provider's (store/credentials.py).
+    credentials_sealed: Mapped[str | None] = mapped_column(Text)
+    credentials_key_id: Mapped[str | None] = mapped_column(String(16))
+    api_key_last_four: Mapped[str | None] = mapped_column(String(4))
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    weight: Mapped[float] = mapped_column(Float, default=1.0)
+    #: An administrator's switch: a disabled resource is never tried, whatever its health.
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: Its quota buckets: requests and tokens per minute (None: no bucket).
+    rpm: Mapped[int | None] = mapped_column(Integer)
+    tpm: Mapped[int | None] = mapped_column(Integer)
+    position: Mapped[int] = mapped_column(Integer, default=0)
+
+
 class VirtualModel(Versioned, Timestamped, Base):
     __tablename__ = "virtual_models"
     __table_args__ = (UniqueConstraint("tenant_id", "name"),)
@@ -346,6 +375,8 @@ class RequestRecord(Base):
     price_source: Mapped[str | None] = mapped_column(String(16))
     client_ip: Mapped[str | None] = mapped_column(String(64))
     user_agent: Mapped[str | None] = mapped_column(String(200))
+    #: The provider resource (account) that answered last; None without resources (0028).
+    resource_id: Mapped[str | None] = mapped_column(String(32))
 
 
 class RequestAttempt(Base):
@@ -376,6 +407,8 @@ class RequestAttempt(Base):
     input_tokens: Mapped[int | None] = mapped_column(Integer)
     output_tokens: Mapped[int | None] = mapped_column(Integer)
     cost_micros: Mapped[int | None] = mapped_column(BigInteger)
+    #: The provider resource the attempt used (None without resources; 0028).
+    resource_id: Mapped[str | None] = mapped_column(String(32))
 
 
 class RequestPayload(Base):
@@ -419,6 +452,7 @@ class UsageRollup(Base):
             "key_id",
             "virtual_model",
             "provider",
+            "resource_id",
             name="uq_usage_rollups_dimensions",
         ),
         Index("ix_usage_rollups_project_id_hour", "project_id", "hour"),
@@ -432,6 +466,8 @@ class UsageRollup(Base):
     key_id: Mapped[str] = mapped_column(String(32))
     virtual_model: Mapped[str] = mapped_column(String(200))
     provider: Mapped[str] = mapped_column(String(64))
+    #: The provider resource ('' for none; migration 0028).
+    resource_id: Mapped[str] = mapped_column(String(32), server_default="")
     requests: Mapped[int] = mapped_column(BigInteger)
     errors: Mapped[int] = mapped_column(BigInteger)
     estimated: Mapped[int] = mapped_column(BigInteger)

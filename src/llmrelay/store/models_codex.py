@@ -1,4 +1,4 @@
-"""ChatGPT accounts signed in for `openai_codex` providers (migration 0024). On
+"""ChatGPT accounts signed in for `openai_codex` providers (migration 0026). On
 store/models.py's `Base`, so one metadata holds the whole schema.
 
 One row per signed-in account, keyed by its own id and tied to its provider: today a provider

@@ -1,5 +1,5 @@
 """The limits' counters in PostgreSQL, for replicas that share a database but no Redis
-(migration 0024; limits/postgres.py). The admission and settle are stored functions of the
+(migration 0027; limits/postgres.py). The admission and settle are stored functions of the
 same migration, so each is one round trip and atomic. On store/models.py's `Base`, so one
 metadata holds the whole schema (the tables exist on SQLite too, unused there)."""
 

@@ -34,7 +34,7 @@ from llmrelay.store.models import RequestRecord, UsageRollup, UsageRollupDirty
 log = structlog.get_logger(__name__)
 
 HOUR = timedelta(hours=1)
-DIMENSIONS = ("tenant_id", "project_id", "key_id", "virtual_model", "provider")
+DIMENSIONS = ("tenant_id", "project_id", "key_id", "virtual_model", "provider", "resource_id")
 SUMS = (
     "requests",
     "errors",
@@ -255,6 +255,7 @@ class Dimensions:
     key_ids: tuple[str, ...] | None = None
     model: str | None = None
     provider: str | None = None
+    resource_id: str | None = None
 
     def on(self, table: Any) -> list[ColumnElement[bool]]:
         clauses: list[ColumnElement[bool]] = []
@@ -266,6 +267,8 @@ class Dimensions:
             clauses.append(table.virtual_model == self.model)
         if self.provider is not None:
             clauses.append(table.provider == self.provider)
+        if self.resource_id is not None:
+            clauses.append(table.resource_id == self.resource_id)
         return clauses
 
 

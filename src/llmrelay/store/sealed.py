@@ -50,6 +50,14 @@ SEALED_COLUMNS: tuple[SealedColumn, ...] = (
         context=context_is_id,
         key_id_column="credentials_key_id",
     ),
+    # Provider resources' credentials, the same JSON under the resource's id (0024).
+    SealedColumn(
+        table="provider_resources",
+        id_column="id",
+        sealed_column="credentials_sealed",
+        context=context_is_id,
+        key_id_column="credentials_key_id",
+    ),
     # Console users' TOTP secrets, sealed by admin/identity/service.py (context: the user id).
     SealedColumn(
         table="users",

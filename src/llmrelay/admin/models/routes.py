@@ -1,7 +1,12 @@
 """The rules of routes, shared by the admin API and `llmrelay apply`: RouteConfig's
 validation (provider slug, upstream model, priority, weight >= 0, tag, capabilities, route
 pricing), the provider must exist in the model's tenant, one route per (provider, upstream
-model) in a model, and a model keeps at least one route."""
+model) in a model, and the upstream model must be in the provider's inventory when it has one
+(inventory.py).
+
+A model whose last route is removed stays in the directory as a draft: not served (the
+snapshot leaves it out, and the fallbacks that name it skip it), not deleted; a new route
+makes it served again."""
 
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from llmrelay.admin.kit import lookups
 from llmrelay.admin.kit.problems import Conflict, Invalid, from_validation
 from llmrelay.admin.kit.rows import assign, micros_to_usd, touch, usd_to_micros
-from llmrelay.admin.models import repository
+from llmrelay.admin.models import inventory, repository
 from llmrelay.config.schema import RouteConfig
 from llmrelay.store.models import Provider, Route, VirtualModel, new_id
 
@@ -126,6 +131,7 @@ async def _check_unique(
 async def add_route(session: AsyncSession, model: VirtualModel, config: RouteConfig) -> Route:
     """A new route, after the model's others (strategy fixed tries it last)."""
     provider = await _provider(session, model, config.provider)
+    inventory.check(provider, config.upstream_model)
     await _check_unique(session, model, provider.id, config.upstream_model, None)
     existing = await repository.routes(session, model.id)
     position = max((r.position for r in existing), default=-1) + 1
@@ -148,6 +154,8 @@ async def update_route(
     slugs = await repository.provider_slugs(session, model.tenant_id)
     config = parse({**route_config(row, slugs[row.provider_id]), **changes})
     provider = await _provider(session, model, config.provider)
+    if (provider.id, config.upstream_model) != (row.provider_id, row.upstream_model):
+        inventory.check(provider, config.upstream_model)
     await _check_unique(session, model, provider.id, config.upstream_model, row.id)
     values = route_values(config, row.position)
     values.update(provider_id=provider.id, upstream_model=config.upstream_model)
@@ -159,8 +167,7 @@ async def update_route(
 
 
 async def delete_route(session: AsyncSession, model: VirtualModel, row: Route) -> None:
-    if len(await repository.routes(session, model.id)) <= 1:
-        raise Conflict("a model keeps at least one route (delete the model instead)")
+    """The last one too: the model becomes a draft."""
     await session.delete(row)
     touch(model)
     await session.flush()

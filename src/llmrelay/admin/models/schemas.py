@@ -67,6 +67,9 @@ class ModelOut(BaseModel):
     embedding: bool
     affinity: Affinity
     stream_rescue: bool
+    #: "served", or "draft": no route left (its last one was removed); kept in the
+    #: directory, not served, until a route is added.
+    status: str
     routes: list[RouteOut]
     #: The price version in force (null: none).
     price: PriceOut | None
@@ -147,6 +150,7 @@ def model_out(
         embedding=row.embedding,
         affinity=Affinity(enabled=row.affinity_enabled, ttl_s=row.affinity_ttl_s),
         stream_rescue=row.stream_rescue,
+        status="served" if routes else "draft",
         routes=[route_out(r, slugs) for r in routes],
         price=next((p for p in listed if p.in_force), None),
         version=row.version,

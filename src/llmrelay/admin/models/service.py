@@ -16,16 +16,18 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from llmrelay.admin.kit import lookups
 from llmrelay.admin.kit.problems import Conflict, Invalid, from_problems, from_validation
 from llmrelay.admin.kit.rows import Outcome, assign, touch
-from llmrelay.admin.models import repository, routes
+from llmrelay.admin.models import inventory, repository, routes
 from llmrelay.admin.prices import service as prices
 from llmrelay.config.loader import check_references
 from llmrelay.config.schema import GatewayConfig, ModelConfig
 from llmrelay.store.models import Provider, VirtualModel, new_id
 
 
-def parse(data: Mapping[str, Any]) -> ModelConfig:
+def parse(data: Mapping[str, Any], *, draft: bool = False) -> ModelConfig:
+    """`draft`: a model without routes passes (a change to a draft that leaves its routes
+    out); anywhere else a model needs one."""
     try:
-        return ModelConfig.model_validate(dict(data))
+        return ModelConfig.model_validate(dict(data), context={"draft": draft})
     except ValidationError as exc:
         raise from_validation(exc) from None
 
@@ -86,6 +88,7 @@ async def create_model(session: AsyncSession, tenant_id: str, config: ModelConfi
     if await repository.by_name(session, tenant_id, config.name) is not None:
         raise Conflict(f"name: a model named {config.name!r} exists", "name")
     providers = await lookups.providers_by_slug(session, tenant_id)
+    inventory.check_routes(config.routes, providers)
     return (await upsert_model(session, tenant_id, config, None, providers)).row
 
 
@@ -115,12 +118,14 @@ async def update_model(
     the file); `pricing`, when given, adds a price version from now if it differs."""
     if "name" in changes and changes["name"] != row.name:
         raise Invalid("name: a model's name cannot change (clients and allowlists use it)", "name")
-    config = parse({**await current_config(session, row), **changes})
+    config = parse({**await current_config(session, row), **changes}, draft="routes" not in changes)
     await check(session, row.tenant_id, config)
     changed = assign(row, _values(config))
     await session.flush()
     if "routes" in changes:
         providers = await lookups.providers_by_slug(session, row.tenant_id)
+        kept = {(r.provider_id, r.upstream_model) for r in await repository.routes(session, row.id)}
+        inventory.check_routes(config.routes, providers, kept)
         if await routes.sync_routes(session, row, config.routes, providers):
             changed.append("routes")
     if config.pricing is not None and await prices.sync_price(session, row, config.pricing):

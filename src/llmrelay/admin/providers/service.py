@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from llmrelay.admin.kit.problems import AddressRefused, Conflict, Invalid, from_validation
 from llmrelay.admin.kit.rows import Outcome, assign
-from llmrelay.admin.providers import repository
+from llmrelay.admin.providers import repository, resource_service
 from llmrelay.config.schema import ProviderConfig
 from llmrelay.jobs import queue
 from llmrelay.jobs.keys import probe_key
@@ -134,6 +134,8 @@ async def create_provider(
     await admit_base_url(config.effective_base_url, declared_by, policies or OutboundPolicies())
     row = upsert_provider(session, tenant_id, config, None, sealer, declared_by).row
     await session.flush()
+    if config.resources is not None:
+        await resource_service.sync_resources(session, row, config.resources, sealer)
     return row
 
 
@@ -192,6 +194,11 @@ async def update_provider(
         if wanted != stored or not readable:
             _seal(row, wanted, sealer)
             changed.append("credentials")
+    # `resources` given: the whole set, as apply does.
+    if config.resources is not None and await resource_service.sync_resources(
+        session, row, config.resources, sealer
+    ):
+        changed.append("resources")
     await reprobe_if_changed(session, row, changed)
     await session.flush()
     return changed

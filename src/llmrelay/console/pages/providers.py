@@ -117,6 +117,7 @@ async def detail(
 ) -> Response:
     provider = await found.read(f"/providers/{provider_id}")
     inventory = await found.admin.get(f"/providers/{provider_id}/models")
+    resources = await found.admin.get(f"/providers/{provider_id}/resources")
     job_id = extra.pop("job_id", None) or found.request.query_params.get("job")
     job = None
     if job_id:
@@ -141,6 +142,7 @@ async def detail(
         job=job,
         form=form,
         inventory=inventory.body if inventory.ok else None,
+        resources=resources.body["data"] if resources.ok else [],
         presets=PRESETS,
         **extra,
     )
