@@ -24,6 +24,8 @@ PYTHON=docker.io/library/python:3.11-slim-bookworm
 
 say() { printf '[base-images %s] %s\n' "$(date -u +%T)" "$*"; }
 have() { [ -z "${FORCE:-}" ] && podman image exists "$1"; }
+# quiet: a build's messages less apt's note that it has no apt-utils (every apt run says it).
+quiet() { grep -v '^debconf: delaying package configuration' >&2 || true; }
 timed() {  # timed NAME COMMAND...: run it, then say how long it took
   local started=$SECONDS name=$1
   shift
@@ -43,6 +45,9 @@ default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
 runtime = "runc"
 cgroup_manager = "cgroupfs"
 events_logger = "file"
+[network]
+# Debian's podman package also ships a CNI config: say which backend, whatever is found.
+network_backend = "netavark"
 EOF
   say "wrote /etc/containers/containers.conf"
 }
@@ -76,7 +81,7 @@ Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 EOF
   rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
-  tar --numeric-owner -C "$root" -c . | podman import --change 'CMD ["bash"]' - "$DEBIAN" >/dev/null
+  tar --numeric-owner -C "$root" -c . | podman import -q --change 'CMD ["bash"]' - "$DEBIAN" >/dev/null
   podman tag "$DEBIAN" docker.io/library/debian:12
   rm -rf "$root"
 }
@@ -92,18 +97,18 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 CMD ["python3"]
 EOF
-  podman build -q --format docker -t "$PYTHON" "$WORK/python" >/dev/null
+  podman build -q --format docker -t "$PYTHON" "$WORK/python" 2>&1 >/dev/null | quiet
 }
 
 step_standins() {
   local name
   if ! have localhost/llmrelay-ci/standins-base:latest; then
     podman build -q --format docker -t localhost/llmrelay-ci/standins-base:latest \
-      "$HERE/standins/base" >/dev/null
+      "$HERE/standins/base" 2>&1 >/dev/null | quiet
   fi
   for name in postgres:16 redis:7 nginx:1.27; do
     have "docker.io/library/$name" && continue
-    podman build -q --format docker -t "docker.io/library/$name" "$HERE/standins/${name%%:*}" >/dev/null
+    podman build -q --format docker -t "docker.io/library/$name" "$HERE/standins/${name%%:*}" 2>&1 >/dev/null | quiet
   done
 }
 
