@@ -81,13 +81,15 @@ mode_of() { podman exec "$1" stat -c '%a' "$2"; }
 APPLIED=0
 apply() {
   local out
+  APPLIED=""
   if out=$(podman exec -i "$2" llmrelay apply /dev/stdin 2>&1); then
     pass "$1"
     APPLIED=$(printf '%s\n' "$out" | sed -n 's/.*config generation \([0-9]*\).*/\1/p' | tail -1)
     printf '%s\n' "$out" | grep -E 'config_signal' | cut -c1-200 | sed 's/^/      apply: /'
   else
     fail "$1"
-    printf '%s\n' "$out" | tail -5 | sed 's/^/      /'
+    # (the last lines of the output, less the frame of a rich traceback)
+    printf '%s\n' "$out" | grep -v '^[│╭╰]' | tail -8 | sed 's/^/      /'
   fi
 }
 # readyz_field CONTAINER EXPRESSION: a Python expression of `r`, a replica's own /readyz
@@ -336,6 +338,13 @@ replicas() {
   local migrate
   migrate=$(containers "$project" migrate)
   check "replicas: migrate ran once and exited 0" test "$(podman wait "$migrate")" = 0
+  # The slow upstream joins the stack's network now, before the replicas: each container
+  # that joins makes podman's DNS server (aardvark-dns) reload, and a name looked up at that
+  # moment may not resolve (the first `apply` failed so: "Name or service not known").
+  local network
+  network=$(podman inspect "$pg" --format '{{range $name, $_ := .NetworkSettings.Networks}}{{$name}}{{end}}')
+  podman run -d --name "$project-slow" --network "$network" --network-alias slow \
+    --entrypoint python "$IMAGE" -c "$SLOW_UPSTREAM" >/dev/null
   "${compose[@]}" up -d --no-deps llmrelay worker >/dev/null 2>&1
   local -a replica
   mapfile -t replica < <(containers "$project" llmrelay)
@@ -356,21 +365,24 @@ replicas() {
       within 60 listening "$r"
   done
 
-  local network
-  network=$(podman inspect "${replica[0]}" --format '{{range $name, $_ := .NetworkSettings.Networks}}{{$name}}{{end}}')
-  podman run -d --name "$project-slow" --network "$network" --network-alias slow \
-    --entrypoint python "$IMAGE" -c "$SLOW_UPSTREAM" >/dev/null
+  # nginx joined the network last: every name the replicas use resolves again before the
+  # first `apply` (which connects to PostgreSQL and Redis by name) runs in one of them.
+  check "replicas: postgres, redis and slow resolve inside ${replica[0]} within 30 s" \
+    within 30 podman exec "${replica[0]}" python -c \
+    'import socket; [socket.getaddrinfo(name, None) for name in ("postgres", "redis", "slow")]'
   local began=$SECONDS
   replicas_config "{name: smoke, key: $key}" \
     | apply "replicas: llmrelay apply (mock and slow providers, models, a key)" "${replica[0]}"
   # Both replicas serve the applied generation before the first request through nginx
   # (either may get it): waited for, with room for the 30 s poll should the signal be lost
   # (then the note says so, and the apply's output above says why).
-  for r in "${replica[@]}"; do
-    check "replicas: $r serves config generation $APPLIED within 45 s" \
-      within 45 serves "$r" "$APPLIED"
-  done
-  note "both replicas served generation $APPLIED $((SECONDS - began)) s after the apply began"
+  if [ -n "$APPLIED" ]; then
+    for r in "${replica[@]}"; do
+      check "replicas: $r serves config generation $APPLIED within 45 s" \
+        within 45 serves "$r" "$APPLIED"
+    done
+    note "both replicas served generation $APPLIED $((SECONDS - began)) s after the apply began"
+  fi
   check "replicas: a chat request through nginx" \
     within 30 bash -c "$(declare -f chat); chat $url $key smoke false | grep -q '\"content\":\"smoke test\"'"
   failed_since "$failures" && note "answer: $(chat "$url" "$key" smoke false | head -c 300)"
