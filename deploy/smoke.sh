@@ -17,22 +17,38 @@
 #           replica with an open stream.
 #
 # Needs: podman (Debian 12: 4.3, with runc), podman-compose, curl, python3. The base images
-# (python:3.11-slim-bookworm, debian:bookworm-slim) come from Debian's own packages on machines
-# with no registry: CONTAINERS names the folder with build-image.sh and standins/ (the shared
-# recipe); build-image.sh runs when the base image is missing. Everything runs under the
-# projects llmrelay-smoke-single and llmrelay-smoke-replicas and is removed at the end
-# (KEEP=1 keeps a stack up for a look). Prints PASS/FAIL per check; exits 1 if one failed.
+# (python:3.11-slim-bookworm, debian:bookworm-slim) and the stand-ins come from Debian's own
+# packages on machines with no registry: .ci/containers/base-images.sh makes those missing
+# (CONTAINERS names another folder with base-images.sh and standins/). Everything runs under
+# the projects llmrelay-smoke-single and llmrelay-smoke-replicas and is removed at the end
+# (KEEP=1 keeps a stack up for a look). Prints PASS/FAIL per check and, when a check of a
+# stack failed, the state and the last log lines of each of its containers; ends with the
+# failed checks' names and exits 1 if one failed. .ci/run runs it (.ci/image).
 set -uo pipefail
 shopt -s lastpipe  # `... | apply` records its check in this shell
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-CONTAINERS=${CONTAINERS:-$REPO/../shared/containers}
-[ -d "$CONTAINERS" ] || CONTAINERS=/work/shared/containers
-PORT=${SMOKE_PORT:-18480}
+CONTAINERS=${CONTAINERS:-$REPO/.ci/containers}
+# The host port of the stacks (nginx's, or the single gateway's): a free one above the
+# blocks the test suite's workers take ports from (tests/support/ports.py), which may run
+# at the same time (.ci/run).
+PORT=${SMOKE_PORT:-$(python3 -c 'import random, socket
+for port in random.sample(range(30000, 32000), 2000):
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        print(port)
+        break')}
 IMAGE=${IMAGE:-llmrelay:latest}
 FAILED=0
+FAILURES=()  # the names of the failed checks, for the summary at the end
 
+# podman 4.3 without systemd says on every start and stop that it cannot set up the health
+# check timers (nothing runs them here: `podman healthcheck run` does): noise, left out.
+podman() { command podman "$@" 2> >(grep -v 'unable to get systemd connection' >&2); }
 pass() { printf 'PASS  %s\n' "$*"; }
-fail() { printf 'FAIL  %s\n' "$*"; FAILED=1; }
+fail() { printf 'FAIL  %s\n' "$*"; FAILED=1; FAILURES+=("$*"); }
 # check NAME COMMAND...: PASS when the command succeeds.
 check() { local name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
 note() { printf '....  %s\n' "$*"; }
@@ -59,15 +75,38 @@ chat() {  # chat URL KEY MODEL STREAM -> the answer's body
 mode_of() { podman exec "$1" stat -c '%a' "$2"; }
 # apply CHECK CONTAINER < YAML: `llmrelay apply` inside a container of the stack, a check
 # (its output shown when it fails).
+# (APPLIED: the config generation it made, for waiting on the replicas; its output's lines
+# about the config signal are shown: a publish that failed is the first suspect when a
+# replica is late.)
+APPLIED=0
 apply() {
   local out
+  APPLIED=""
   if out=$(podman exec -i "$2" llmrelay apply /dev/stdin 2>&1); then
     pass "$1"
+    APPLIED=$(printf '%s\n' "$out" | sed -n 's/.*config generation \([0-9]*\).*/\1/p' | tail -1)
+    printf '%s\n' "$out" | grep -E 'config_signal' | cut -c1-200 | sed 's/^/      apply: /'
   else
     fail "$1"
-    printf '%s\n' "$out" | tail -5 | sed 's/^/      /'
+    # (the last lines of the output, less the frame of a rich traceback)
+    printf '%s\n' "$out" | grep -v '^[│╭╰]' | tail -8 | sed 's/^/      /'
   fi
 }
+# readyz_field CONTAINER EXPRESSION: a Python expression of `r`, a replica's own /readyz
+# (asked at its address on the stack's network, not through nginx).
+readyz_field() {
+  local ip
+  ip=$(podman inspect "$1" --format '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}')
+  curl -sS --max-time 5 "http://$ip:8080/readyz" \
+    | python3 -c "import json, sys; r = json.load(sys.stdin); print($2)"
+}
+# listening CONTAINER: its config signal line to Redis is open.
+listening() {
+  test "$(readyz_field "$1" 'r["config_signal"]["transport"] + ":" + r["config_signal"]["state"]')" \
+    = redis:listening
+}
+# serves CONTAINER GENERATION: it serves that config generation (or a later one).
+serves() { test "$(readyz_field "$1" 'r.get("snapshot_generation", -1)')" -ge "$2"; }
 # down COMPOSE...: the stack's containers with their anonymous volumes (the images' VOLUMEs,
 # which podman-compose's `down -v` leaves), its named volumes, then its network (which it
 # leaves too, and another stack's network may want the same subnet).
@@ -81,22 +120,42 @@ down() {
   podman network rm -f "${project}_default" >/dev/null 2>&1 || true
 }
 
+# logs PROJECT: each container of the stack, its state and its last log lines (a check of
+# the stack failed: what the containers said is the first thing to read).
+logs() {
+  local name
+  printf '....  the containers of %s, their state and last 40 log lines:\n' "$1"
+  podman ps -a --filter "label=com.docker.compose.project=$1" \
+    --format '      {{.Names}}  {{.Status}}  {{.Image}}'
+  for name in $(podman ps -a --filter "label=com.docker.compose.project=$1" --format '{{.Names}}' | sort); do
+    printf '      --- %s\n' "$name"
+    podman logs --tail 40 "$name" 2>&1 | sed 's/^/      | /'
+  done
+}
+# failed_since N: a check failed since the count of failures was N.
+failed_since() { [ "${#FAILURES[@]}" -gt "$1" ]; }
+
 build() {
   local ca=() started=$SECONDS
   if ! podman image exists docker.io/library/python:3.11-slim-bookworm; then
-    note "no base image: the shared recipe builds it (and the image): $CONTAINERS/build-image.sh"
-    bash "$CONTAINERS/build-image.sh" "$REPO" || { fail "build: the shared recipe"; return; }
-  else
-    # Behind a TLS-intercepting proxy pip in the build needs the host's CA bundle.
-    if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
-      printf '[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n' > "${TMPDIR:-/tmp}/llmrelay-pip-ca.conf"
-      ca=(-v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro
-          -v "${TMPDIR:-/tmp}/llmrelay-pip-ca.conf:/etc/pip.conf:ro")
-    fi
-    podman build --format docker "${ca[@]}" -f "$REPO/deploy/Dockerfile" -t "$IMAGE" "$REPO" \
-      || { fail "build: podman build"; return; }
+    note "no base image: $CONTAINERS/base-images.sh makes it from Debian's packages"
+    bash "$CONTAINERS/base-images.sh" engine debian python || { fail "build: the base images"; return; }
+    note "base images took $((SECONDS - started)) s"
   fi
-  note "build took $((SECONDS - started)) s"
+  # Behind a TLS-intercepting proxy pip in the build needs the host's CA bundle.
+  if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
+    printf '[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n' > "${TMPDIR:-/tmp}/llmrelay-pip-ca.conf"
+    ca=(-v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro
+        -v "${TMPDIR:-/tmp}/llmrelay-pip-ca.conf:/etc/pip.conf:ro")
+  fi
+  local built=$SECONDS log="${TMPDIR:-/tmp}/llmrelay-smoke-build.log"
+  # The build's own output (long) goes to a file, shown (its end) when the build fails.
+  if ! podman build --format docker "${ca[@]}" -f "$REPO/deploy/Dockerfile" -t "$IMAGE" "$REPO" >"$log" 2>&1; then
+    fail "build: podman build (its last lines below; all of it in $log)"
+    tail -40 "$log" | sed 's/^/      /'
+    return
+  fi
+  note "podman build took $((SECONDS - built)) s ($(grep -c 'Using cache' "$log") steps cached; output in $log)"
   local size
   size=$(podman image inspect "$IMAGE" --format '{{.Size}}')
   note "image size: $((size / 1000000)) MB ($size bytes; podman image inspect)"
@@ -142,7 +201,8 @@ single() {
   LLMRELAY_SECRET_KEY=$(secret) LLMRELAY_ADMIN_TOKEN=$(secret)
   local compose=(podman-compose -p "$project" -f "$REPO/deploy/compose.single.yaml")
   down "${compose[@]}"
-  "${compose[@]}" up -d >/dev/null 2>&1 || { fail "single: up"; return; }
+  local failures=${#FAILURES[@]} out
+  out=$("${compose[@]}" up -d 2>&1) || { fail "single: up"; printf '%s\n' "$out" | tail -20; logs "$project"; return; }
   local c
   c=$(containers "$project" llmrelay)
   check "single: /readyz on port $PORT within 60 s" within 60 ready "$url"
@@ -164,6 +224,7 @@ EOF
   note "single: $(podman exec "$c" sh -c 'stat -c "%a %U:%G %n" /var/lib/llmrelay /var/lib/llmrelay/*' | tr '\n' ';')"
   podman stop -t 90 "$c" >/dev/null
   check "single: SIGTERM: exit code 0" test "$(podman inspect "$c" --format '{{.State.ExitCode}}')" = 0
+  failed_since "$failures" && logs "$project"
   [ -n "${KEEP:-}" ] || down "${compose[@]}"
 }
 
@@ -240,9 +301,9 @@ standins() {
   local name
   for name in postgres:16 redis:7 nginx:1.27; do
     podman image exists "docker.io/library/$name" && continue
-    note "building the stand-in for $name"
-    podman build --format docker -t "docker.io/library/$name" "$CONTAINERS/standins/${name%%:*}" \
-      >/dev/null || fail "stand-in image $name"
+    note "building the stand-ins for PostgreSQL, Redis and nginx: $CONTAINERS/base-images.sh standins"
+    bash "$CONTAINERS/base-images.sh" standins || fail "the stand-in images"
+    return
   done
 }
 
@@ -264,7 +325,9 @@ replicas() {
 
   # In stages: podman-compose 1.x starts a service without waiting for its dependencies'
   # health conditions.
-  "${compose[@]}" up -d --no-deps postgres redis >/dev/null 2>&1 || { fail "replicas: up databases"; return; }
+  local failures=${#FAILURES[@]} out
+  out=$("${compose[@]}" up -d --no-deps postgres redis 2>&1) \
+    || { fail "replicas: up databases"; printf '%s\n' "$out" | tail -20; logs "$project"; return; }
   local pg redis
   pg=$(containers "$project" postgres) redis=$(containers "$project" redis)
   check "replicas: PostgreSQL healthy within 90 s" within 90 podman healthcheck run "$pg"
@@ -275,6 +338,13 @@ replicas() {
   local migrate
   migrate=$(containers "$project" migrate)
   check "replicas: migrate ran once and exited 0" test "$(podman wait "$migrate")" = 0
+  # The slow upstream joins the stack's network now, before the replicas: each container
+  # that joins makes podman's DNS server (aardvark-dns) reload, and a name looked up at that
+  # moment may not resolve (the first `apply` failed so: "Name or service not known").
+  local network
+  network=$(podman inspect "$pg" --format '{{range $name, $_ := .NetworkSettings.Networks}}{{$name}}{{end}}')
+  podman run -d --name "$project-slow" --network "$network" --network-alias slow \
+    --entrypoint python "$IMAGE" -c "$SLOW_UPSTREAM" >/dev/null
   "${compose[@]}" up -d --no-deps llmrelay worker >/dev/null 2>&1
   local -a replica
   mapfile -t replica < <(containers "$project" llmrelay)
@@ -288,26 +358,40 @@ replicas() {
   done
   "${compose[@]}" up -d --no-deps nginx >/dev/null 2>&1
   check "replicas: /readyz through nginx within 60 s" within 60 ready "$url"
+  # Healthy is not yet listening: the config signal's line to Redis opens after the first
+  # snapshot loads. Every check of a change below waits for it (the replica's own /readyz).
+  for r in "${replica[@]}"; do
+    check "replicas: $r listens to the config signal on Redis (its /readyz) within 60 s" \
+      within 60 listening "$r"
+  done
 
-  local network
-  network=$(podman inspect "${replica[0]}" --format '{{range $name, $_ := .NetworkSettings.Networks}}{{$name}}{{end}}')
-  podman run -d --name "$project-slow" --network "$network" --network-alias slow \
-    --entrypoint python "$IMAGE" -c "$SLOW_UPSTREAM" >/dev/null
+  # nginx joined the network last: every name the replicas use resolves again before the
+  # first `apply` (which connects to PostgreSQL and Redis by name) runs in one of them.
+  check "replicas: postgres, redis and slow resolve inside ${replica[0]} within 30 s" \
+    within 30 podman exec "${replica[0]}" python -c \
+    'import socket; [socket.getaddrinfo(name, None) for name in ("postgres", "redis", "slow")]'
+  local began=$SECONDS
   replicas_config "{name: smoke, key: $key}" \
     | apply "replicas: llmrelay apply (mock and slow providers, models, a key)" "${replica[0]}"
+  # Both replicas serve the applied generation before the first request through nginx
+  # (either may get it): waited for, with room for the 30 s poll should the signal be lost
+  # (then the note says so, and the apply's output above says why).
+  if [ -n "$APPLIED" ]; then
+    for r in "${replica[@]}"; do
+      check "replicas: $r serves config generation $APPLIED within 45 s" \
+        within 45 serves "$r" "$APPLIED"
+    done
+    note "both replicas served generation $APPLIED $((SECONDS - began)) s after the apply began"
+  fi
   check "replicas: a chat request through nginx" \
-    within 10 bash -c "$(declare -f chat); chat $url $key smoke false | grep -q '\"content\":\"smoke test\"'"
-  [ "$FAILED" = 0 ] || note "answer: $(chat "$url" "$key" smoke false | head -c 300)"
+    within 30 bash -c "$(declare -f chat); chat $url $key smoke false | grep -q '\"content\":\"smoke test\"'"
+  failed_since "$failures" && note "answer: $(chat "$url" "$key" smoke false | head -c 300)"
   check "replicas: a stream through nginx ends with [DONE]" \
     bash -c "$(declare -f chat); chat $url $key smoke true | grep -q 'data: \[DONE\]'"
 
   # A change made on one replica reaches both within 2 s: the Redis signal, not the poll.
   check "replicas: the replicas poll every 30 s only (the override)" \
     test "$(podman exec "${replica[0]}" printenv LLMRELAY_SNAPSHOT_POLL_S)" = 30
-  for r in "${replica[@]}"; do
-    check "replicas: $r listens to the config signal on Redis" \
-      bash -c "podman logs $r 2>&1 | grep config_signal_listening | grep -q '\"transport\": \"redis\"'"
-  done
   local watch0 watch1 applied seen0 seen1
   watch0=$(mktemp) watch1=$(mktemp)
   podman exec "${replica[0]}" python -c "$WATCH_KEY" "$key2" >"$watch0" &
@@ -376,6 +460,7 @@ replicas() {
   rm -f "$stream"
   podman start "${replica[1]}" >/dev/null
 
+  failed_since "$failures" && { logs "$project"; podman logs --tail 40 "$project-slow" 2>&1 | sed 's/^/      slow | /'; }
   if [ -z "${KEEP:-}" ]; then
     podman rm -f "$project-slow" >/dev/null 2>&1
     down "${compose[@]}"
@@ -393,4 +478,10 @@ for step in "${steps[@]}"; do
     *) echo "usage: $0 [build] [single] [replicas]" >&2; exit 2 ;;
   esac
 done
+if [ "$FAILED" = 0 ]; then
+  echo "deploy/smoke.sh ${steps[*]}: every check passed"
+else
+  echo "deploy/smoke.sh ${steps[*]}: ${#FAILURES[@]} check(s) failed:"
+  printf '  FAIL  %s\n' "${FAILURES[@]}"
+fi
 exit "$FAILED"
