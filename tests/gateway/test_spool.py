@@ -58,7 +58,22 @@ ROWS: list[Row] = [
     ("req-3", 1_733_000_002.0, "", None, True, -7, -2.5e10, math.pi, "\u2028\x00"),
 ]
 ATTEMPTS: list[Row] = [
-    ("req-2", 1, 1_733_000_001.25, None, "up", "m", "first", 503, "err", 3.5, "resource-1", None, None, None),
+    (
+        "req-2",
+        1,
+        1_733_000_001.25,
+        None,
+        "up",
+        "m",
+        "first",
+        503,
+        "err",
+        3.5,
+        "resource-1",
+        None,
+        None,
+        None,
+    ),
     ("req-2", 2, 1_733_000_002.5, None, "up", "m", "fallback", 200, "ok", 1.5, None, 7, 2, 15),
 ]
 
