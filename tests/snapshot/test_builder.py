@@ -2,11 +2,13 @@
 
 import asyncio
 import dataclasses
+import threading
 import time
 from datetime import timedelta
+from typing import Any
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import event, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay import apikeys
@@ -15,7 +17,7 @@ from llmrelay.snapshot.holder import SnapshotHolder
 from llmrelay.snapshot.model import Capabilities, Snapshot
 from llmrelay.store.bootstrap import bump_generation
 from llmrelay.store.crypto import Sealer
-from llmrelay.store.db import session_factory
+from llmrelay.store.db import create_engine, session_factory
 from llmrelay.store.models import GatewaySetting, PriceVersion, Provider, VirtualModel
 from llmrelay.store.types import utcnow
 from tests.config.test_apply import CAPABLE, CAPTURE_YAML, SEALER, _apply
@@ -213,3 +215,59 @@ async def test_a_keys_capture_mode_reaches_the_snapshot(engine: AsyncEngine) -> 
     snapshot = (await _holder(engine)).current
     captures = {key.name: key.capture for key in snapshot.keys_by_digest.values()}
     assert captures == {"plain": False, "full": True, "inherits": True, "opts-out": False}
+
+
+@pytest.mark.postgres
+async def test_a_snapshot_sees_one_state_while_a_config_is_applied(
+    postgres_engine: AsyncEngine, postgres_url: str
+) -> None:
+    """A replica building its snapshot while another process applies a config that adds a
+    provider and a route to it: the build reads the providers, then the apply commits, then
+    the build reads the routes. It must see one state (this failed at start-up with "route
+    names a missing provider" before the build read under REPEATABLE READ)."""
+    await _apply(postgres_engine, GOOD)
+    grown = GOOD.replace(
+        "models:\n",
+        "  - {slug: extra, type: openai_compatible, base_url: 'http://127.0.0.1:9/v1'}\nmodels:\n",
+        1,
+    ).replace(
+        "      - {provider: local, upstream_model: llama, priority: 1}\n",
+        "      - {provider: local, upstream_model: llama, priority: 1}\n"
+        "      - {provider: extra, upstream_model: x, priority: 2}\n",
+        1,
+    )
+
+    def apply_elsewhere() -> None:
+        async def run() -> None:
+            other = create_engine(postgres_url)
+            try:
+                await _apply(other, grown)
+            finally:
+                await other.dispose()
+
+        asyncio.run(run())
+
+    applied: list[str] = []
+
+    def between_queries(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if "FROM routes" in statement and not applied:
+            applied.append(statement)
+            worker = threading.Thread(target=apply_elsewhere)
+            worker.start()
+            worker.join(timeout=120)
+            assert not worker.is_alive()
+
+    event.listen(postgres_engine.sync_engine, "before_cursor_execute", between_queries)
+    try:
+        snapshot = (await _holder(postgres_engine)).current
+    finally:
+        event.remove(postgres_engine.sync_engine, "before_cursor_execute", between_queries)
+    assert applied, "the apply did not run between the build's queries"
+    tenant = next(iter(snapshot.keys_by_digest.values())).tenant_id
+    model = snapshot.model(tenant, "chat-fast")
+    assert model is not None
+    assert [r.provider.slug for r in model.routes] == ["openai-main", "local"]  # the old state
+    holder = await _holder(postgres_engine)
+    model = holder.current.model(tenant, "chat-fast")
+    assert model is not None
+    assert [r.provider.slug for r in model.routes] == ["openai-main", "local", "extra"]

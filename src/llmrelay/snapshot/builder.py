@@ -68,6 +68,12 @@ class SnapshotError(RuntimeError):
 
 
 async def build_snapshot(session: AsyncSession, sealer: Sealer) -> Snapshot:
+    bind = session.bind
+    if bind is not None and bind.dialect.name == "postgresql":
+        # Every query below must see one state of the config: under READ COMMITTED, a
+        # replica starting while another applies a config saw the new routes but not yet
+        # their new providers, and refused to start ("names a missing provider").
+        await session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
     generation = await current_generation(session)
     providers = {p.id: provider_snap(p, sealer) for p in await session.scalars(select(Provider))}
     # The denylist: a sparse table (a row only while a provider is unhealthy), one small query.
