@@ -69,12 +69,12 @@ ATTEMPTS: list[Row] = [
         503,
         "err",
         3.5,
+        None,
+        None,
+        None,
         "resource-1",
-        None,
-        None,
-        None,
     ),
-    ("req-2", 2, 1_733_000_002.5, None, "up", "m", "fallback", 200, "ok", 1.5, None, 7, 2, 15),
+    ("req-2", 2, 1_733_000_002.5, None, "up", "m", "fallback", 200, "ok", 1.5, 7, 2, 15, None),
 ]
 
 

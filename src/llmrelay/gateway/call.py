@@ -88,11 +88,23 @@ ATTEMPT_COLUMNS: Final = (
     "status_code",
     "outcome",
     "latency_ms",
-    "resource_id",
     "input_tokens",
     "output_tokens",
     "cost_micros",
+    "resource_id",
 )
+#: Where an attempt row's usage and cost begin (input_tokens, output_tokens, cost_micros):
+#: the columns are in the table's order, which the record writers check.
+_ATTEMPT_USAGE_AT: Final = ATTEMPT_COLUMNS.index("input_tokens")
+
+
+def _attempt_with_usage(
+    row: tuple[Any, ...], prompt: int | None, output: int | None, cost_micros: int
+) -> tuple[Any, ...]:
+    """The attempt row with what the attempt used and cost."""
+    at = _ATTEMPT_USAGE_AT
+    return (*row[:at], prompt, output, cost_micros, *row[at + 3 :])
+
 
 #: The order of a guardrail hit row (gateway/guard.py makes them); the recorder inserts them
 #: into `guardrail_hits` in this order, with the record they belong to.
@@ -271,10 +283,10 @@ class CallRecord:
                 status,
                 outcome,
                 latency_ms,
+                None,
+                None,
+                None,
                 self.resource_id,
-                None,
-                None,
-                None,
             )
         )
 
@@ -288,7 +300,9 @@ class CallRecord:
         cost = cost_of(usage, self._price())
         self.log_attempt(kind, status, outcome, latency_ms)
         assert self.attempt_log is not None
-        self.attempt_log[-1] = (*self.attempt_log[-1][:-3], usage.prompt, usage.output, cost.total)
+        self.attempt_log[-1] = _attempt_with_usage(
+            self.attempt_log[-1], usage.prompt, usage.output, cost.total
+        )
         earlier = self.earlier
         if earlier is not None:
             usage, cost = plus(earlier[0], usage), cost_plus(earlier[1], cost)
@@ -346,7 +360,7 @@ class CallRecord:
             usage = None if usage is None else minus(usage, earlier[0])
             total -= earlier[1].total
         if usage is not None:
-            log[-1] = (*log[-1][:-3], usage.prompt, usage.output, total)
+            log[-1] = _attempt_with_usage(log[-1], usage.prompt, usage.output, total)
 
     def row(self, latency_ms: float) -> tuple[Any, ...]:
         """The record in RECORD_COLUMNS order; `created_at` is a Unix timestamp here.
