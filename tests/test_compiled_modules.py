@@ -101,6 +101,30 @@ def test_no_class_attribute_on_a_class_extending_an_uncompiled_one() -> None:
     assert found == []
 
 
+def test_no_interpreted_class_extends_a_compiled_one() -> None:
+    """mypyc refuses it at import ("interpreted classes cannot inherit from compiled"), and
+    only in the compiled build: the limiter on PostgreSQL did so and passed every test run
+    from the sources. A module with such a class is compiled too."""
+    compiled = set(COMPILED)
+    found = []
+    for path in sorted((SRC / "llmrelay").rglob("*.py")):
+        module = ".".join(path.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
+        if module in compiled:
+            continue
+        tree = ast.parse(path.read_text())
+        imported = {
+            alias.asname or alias.name: node.module
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module
+            for alias in node.names
+        }
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            origins = [imported.get(ast.unparse(base).split(".")[0]) for base in cls.bases]
+            if any(origin in compiled for origin in origins):
+                found.append(f"{module}.{cls.name}")
+    assert found == []
+
+
 #: Module constants the tests replace (monkeypatch): compiled code reads a `Final` from a C
 #: static the module's attribute no longer reaches.
 _PATCHED = {"CHECKPOINT_ROWS", "LOCKED_WAIT_S", "MAX_QUEUED_PAYLOAD_BYTES"}

@@ -61,6 +61,7 @@ COMPILED = (
     "llmrelay.limits.base",
     "llmrelay.limits.estimate",
     "llmrelay.limits.local",
+    "llmrelay.limits.postgres",
     "llmrelay.limits.redis",
     "llmrelay.limits.resilient",
     "llmrelay.limits.resp",
