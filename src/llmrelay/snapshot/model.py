@@ -127,8 +127,9 @@ class ModelSnap:
     enabled_routes: tuple[RouteSnap, ...] = field(init=False, compare=False, repr=False)
     #: Whether any route declares capabilities (else requests are not examined for them).
     capability_aware: bool = field(init=False, compare=False, repr=False)
-    #: Sticky routing acts: it is on and there is more than one route to choose from (else
-    #: a request derives no conversation key at all).
+    #: Sticky routing acts: it is on and there is more than one route, or more than one
+    #: account of a route's openai_codex provider (conversations stick to its account), to
+    #: choose from (else a request derives no conversation key at all).
     sticky: bool = field(init=False, compare=False, repr=False)
     #: Some enabled route's provider has resources (else attempts go to routes as they are).
     resourced: bool = field(init=False, compare=False, repr=False)
@@ -138,7 +139,10 @@ class ModelSnap:
         object.__setattr__(self, "enabled_routes", enabled)
         aware = any(r.capabilities is not None for r in enabled)
         object.__setattr__(self, "capability_aware", aware)
-        object.__setattr__(self, "sticky", self.affinity_ttl_s is not None and len(enabled) > 1)
+        choices = len(enabled) > 1 or any(
+            len(r.variants) > 1 and r.provider.type == "openai_codex" for r in enabled
+        )
+        object.__setattr__(self, "sticky", self.affinity_ttl_s is not None and choices)
         object.__setattr__(self, "resourced", any(r.variants for r in enabled))
 
 
