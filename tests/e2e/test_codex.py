@@ -185,6 +185,35 @@ def test_a_response(signed_in: None, codex: MockCodex, client: openai.OpenAI) ->
     assert body["model"] == "gpt-5-codex"
 
 
+def test_responses_are_stored_by_the_gateway(
+    signed_in: None, codex: MockCodex, client: openai.OpenAI
+) -> None:
+    """The backend keeps nothing: the gateway keeps a codex Response (read back by id, and
+    continued from `previous_response_id` by sending the conversation whole, item ids left
+    out, `store` still false upstream)."""
+    first = client.responses.create(model="codex", input="remember the owl")
+    assert first.id.startswith("resp_") and not first.id.startswith("resp_codex")
+    read = client.responses.retrieve(first.id)
+    assert read.id == first.id and read.output_text == "remember the owl"
+    second = client.responses.create(
+        model="codex", input="and the fox", previous_response_id=first.id
+    )
+    assert second.output_text == "and the fox"
+    body = codex.backend_calls("/responses")[-1][2]
+    assert body["store"] is False and "previous_response_id" not in body
+    sent = body["input"]
+    assert sent[0] == {"type": "message", "role": "user", "content": "remember the owl"}
+    assert sent[1]["type"] == "message" and sent[1]["role"] == "assistant"
+    assert "id" not in sent[1]  # the backend stored no item to name
+    assert sent[1]["content"][0]["text"] == "remember the owl"
+    assert sent[2] == {"type": "message", "role": "user", "content": "and the fox"}
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve("resp_never_given_out")
+    unstored = client.responses.create(model="codex", input="forget me", store=False)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(unstored.id)
+
+
 def test_a_streamed_response(signed_in: None, client: openai.OpenAI) -> None:
     with client.responses.stream(model="codex", input="stream me please") as stream:
         kinds = [event.type for event in stream]

@@ -2,8 +2,9 @@
 (`base_url`, by default https://chatgpt.com/backend-api/codex).
 
 The backend speaks OpenAI's Responses wire format with its own terms, as the Codex CLI meets
-them: it stores nothing (`store` is always false, so `previous_response_id` cannot continue
-a response: clients send the whole input, as Codex does) and it answers only as a stream. A
+them: it stores nothing (`store` is always false: the gateway keeps the responses itself and
+sends a continued conversation whole, gateway/responses.py; input items go without their
+`id`s) and it answers only as a stream. A
 client that did not ask for a stream gets the stream's final `response.completed` response
 as its JSON answer (`CompletedFromStream`). `/responses/compact` answers plain JSON.
 
@@ -69,6 +70,9 @@ class OpenAICodexAdapter:
         translate = None
         if operation is Operation.RESPONSES:
             body["store"] = False
+            given = payload.get("input")
+            if isinstance(given, list):
+                body["input"] = without_item_ids(given)
             if payload.get("stream") is not True:
                 translate = CompletedFromStream
             body["stream"] = True
@@ -79,6 +83,18 @@ class OpenAICodexAdapter:
             body=orjson.dumps(body),
             translate=translate,
         )
+
+
+def without_item_ids(items: list[Any]) -> list[Any]:
+    """Input items without their `id`s: the backend keeps no items, so an id (of an output
+    item sent back, as a conversation the gateway stored is) names nothing there and is
+    refused; the Codex CLI sends its history without them too."""
+    return [
+        {k: v for k, v in item.items() if k != "id"}
+        if isinstance(item, dict) and "id" in item
+        else item
+        for item in items
+    ]
 
 
 class CompletedFromStream:
