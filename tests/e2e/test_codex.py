@@ -6,6 +6,7 @@ and an account at its usage limit skipped until its reset."""
 
 from __future__ import annotations
 
+import base64
 import re
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import openai
 import pytest
 
 from tests.support.gateway_process import GatewayProcess
-from tests.support.mock_codex import MockCodex
+from tests.support.mock_codex import PNG, MockCodex
 
 KEY = "e2e-codex-key-0123456789"
 ADMIN = "e2e-codex-admin-token-0123456789"
@@ -34,6 +35,8 @@ providers:
 models:
   - name: codex
     routes: [{{provider: codex, upstream_model: gpt-5-codex}}]
+  - name: codex-gpt-image-2
+    routes: [{{provider: codex, upstream_model: gpt-image-2}}]
   - name: codex-or-spare
     routes:
       - {{provider: codex, upstream_model: gpt-5-codex, priority: 0}}
@@ -63,14 +66,14 @@ def gateway(codex: MockCodex, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 @pytest.fixture(scope="module")
 def client(gateway: GatewayProcess) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(api_key=KEY, base_url=gateway.base_url, max_retries=0, timeout=30) as c:
+    with openai.OpenAI(api_key=KEY, base_url=gateway.base_url, max_retries=0, timeout=120) as c:
         yield c
 
 
 @pytest.fixture(scope="module")
 def admin(gateway: GatewayProcess) -> Iterator[httpx.Client]:
     headers = {"authorization": f"Bearer {ADMIN}"}
-    with httpx.Client(base_url=f"{gateway.url}/api/admin", headers=headers, timeout=30) as c:
+    with httpx.Client(base_url=f"{gateway.url}/api/admin", headers=headers, timeout=120) as c:
         yield c
 
 
@@ -212,6 +215,41 @@ def test_responses_are_stored_by_the_gateway(
     unstored = client.responses.create(model="codex", input="forget me", store=False)
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(unstored.id)
+
+
+def test_the_subscription_image_model(
+    signed_in: None, codex: MockCodex, client: openai.OpenAI
+) -> None:
+    """`codex-gpt-image-2` is an image model: POST /v1/images/generations, sent to the
+    backend as the Codex CLI generates images (a Responses call forcing the image_generation
+    tool, its model the route's `gpt-image-2`), answered as the Images API; chat and
+    Responses refuse it, and the images endpoint refuses a text model."""
+    drawn = client.images.generate(
+        model="codex-gpt-image-2", prompt="an owl at dusk", size="1024x1536", quality="high"
+    )
+    assert drawn.data is not None and len(drawn.data) == 1
+    assert base64.b64decode(drawn.data[0].b64_json or "") == PNG
+    assert drawn.data[0].revised_prompt == "an owl at dusk, as drawn by gpt-image-2"
+    assert drawn.size == "1024x1536" and drawn.quality == "high"
+    assert drawn.usage is not None and drawn.usage.total_tokens > 0
+    _, headers, body = codex.backend_calls("/responses")[-1]
+    assert headers["chatgpt-account-id"] == codex.account_id
+    assert body["tools"] == [
+        {"type": "image_generation", "model": "gpt-image-2", "size": "1024x1536", "quality": "high"}
+    ]
+    assert body["tool_choice"] == {"type": "image_generation"}
+    assert body["model"] != "gpt-image-2" and body["stream"] is True and body["store"] is False
+    with pytest.raises(openai.BadRequestError) as chat:
+        client.responses.create(model="codex-gpt-image-2", input="hello")
+    assert "image model" in str(chat.value.message) and "/v1/images/generations" in str(
+        chat.value.message
+    )
+    with pytest.raises(openai.BadRequestError) as text_model:
+        client.images.generate(model="codex", prompt="an owl")
+    assert "not an image model" in str(text_model.value.message)
+    with pytest.raises(openai.BadRequestError) as several:
+        client.images.generate(model="codex-gpt-image-2", prompt="owls", n=2)
+    assert several.value.body["param"] == "n"  # type: ignore[index]
 
 
 def test_a_streamed_response(signed_in: None, client: openai.OpenAI) -> None:

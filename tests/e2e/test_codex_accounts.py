@@ -64,14 +64,14 @@ def gateway(codex: MockCodex, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 @pytest.fixture(scope="module")
 def client(gateway: GatewayProcess) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(api_key=KEY, base_url=gateway.base_url, max_retries=0, timeout=30) as c:
+    with openai.OpenAI(api_key=KEY, base_url=gateway.base_url, max_retries=0, timeout=120) as c:
         yield c
 
 
 @pytest.fixture(scope="module")
 def admin(gateway: GatewayProcess) -> Iterator[httpx.Client]:
     headers = {"authorization": f"Bearer {ADMIN}"}
-    with httpx.Client(base_url=f"{gateway.url}/api/admin", headers=headers, timeout=30) as c:
+    with httpx.Client(base_url=f"{gateway.url}/api/admin", headers=headers, timeout=120) as c:
         yield c
 
 

@@ -40,6 +40,10 @@ from tests.support.mock_responses import _input_text, _response
 from tests.support.ports import free_port
 
 CLIENT_ID = "app_EMoamEEZ73f0CkXaXp7hrann"
+#: The image the stand-in draws: a 1x1 PNG.
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
 _SEQUENCE = itertools.count(1)
 
 
@@ -290,6 +294,10 @@ class MockCodex:
         )
         await stream.prepare(request)
         started = {**done, "status": "in_progress", "output": [], "usage": None}
+        tools = body.get("tools") or []
+        drawing = next((t for t in tools if t.get("type") == "image_generation"), None)
+        if drawing is not None:  # the image tool (what the Codex CLI's image generation is)
+            return await self._image(request, stream, done, started, drawing, text)
         item = done["output"][0]
         part = item["content"][0]
         at = {"item_id": item["id"], "output_index": 0, "content_index": 0}
@@ -300,6 +308,42 @@ class MockCodex:
             ("response.output_text.delta", {**at, "delta": text}),
             ("response.output_text.done", {**at, "text": text}),
             ("response.content_part.done", {**at, "part": part}),
+            ("response.output_item.done", {"output_index": 0, "item": item}),
+            ("response.completed", {"response": done}),
+        ):
+            data = orjson.dumps({"type": kind, **fields})
+            await stream.write(b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n")
+        await stream.write_eof()
+        return stream
+
+    async def _image(
+        self,
+        request: web.Request,
+        stream: web.StreamResponse,
+        done: dict[str, Any],
+        started: dict[str, Any],
+        tool: dict[str, Any],
+        prompt: str,
+    ) -> web.StreamResponse:
+        item = {
+            "type": "image_generation_call",
+            "id": f"ig_codex{next(_SEQUENCE):06d}",
+            "status": "completed",
+            "result": base64.b64encode(PNG).decode(),
+            "revised_prompt": f"{prompt}, as drawn by {tool.get('model')}",
+            "size": tool.get("size") or "1024x1024",
+            "quality": tool.get("quality") or "medium",
+            "background": tool.get("background") or "opaque",
+            "output_format": tool.get("output_format") or "png",
+        }
+        done = {**done, "output": [item]}
+        for kind, fields in (
+            ("response.created", {"response": started}),
+            ("response.output_item.added", {"output_index": 0, "item": {**item, "result": None}}),
+            (
+                "response.image_generation_call.completed",
+                {"output_index": 0, "item_id": item["id"]},
+            ),
             ("response.output_item.done", {"output_index": 0, "item": item}),
             ("response.completed", {"response": done}),
         ):

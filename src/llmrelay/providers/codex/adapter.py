@@ -12,7 +12,9 @@ Headers: the Codex CLI's `originator` and `OpenAI-Beta: responses=experimental`,
 conversation's `session_id` (the request's `prompt_cache_key`, which Codex sets to its
 session) so the backend's prompt cache follows the conversation. The credentials
 (`authorization`, `chatgpt-account-id`) are added by the transport (transport.py), which
-holds the account. Chat, Messages and embeddings are not served: the next route is tried.
+holds the account. Image generation (the virtual model `codex-gpt-image-2`) is a Responses
+call with the image tool (images.py). Chat, Messages and embeddings are not served: the next
+route is tried.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from llmrelay.providers.base import (
     UpstreamRequest,
     UpstreamResponse,
 )
+from llmrelay.providers.codex.images import ImagesFromStream, image_request
 from llmrelay.providers.errors import UpstreamErrorEvent, UpstreamProtocolError
 from llmrelay.snapshot.model import RouteSnap
 
@@ -37,6 +40,7 @@ CLIENT_VERSION: Final = "0.99.0"
 _PATHS: Final = {
     Operation.RESPONSES: "/responses",
     Operation.RESPONSES_COMPACT: "/responses/compact",
+    Operation.IMAGES: "/responses",  # the image tool of a Responses call (images.py)
 }
 
 
@@ -66,6 +70,14 @@ class OpenAICodexAdapter:
         cache_key = payload.get("prompt_cache_key")
         if isinstance(cache_key, str) and cache_key:
             headers["session_id"] = cache_key[:200]
+        if operation is Operation.IMAGES:
+            headers["accept"] = "text/event-stream"
+            return UpstreamRequest(
+                url=f"{provider.base_url}{path}",
+                headers=headers,
+                body=orjson.dumps(image_request(payload, route.upstream_model)),
+                translate=_images,
+            )
         body = {**payload, "model": route.upstream_model}
         translate = None
         if operation is Operation.RESPONSES:
@@ -123,6 +135,11 @@ class CompletedFromStream:
 
     def release(self) -> None:
         self._inner.release()
+
+
+def _images(inner: UpstreamResponse) -> UpstreamResponse:
+    """The image call's stream -> its completed Response -> the Images API's answer."""
+    return ImagesFromStream(CompletedFromStream(inner))
 
 
 def completed_response(stream: bytes) -> bytes:
