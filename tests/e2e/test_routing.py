@@ -3,7 +3,6 @@ a real gateway process, a real mock upstream and the official openai SDK."""
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -15,6 +14,7 @@ import pytest
 
 from tests.support.gateway_process import GatewayProcess, serving
 from tests.support.mock_upstream import MockUpstream
+from tests.support.stored_attempts import stored_attempts
 
 KEY = "e2e-routing-key-0123456789"
 
@@ -159,24 +159,11 @@ def test_a_5xx_is_retried_on_the_same_route_until_it_answers(
     ]
 
 
-def _stored(gateway: GatewayProcess, request_id: str, timeout_s: float = 5) -> tuple[Any, ...]:
+def _stored(gateway: GatewayProcess, request_id: str) -> tuple[Any, ...]:
     """(attempts, route_id) of the request's record and its attempt rows, once written."""
-    path = gateway.database_url.removeprefix("sqlite:///")
-    deadline = time.monotonic() + timeout_s
-    while True:
-        with sqlite3.connect(path) as conn:
-            record = conn.execute(
-                "SELECT attempts, route_id FROM request_records WHERE request_id = ?",
-                (request_id,),
-            ).fetchone()
-            attempts = conn.execute(
-                "SELECT attempt, kind, status_code, outcome, provider FROM request_attempts"
-                " WHERE request_id = ? ORDER BY attempt",
-                (request_id,),
-            ).fetchall()
-        if record is not None or time.monotonic() > deadline:
-            return record, attempts
-        time.sleep(0.1)
+    return stored_attempts(
+        gateway.database_url, request_id, record_columns="attempts, route_id", timeout_s=5
+    )
 
 
 def test_a_failover_is_recorded_attempt_by_attempt(

@@ -7,8 +7,6 @@ in-band error."""
 
 from __future__ import annotations
 
-import sqlite3
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +16,7 @@ import pytest
 
 from tests.support.gateway_process import GatewayProcess, serving
 from tests.support.mock_upstream import MockUpstream
+from tests.support.stored_attempts import stored_attempts
 
 KEY = "e2e-rescue-key-0123456789"
 PROMPT = "one two three four five six seven eight"
@@ -133,24 +132,7 @@ def _text(chunks: list[Any]) -> str:
 
 
 def _attempts(gateway: GatewayProcess, request_id: str) -> tuple[Any, list[tuple[Any, ...]]]:
-    """(status, error code, usage) of the request's record and its attempt rows, once written."""
-    path = gateway.database_url.removeprefix("sqlite:///")
-    deadline = time.monotonic() + 10
-    while True:
-        with sqlite3.connect(path) as conn:
-            record = conn.execute(
-                "SELECT status_code, error_code, input_tokens, output_tokens"
-                " FROM request_records WHERE request_id = ?",
-                (request_id,),
-            ).fetchone()
-            attempts = conn.execute(
-                "SELECT attempt, kind, status_code, outcome, provider FROM request_attempts"
-                " WHERE request_id = ? ORDER BY attempt",
-                (request_id,),
-            ).fetchall()
-        if record is not None or time.monotonic() > deadline:
-            return record, [tuple(a) for a in attempts]
-        time.sleep(0.1)
+    return stored_attempts(gateway.database_url, request_id)
 
 
 def _continued(upstream: MockUpstream, model: str) -> dict[str, Any]:

@@ -10,7 +10,6 @@ clean error event, as before."""
 from __future__ import annotations
 
 import sqlite3
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +20,7 @@ import pytest
 
 from tests.support.gateway_process import GatewayProcess
 from tests.support.mock_upstream import MockUpstream
+from tests.support.stored_attempts import stored_attempts
 
 KEY = "e2e-rescue-protocols-key-0123"
 PROMPT = "one two three four five six seven eight"
@@ -156,25 +156,7 @@ def _events(response: httpx.Response) -> list[tuple[str | None, dict[str, Any]]]
 
 
 def _attempts(gateway: GatewayProcess, request_id: str) -> tuple[Any, list[tuple[Any, ...]]]:
-    """(status, error code, input tokens, output tokens) of the request's record and its
-    attempt rows (attempt, kind, status, outcome, provider), once written."""
-    path = gateway.database_url.removeprefix("sqlite:///")
-    deadline = time.monotonic() + 30
-    while True:
-        with sqlite3.connect(path) as conn:
-            record = conn.execute(
-                "SELECT status_code, error_code, input_tokens, output_tokens"
-                " FROM request_records WHERE request_id = ?",
-                (request_id,),
-            ).fetchone()
-            attempts = conn.execute(
-                "SELECT attempt, kind, status_code, outcome, provider FROM request_attempts"
-                " WHERE request_id = ? ORDER BY attempt",
-                (request_id,),
-            ).fetchall()
-        if record is not None or time.monotonic() > deadline:
-            return record, [tuple(a) for a in attempts]
-        time.sleep(0.1)
+    return stored_attempts(gateway.database_url, request_id)
 
 
 def _asked(upstream: MockUpstream, model: str) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ revision is never served from an old template and two workers never share one.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import os
 import secrets
@@ -97,8 +98,7 @@ def drop_postgres_template() -> None:
     asyncio.run(drop())
 
 
-async def migrated_sqlite_url(folder: Path) -> str:
-    """`folder`'s database, a copy of this process's migrated template."""
+async def _ensure_sqlite_template() -> Path:
     global _sqlite_template
     if _sqlite_template is None:
         where = Path(tempfile.mkdtemp(prefix="llmrelay-tmpl-"))
@@ -109,9 +109,24 @@ async def migrated_sqlite_url(folder: Path) -> str:
             connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         connection.close()
         _sqlite_template = made
-    url = sqlite_url(folder)
-    shutil.copyfile(_sqlite_template, folder / "llmrelay.db")
-    return url
+    return _sqlite_template
+
+
+async def migrated_sqlite_url(folder: Path) -> str:
+    """`folder`'s database, a copy of this process's migrated template."""
+    shutil.copyfile(await _ensure_sqlite_template(), folder / "llmrelay.db")
+    return sqlite_url(folder)
+
+
+def copy_migrated_sqlite(path: Path) -> None:
+    """A migrated database at `path`, for code that is not in a coroutine (a gateway
+    process's start). The template is made on a thread of its own the first time: the
+    caller may be a test whose event loop is running."""
+    if _sqlite_template is None:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pool.submit(asyncio.run, _ensure_sqlite_template()).result()
+    assert _sqlite_template is not None
+    shutil.copyfile(_sqlite_template, path)
 
 
 def drop_sqlite_template() -> None:

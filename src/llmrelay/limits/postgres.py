@@ -49,6 +49,7 @@ from llmrelay.limits.base import (
     seconds_to_next_month,
 )
 from llmrelay.limits.errors import BackendUnavailable, LimitExceeded
+from llmrelay.limits.replies import REPLY_FIGURES, admission_of, figures_of
 from llmrelay.store.db import async_url
 
 log = structlog.get_logger(__name__)
@@ -61,7 +62,6 @@ HEARTBEAT_TTL_S: Final = 15.0
 RENEW_EVERY_S: Final = LEASE_TTL_S / 3
 CLOSE_DRAIN_S: Final = 2.0
 CONNECT_TIMEOUT_S: Final = 5.0
-_FIGURES: Final = 6  # per scope: requests, oldest, tokens, oldest, leases, spend + holds
 _APPLICATION: Final = "llmrelay-limits"
 
 _ADMIT_SQL: Final = "SELECT llmrelay_limits_admit($1::jsonb)::text"
@@ -105,9 +105,7 @@ class DatabaseProgram(Program):
         super().__init__(owner, scopes, False)
         rows = [[s.name, s.rpm, s.tpm, s.concurrency, s.budget_micros] for s in scopes]
         self.scopes_json = orjson.Fragment(orjson.dumps(rows))
-        limits = [(s.rpm, s.tpm, s.concurrency, s.budget_micros) for s in scopes]
-        #: Per scope: where its figures start in the reply, its index * 4, its limits.
-        self.figures = tuple((1 + i * _FIGURES, 4 * i, *four) for i, four in enumerate(limits))
+        self.figures = figures_of(scopes)  # see replies.Figures
         #: The scopes a lease sits in (renewed while the request lives).
         self.leased = tuple(
             s.name for s in scopes if s.concurrency is not None or s.budget_micros is not None
@@ -190,33 +188,9 @@ class DatabaseLimiter:
             scope, kind = program.scopes[int(reply[1]) - 1], KINDS[int(reply[2]) - 1]
             quota = _quota(scope, kind, reply[3], reply[4], now)
             raise LimitExceeded(quota, quota.reset_s)
-        best_left, best_share, top = 1, 2.0, -1
-        for at, index, rpm, tpm, conc, budget in program.figures:
-            if rpm is not None:
-                left = rpm - reply[at]
-                if left / rpm < best_share:
-                    best_left, best_share, top = left, left / rpm, index
-            if tpm is not None:
-                left = tpm - reply[at + 2]
-                if left / tpm < best_share:
-                    best_left, best_share, top = left, left / tpm, index + 1
-            if conc is not None:
-                left = conc - reply[at + 4]
-                if left / conc < best_share:
-                    best_left, best_share, top = left, left / conc, index + 2
-            if budget is not None:
-                left = budget - reply[at + 5]
-                if left / budget < best_share:
-                    best_left, best_share, top = left, left / budget, index + 3
         if program.leased:
             self._live[lease] = program.leased
-        admission = Admission()
-        admission.program, admission.tokens, admission.now = program, tokens, now
-        admission.lease, admission.settled = lease, False
-        admission.held = hold
-        admission.top, admission.left = top, best_left
-        admission.reset = _reset(top, reply, now) if top >= 0 else 0.0
-        return admission
+        return admission_of(program, program.figures, reply, tokens, now, lease, hold, _reset)
 
     async def _admit_loop(self) -> None:
         """Send what waits, one call at a time; what arrives meanwhile goes in the next."""
@@ -457,7 +431,7 @@ def _fail(batch: list[_Pending], error: Exception) -> None:
 
 def _reset(top: int, reply: list[Any], now: float) -> float:
     """Seconds until limit `top` recovers, from its scope's figures in an admission's reply."""
-    at, kind = 1 + (top >> 2) * _FIGURES, top & 3
+    at, kind = 1 + (top >> 2) * REPLY_FIGURES, top & 3
     if kind == 0:
         second = reply[at + 1]
         return second + TPM_BUCKETS - now if second is not None else float(WINDOW_S)

@@ -45,6 +45,7 @@ from llmrelay.limits.base import (
 )
 from llmrelay.limits.errors import BackendUnavailable, LimitExceeded
 from llmrelay.limits.redis_scripts import ADMIT, SETTLE
+from llmrelay.limits.replies import REPLY_FIGURES, admission_of, figures_of
 from llmrelay.limits.resp import (
     Arg,
     RespClient,
@@ -70,7 +71,6 @@ CLOSE_DRAIN_S: Final = 2.0
 #: Scopes whose key names are kept (more: the cache starts again, it only saves CPU).
 KEYS_CACHED: Final = 100_000
 _ERRORS: Final = (RespError, RespConnectionError)
-_FIGURES: Final = 6  # per scope: rpm count, oldest, tpm used, oldest second, leases, spent
 _NONE: Final = b""  # a limit the scope does not have, or a settle figure with nothing to do
 
 #: The ttls, packed once: the same in every admission.
@@ -128,8 +128,7 @@ class RedisProgram(Program):
         self.numkeys = 6 * len(scopes)
         #: Keys and arguments of an admission: 5 of its own, 4 ttls, 4 limits per scope.
         self.argc = self.numkeys + 9 + 4 * len(scopes)
-        #: Per scope: where its figures start in the reply, its index * 4, its limits.
-        self.figures = tuple((1 + i * _FIGURES, 4 * i, *four) for i, four in enumerate(limits))
+        self.figures = figures_of(scopes)  # see replies.Figures
         #: The leases keys a lease sits in (renewed while the request lives).
         self.leases = tuple(
             k.leases for k, s in zip(self.keys, scopes, strict=True) if s.concurrency
@@ -234,37 +233,11 @@ class RedisLimiter:
             scope, kind = program.scopes[int(reply[1]) - 1], KINDS[int(reply[2]) - 1]
             quota = _quota(scope, kind, reply[3], reply[4], now)
             raise LimitExceeded(quota, quota.reset_s)
-        # The tightest limit, as local.py picks it (the smallest share left; ties: the
-        # first, in the order rpm, tpm, concurrency, budget of each scope).
-        best_left, best_share, top = 1, 2.0, -1
-        for at, index, rpm, tpm, conc, budget in program.figures:
-            if rpm is not None:
-                left = rpm - reply[at]
-                if left / rpm < best_share:
-                    best_left, best_share, top = left, left / rpm, index
-            if tpm is not None:
-                left = tpm - reply[at + 2]
-                if left / tpm < best_share:
-                    best_left, best_share, top = left, left / tpm, index + 1
-            if conc is not None:
-                left = conc - reply[at + 4]
-                if left / conc < best_share:
-                    best_left, best_share, top = left, left / conc, index + 2
-            if budget is not None:
-                left = budget - int(reply[at + 5])
-                if left / budget < best_share:
-                    best_left, best_share, top = left, left / budget, index + 3
         if program.leases:
             self._live[lease] = program.leases
         if hold:
             self._holding[lease] = program.holds
-        admission = Admission()  # every field set here (see Admission)
-        admission.program, admission.tokens, admission.now = program, tokens, now
-        admission.lease, admission.settled = lease, False
-        admission.held = hold
-        admission.top, admission.left = top, best_left
-        admission.reset = _reset(top, reply, now) if top >= 0 else 0.0
-        return admission
+        return admission_of(program, program.figures, reply, tokens, now, lease, hold, _reset)
 
     def settle(self, admission: Admission, tokens: int | None, cost_micros: int) -> None:
         if admission.settled:
@@ -459,7 +432,7 @@ class RedisLimiter:
 def _reset(top: int, reply: list[Any], now: float) -> float:
     """Seconds until limit `top` (see Admission.top) recovers, from its scope's figures in
     an admission's reply: what _quota computes, without the Quota."""
-    at, kind = 1 + (top >> 2) * _FIGURES, top & 3
+    at, kind = 1 + (top >> 2) * REPLY_FIGURES, top & 3
     if kind == 0:
         text = reply[at + 1]
         return float(text) + WINDOW_S - now if text else float(WINDOW_S)
