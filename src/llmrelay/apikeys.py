@@ -18,7 +18,14 @@ _DISPLAY_PREFIX_CHARS = 10
 #: The APIs a key's scopes may name, one per family of data-plane routes (docs/security.md,
 #: "Key scopes"). A key with no scopes (null) may call every one of them.
 Scope = Literal[
-    "chat", "responses", "messages", "embeddings", "generate", "models", "gemini-native"
+    "chat",
+    "responses",
+    "messages",
+    "embeddings",
+    "generate",
+    "models",
+    "gemini-native",
+    "images",
 ]
 SCOPES: Final[tuple[str, ...]] = get_args(Scope)
 #: POST /v1/chat/completions
@@ -33,6 +40,8 @@ EMBEDDINGS: Final = "embeddings"
 GENERATE: Final = "generate"
 #: GET /v1/models (OpenAI's and Anthropic's list)
 MODELS: Final = "models"
+#: POST /v1/images/generations
+IMAGES: Final = "images"
 #: every path under /v1beta/ (Gemini's own API, its model list included)
 GEMINI_NATIVE: Final = "gemini-native"
 

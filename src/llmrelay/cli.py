@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sys
 from collections.abc import Collection
 from pathlib import Path
@@ -242,11 +243,24 @@ _TenantOption = Annotated[
 ]
 
 
-def _codex_target(provider: str, tenant: str, issuer: str | None) -> Any:
+_ResourceOption = Annotated[
+    str | None,
+    typer.Option(
+        "--resource",
+        help="The provider resource the account is (login: default its own, or a new one "
+        "named after its email; logout: a resource name, email or account id; default all).",
+    ),
+]
+
+
+def _codex_target(
+    provider: str, tenant: str, issuer: str | None, resource: str | None = None
+) -> Any:
     from llmrelay.codex_login import Target
 
     settings = _settings(uses={Setting.SECRET_KEY})  # seals the tokens
-    return Target(settings, provider, tenant, (issuer or settings.codex_issuer).rstrip("/"))
+    issuer = (issuer or settings.codex_issuer).rstrip("/")
+    return Target(settings, provider, tenant, issuer, resource)
 
 
 @codex.command("login")
@@ -268,6 +282,7 @@ def codex_login(
     issuer: Annotated[
         str | None, typer.Option("--issuer", help="Default: LLMRELAY_CODEX_ISSUER.")
     ] = None,
+    resource: _ResourceOption = None,
 ) -> None:
     """Sign a ChatGPT account in for an openai_codex provider (you bring the subscription,
     and answer for its terms of use)."""
@@ -281,7 +296,9 @@ def codex_login(
 
     if device and browser:
         _fail("choose --device or --browser, not both")
-    target = _codex_target(provider, tenant, issuer)
+    if resource is not None and not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,63}", resource):
+        _fail("--resource must be a slug: lower-case letters, digits, '.', '_', '-'")
+    target = _codex_target(provider, tenant, issuer, resource)
 
     def say(text: str) -> None:
         typer.echo(text)
@@ -311,15 +328,19 @@ def codex_status(provider: _ProviderOption, tenant: _TenantOption = "default") -
 
 
 @codex.command("logout")
-def codex_logout(provider: _ProviderOption, tenant: _TenantOption = "default") -> None:
-    """Forget the provider's signed-in account (its tokens are deleted here)."""
+def codex_logout(
+    provider: _ProviderOption, tenant: _TenantOption = "default", resource: _ResourceOption = None
+) -> None:
+    """Forget the provider's signed-in accounts, or the one --resource names (their tokens
+    are deleted here; the resources stay)."""
     from llmrelay.codex_login import LoginFailed, logout
 
     try:
-        removed = asyncio.run(logout(_codex_target(provider, tenant, None)))
+        removed = asyncio.run(logout(_codex_target(provider, tenant, None, resource)))
     except LoginFailed as exc:
         _fail(str(exc), code=1)
-    typer.echo(f"{provider}: {'signed out' if removed else 'no account was signed in'}")
+    said = f"signed out ({removed} account(s))" if removed else "no account was signed in"
+    typer.echo(f"{provider}: {said}")
 
 
 def _apply_file(settings: Settings, file: Path) -> None:

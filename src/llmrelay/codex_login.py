@@ -1,6 +1,9 @@
 """`llmrelay codex login|status|logout`: signing a ChatGPT account in for an `openai_codex`
 provider from the command line, straight into the database (tokens sealed as provider
-credentials are). Running gateways take the new account on its next use.
+credentials are). Running gateways take the new account on its next use. A provider takes
+several accounts, each one of its resources: a sign-in adds its account (or renews it, when
+that ChatGPT account was signed in before) and leaves the others; `--resource NAME` puts it
+on the resource of that name.
 
 Two flows (providers/codex/oauth.py):
 - browser (PKCE, the default): a listener on loopback receives the issuer's redirect
@@ -22,14 +25,15 @@ from aiohttp import web
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from llmrelay.codex_vault import first_account, sign_in, sign_out
+from llmrelay.codex_vault import accounts_of, sign_in, sign_out
 from llmrelay.providers.codex import oauth
 from llmrelay.providers.codex.oauth import OAuthError, Tokens
 from llmrelay.settings import Settings
 from llmrelay.store.bootstrap import bump_generation
 from llmrelay.store.crypto import sealer_for
 from llmrelay.store.db import create_engine, session_factory
-from llmrelay.store.models import Provider, Tenant
+from llmrelay.store.models import Provider, ProviderResource, Tenant
+from llmrelay.store.models_codex import CodexAccount
 
 #: How long a sign-in may take before the command gives up (the issuer's codes last 15 min).
 LOGIN_TIMEOUT_S = 15 * 60.0
@@ -45,6 +49,9 @@ class Target:
     provider: str
     tenant: str
     issuer: str
+    #: The resource a sign-in goes to, or a sign-out removes (None: the account's own, or
+    #: every account).
+    resource: str | None = None
 
 
 async def _provider(session: AsyncSession, target: Target) -> Provider:
@@ -67,16 +74,18 @@ async def _keep(target: Target, tokens: Tokens) -> str:
     try:
         async with session_factory(engine)() as session, session.begin():
             provider = await _provider(session, target)
-            row = await sign_in(
+            row, resource = await sign_in(
                 session,
                 sealer_for(settings),
                 provider.id,
                 tokens,
                 issuer=target.issuer,
                 client_id=settings.codex_client_id,
+                resource=target.resource,
             )
             await bump_generation(session)  # running gateways read the new account
-            return f"{row.email or row.account_id} ({row.plan_type or 'unknown plan'})"
+            who = f"{row.email or row.account_id} ({row.plan_type or 'unknown plan'})"
+            return f"{who} as resource {resource.name!r}"
     finally:
         await engine.dispose()
 
@@ -175,20 +184,27 @@ async def status(target: Target) -> str:
     try:
         async with session_factory(engine)() as session:
             provider = await _provider(session, target)
-            row = await first_account(session, provider.id)
+            rows = await accounts_of(session, provider.id)
     finally:
         await engine.dispose()
-    if row is None:
+    if not rows:
         return f"{target.provider}: no ChatGPT account signed in"
+    return "\n".join(_line(target.provider, row, resource) for row, resource in rows)
+
+
+def _line(provider: str, row: CodexAccount, resource: ProviderResource | None) -> str:
     limits = row.limits or {}
     primary = limits.get("primary") or {}
     used = primary.get("used_percent")
     expires = row.access_expires_at
     parts = [
-        f"{target.provider}: {row.email or row.account_id} ({row.plan_type or 'unknown plan'})",
+        f"{provider}/{resource.name if resource else '-'}: {row.email or row.account_id}"
+        f" ({row.plan_type or 'unknown plan'})",
         f"token expires {expires:%Y-%m-%d %H:%M} UTC" if expires else "token expiry unknown",
         f"primary window {'unknown' if used is None else f'{used:g}% used'}",
     ]
+    if resource is not None and resource.disabled:
+        parts.append("resource disabled")
     if row.exhausted_until is not None:
         parts.append(f"usage limit reached until {row.exhausted_until:%Y-%m-%d %H:%M} UTC")
     return ", ".join(parts)
@@ -199,7 +215,7 @@ async def logout(target: Target) -> int:
     try:
         async with session_factory(engine)() as session, session.begin():
             provider = await _provider(session, target)
-            removed = await sign_out(session, provider.id)
+            removed = await sign_out(session, provider.id, target.resource)
             await bump_generation(session)
             return removed
     finally:

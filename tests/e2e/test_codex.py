@@ -6,6 +6,7 @@ and an account at its usage limit skipped until its reset."""
 
 from __future__ import annotations
 
+import base64
 import re
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import openai
 import pytest
 
 from tests.support.gateway_process import GatewayProcess
-from tests.support.mock_codex import MockCodex
+from tests.support.mock_codex import PNG, MockCodex
 
 KEY = "e2e-codex-key-0123456789"
 ADMIN = "e2e-codex-admin-token-0123456789"
@@ -34,6 +35,8 @@ providers:
 models:
   - name: codex
     routes: [{{provider: codex, upstream_model: gpt-5-codex}}]
+  - name: codex-gpt-image-2
+    routes: [{{provider: codex, upstream_model: gpt-image-2}}]
   - name: codex-or-spare
     routes:
       - {{provider: codex, upstream_model: gpt-5-codex, priority: 0}}
@@ -63,14 +66,14 @@ def gateway(codex: MockCodex, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 @pytest.fixture(scope="module")
 def client(gateway: GatewayProcess) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(api_key=KEY, base_url=gateway.base_url, max_retries=0, timeout=30) as c:
+    with openai.OpenAI(api_key=KEY, base_url=gateway.base_url, max_retries=0, timeout=120) as c:
         yield c
 
 
 @pytest.fixture(scope="module")
 def admin(gateway: GatewayProcess) -> Iterator[httpx.Client]:
     headers = {"authorization": f"Bearer {ADMIN}"}
-    with httpx.Client(base_url=f"{gateway.url}/api/admin", headers=headers, timeout=30) as c:
+    with httpx.Client(base_url=f"{gateway.url}/api/admin", headers=headers, timeout=120) as c:
         yield c
 
 
@@ -183,6 +186,70 @@ def test_a_response(signed_in: None, codex: MockCodex, client: openai.OpenAI) ->
     assert headers["session_id"] == "conv-123"
     assert body["stream"] is True and body["store"] is False
     assert body["model"] == "gpt-5-codex"
+
+
+def test_responses_are_stored_by_the_gateway(
+    signed_in: None, codex: MockCodex, client: openai.OpenAI
+) -> None:
+    """The backend keeps nothing: the gateway keeps a codex Response (read back by id, and
+    continued from `previous_response_id` by sending the conversation whole, item ids left
+    out, `store` still false upstream)."""
+    first = client.responses.create(model="codex", input="remember the owl")
+    assert first.id.startswith("resp_") and not first.id.startswith("resp_codex")
+    read = client.responses.retrieve(first.id)
+    assert read.id == first.id and read.output_text == "remember the owl"
+    second = client.responses.create(
+        model="codex", input="and the fox", previous_response_id=first.id
+    )
+    assert second.output_text == "and the fox"
+    body = codex.backend_calls("/responses")[-1][2]
+    assert body["store"] is False and "previous_response_id" not in body
+    sent = body["input"]
+    assert sent[0] == {"type": "message", "role": "user", "content": "remember the owl"}
+    assert sent[1]["type"] == "message" and sent[1]["role"] == "assistant"
+    assert "id" not in sent[1]  # the backend stored no item to name
+    assert sent[1]["content"][0]["text"] == "remember the owl"
+    assert sent[2] == {"type": "message", "role": "user", "content": "and the fox"}
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve("resp_never_given_out")
+    unstored = client.responses.create(model="codex", input="forget me", store=False)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(unstored.id)
+
+
+def test_the_subscription_image_model(
+    signed_in: None, codex: MockCodex, client: openai.OpenAI
+) -> None:
+    """`codex-gpt-image-2` is an image model: POST /v1/images/generations, sent to the
+    backend as the Codex CLI generates images (a Responses call forcing the image_generation
+    tool, its model the route's `gpt-image-2`), answered as the Images API; chat and
+    Responses refuse it, and the images endpoint refuses a text model."""
+    drawn = client.images.generate(
+        model="codex-gpt-image-2", prompt="an owl at dusk", size="1024x1536", quality="high"
+    )
+    assert drawn.data is not None and len(drawn.data) == 1
+    assert base64.b64decode(drawn.data[0].b64_json or "") == PNG
+    assert drawn.data[0].revised_prompt == "an owl at dusk, as drawn by gpt-image-2"
+    assert drawn.size == "1024x1536" and drawn.quality == "high"
+    assert drawn.usage is not None and drawn.usage.total_tokens > 0
+    _, headers, body = codex.backend_calls("/responses")[-1]
+    assert headers["chatgpt-account-id"] == codex.account_id
+    assert body["tools"] == [
+        {"type": "image_generation", "model": "gpt-image-2", "size": "1024x1536", "quality": "high"}
+    ]
+    assert body["tool_choice"] == {"type": "image_generation"}
+    assert body["model"] != "gpt-image-2" and body["stream"] is True and body["store"] is False
+    with pytest.raises(openai.BadRequestError) as chat:
+        client.responses.create(model="codex-gpt-image-2", input="hello")
+    assert "image model" in str(chat.value.message) and "/v1/images/generations" in str(
+        chat.value.message
+    )
+    with pytest.raises(openai.BadRequestError) as text_model:
+        client.images.generate(model="codex", prompt="an owl")
+    assert "not an image model" in str(text_model.value.message)
+    with pytest.raises(openai.BadRequestError) as several:
+        client.images.generate(model="codex-gpt-image-2", prompt="owls", n=2)
+    assert several.value.body["param"] == "n"  # type: ignore[index]
 
 
 def test_a_streamed_response(signed_in: None, client: openai.OpenAI) -> None:

@@ -8,6 +8,10 @@ authorization's) or a refresh token (single use: a spent one is refused with
 `refresh_token_reused`); the device code flow at `/api/accounts/deviceauth/usercode` and
 `/deviceauth/token` (403 until the test calls `approve(user_code)`).
 
+Several accounts: `signing_in(account_id, email)` makes the next sign-ins those of another
+ChatGPT account (each token stays its own account's: refreshes keep the account and its
+email), and `used_by[account_id]` sets one account's usage apart from `used_percent`.
+
 Backend (`backend`, `.../backend-api/codex`): `POST /responses` (a stream only, `store`
 false, as the real one insists), `POST /responses/compact`, `GET /models`, and
 `GET /backend-api/wham/usage`. Every call needs a bearer access token this server issued and
@@ -18,6 +22,7 @@ carry the x-codex-* usage headers of `used_percent`; at 100 % a call is refused 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import itertools
@@ -35,6 +40,10 @@ from tests.support.mock_responses import _input_text, _response
 from tests.support.ports import free_port
 
 CLIENT_ID = "app_EMoamEEZ73f0CkXaXp7hrann"
+#: The image the stand-in draws: a 1x1 PNG.
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
 _SEQUENCE = itertools.count(1)
 
 
@@ -70,6 +79,13 @@ class MockCodex:
     #: What the tests read: backend calls (path, headers, body), token grants by type.
     calls: list[tuple[str, dict[str, str], dict[str, Any]]] = field(default_factory=list)
     grants: list[str] = field(default_factory=list)
+    #: The accounts whose tokens were refreshed, in order.
+    refreshed: list[str] = field(default_factory=list)
+    #: How long the token endpoint takes to answer (a slow issuer: overlapping refreshes).
+    token_delay_s: float = 0.0
+    #: Per account: its primary window's share used (else `used_percent`).
+    used_by: dict[str, float] = field(default_factory=dict)
+    _people: dict[str, tuple[str, str]] = field(default_factory=dict)  # account -> email, plan
     _access: dict[str, Issued] = field(default_factory=dict)
     _refresh: dict[str, str] = field(default_factory=dict)  # refresh token -> account
     _spent: set[str] = field(default_factory=set)
@@ -98,6 +114,14 @@ class MockCodex:
         """Tokens as a finished sign-in would give them (for tests that skip the flows)."""
         return self._issue(self.account_id)
 
+    def signing_in(self, account_id: str, email: str) -> None:
+        """The next sign-ins are this account's."""
+        self.account_id = account_id
+        self.email = email
+
+    def used(self, account_id: str) -> float:
+        return self.used_by.get(account_id, self.used_percent)
+
     def approve(self, user_code: str) -> None:
         """The user typed the device code and approved."""
         for device in self._devices.values():
@@ -125,13 +149,14 @@ class MockCodex:
         self._access[access] = Issued(account, now + self.token_ttl_s)
         refresh = "rt_" + secrets.token_urlsafe(24)
         self._refresh[refresh] = account
+        email, plan = self._people.setdefault(account, (self.email, self.plan_type))
         id_token = jwt(
             {
-                "email": self.email,
+                "email": email,
                 "exp": int(now + 3600),
                 "https://api.openai.com/auth": {
                     "chatgpt_account_id": account,
-                    "chatgpt_plan_type": self.plan_type,
+                    "chatgpt_plan_type": plan,
                 },
             }
         )
@@ -153,6 +178,8 @@ class MockCodex:
         form = dict(await request.post())
         grant = str(form.get("grant_type"))
         self.grants.append(grant)
+        if self.token_delay_s:
+            await asyncio.sleep(self.token_delay_s)
         if form.get("client_id") != CLIENT_ID:
             return _oauth_error(401, "invalid_client")
         if grant == "authorization_code":
@@ -171,6 +198,7 @@ class MockCodex:
             if account is None:
                 return _oauth_error(401, "refresh_token_invalidated")
             self._spent.add(token)
+            self.refreshed.append(account)
             return web.json_response(self._issue(account))
         return _oauth_error(400, "unsupported_grant_type")
 
@@ -216,9 +244,13 @@ class MockCodex:
             return _backend_error(403, "account_mismatch", "chatgpt-account-id mismatch")
         return None
 
-    def _usage_headers(self) -> dict[str, str]:
+    def _caller(self, request: web.Request) -> str:
+        """The account of a call `_check` let through."""
+        return request.headers.get("chatgpt-account-id", "")
+
+    def _usage_headers(self, account: str = "") -> dict[str, str]:
         return {
-            "x-codex-primary-used-percent": f"{self.used_percent:g}",
+            "x-codex-primary-used-percent": f"{self.used(account):g}",
             "x-codex-primary-window-minutes": "300",
             "x-codex-primary-reset-at": str(int(self.resets_at)),
             "x-codex-secondary-used-percent": "3",
@@ -242,24 +274,30 @@ class MockCodex:
             return _backend_error(400, "invalid_request_error", "Stream must be set to true")
         if body.get("store") is not False:
             return _backend_error(400, "invalid_request_error", "Store must be set to false")
-        if self.used_percent >= 100:
+        account = self._caller(request)
+        if self.used(account) >= 100:
             error = {
                 "type": "usage_limit_reached",
                 "message": "The usage limit has been reached",
                 "plan_type": self.plan_type,
                 "resets_at": int(self.resets_at),
             }
-            return web.json_response({"error": error}, status=429, headers=self._usage_headers())
+            headers = self._usage_headers(account)
+            return web.json_response({"error": error}, status=429, headers=headers)
         model = str(body.get("model"))
         response_id = f"resp_codex{next(_SEQUENCE):06d}"
         text = _input_text(body.get("input"))
         done = _response(response_id, model, text, "completed")
         done["store"] = False
         stream = web.StreamResponse(
-            headers={"content-type": "text/event-stream", **self._usage_headers()}
+            headers={"content-type": "text/event-stream", **self._usage_headers(account)}
         )
         await stream.prepare(request)
         started = {**done, "status": "in_progress", "output": [], "usage": None}
+        tools = body.get("tools") or []
+        drawing = next((t for t in tools if t.get("type") == "image_generation"), None)
+        if drawing is not None:  # the image tool (what the Codex CLI's image generation is)
+            return await self._image(request, stream, done, started, drawing, text)
         item = done["output"][0]
         part = item["content"][0]
         at = {"item_id": item["id"], "output_index": 0, "content_index": 0}
@@ -270,6 +308,42 @@ class MockCodex:
             ("response.output_text.delta", {**at, "delta": text}),
             ("response.output_text.done", {**at, "text": text}),
             ("response.content_part.done", {**at, "part": part}),
+            ("response.output_item.done", {"output_index": 0, "item": item}),
+            ("response.completed", {"response": done}),
+        ):
+            data = orjson.dumps({"type": kind, **fields})
+            await stream.write(b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n")
+        await stream.write_eof()
+        return stream
+
+    async def _image(
+        self,
+        request: web.Request,
+        stream: web.StreamResponse,
+        done: dict[str, Any],
+        started: dict[str, Any],
+        tool: dict[str, Any],
+        prompt: str,
+    ) -> web.StreamResponse:
+        item = {
+            "type": "image_generation_call",
+            "id": f"ig_codex{next(_SEQUENCE):06d}",
+            "status": "completed",
+            "result": base64.b64encode(PNG).decode(),
+            "revised_prompt": f"{prompt}, as drawn by {tool.get('model')}",
+            "size": tool.get("size") or "1024x1024",
+            "quality": tool.get("quality") or "medium",
+            "background": tool.get("background") or "opaque",
+            "output_format": tool.get("output_format") or "png",
+        }
+        done = {**done, "output": [item]}
+        for kind, fields in (
+            ("response.created", {"response": started}),
+            ("response.output_item.added", {"output_index": 0, "item": {**item, "result": None}}),
+            (
+                "response.image_generation_call.completed",
+                {"output_index": 0, "item_id": item["id"]},
+            ),
             ("response.output_item.done", {"output_index": 0, "item": item}),
             ("response.completed", {"response": done}),
         ):
@@ -290,7 +364,7 @@ class MockCodex:
             "output": [{"type": "compaction", "encrypted_content": "opaque-summary"}],
             "usage": {"input_tokens": 10, "output_tokens": 2, "total_tokens": 12},
         }
-        return web.json_response(compacted, headers=self._usage_headers())
+        return web.json_response(compacted, headers=self._usage_headers(self._caller(request)))
 
     async def _models(self, request: web.Request) -> web.Response:
         await self._record(request)
@@ -313,7 +387,7 @@ class MockCodex:
                 "plan_type": self.plan_type,
                 "rate_limit": {
                     "primary_window": {
-                        "used_percent": self.used_percent,
+                        "used_percent": self.used(self._caller(request)),
                         "limit_window_seconds": 18000,
                         "reset_at": int(self.resets_at),
                     },

@@ -181,6 +181,13 @@ class ProviderConfig(_Strict):
                 "openai_codex providers take no api_key: sign a ChatGPT account in "
                 "(`llmrelay codex login`, or the console's provider page)"
             )
+        if self.type is ProviderType.OPENAI_CODEX and any(
+            resource.api_key is not None for resource in self.resources or ()
+        ):
+            raise ValueError(
+                "openai_codex resources take no api_key: each is a ChatGPT account signed in "
+                "for it (`llmrelay codex login --resource NAME`)"
+            )
         return self
 
     @property

@@ -61,9 +61,9 @@ from llmrelay.protocols import openai as wire
 from llmrelay.providers.base import Operation, UpstreamResponse
 from llmrelay.providers.errors import UpstreamProtocolError
 from llmrelay.providers.headers import CLIENT_REQUEST_ID, forwardable
-from llmrelay.providers.presets import reports_stream_usage, speaks_responses
+from llmrelay.providers.presets import account_bound, reports_stream_usage, stores_responses
 from llmrelay.providers.translated import TranslatedResponse
-from llmrelay.routing.affinity import DEFAULT_TTL_S, prefer
+from llmrelay.routing.affinity import DEFAULT_TTL_S, binding, prefer, split
 from llmrelay.shared.bindings import LocalHomes, ResponseHomes
 from llmrelay.shared.conversations import LocalConversations, SharedConversations
 from llmrelay.snapshot.holder import SnapshotHolder
@@ -247,7 +247,10 @@ class Dispatcher:
                     answer = await self.attempt(call, deadline_at, model, routes)
             route_id = call.record.route_id
             if sticky is not None and route_id is not None:
-                affinity.remember(sticky, route_id, model.affinity_ttl_s or DEFAULT_TTL_S)
+                record = call.record
+                kept = record.resource_id if account_bound(record.provider_type or "") else None
+                bound = binding(route_id, kept)
+                affinity.remember(sticky, bound, model.affinity_ttl_s or DEFAULT_TTL_S)
             return served, answer
         except asyncio.CancelledError:
             if deadline.claim():
@@ -264,7 +267,8 @@ class Dispatcher:
         Responses call continuing `previous_response_id` (the provider holds that one)."""
         session = call.session_id
         if session is not None and session.startswith(RESPONSE_SESSION_PREFIX):
-            return f"{model.id}:{session}" if len(model.enabled_routes) > 1 else None
+            several = len(model.enabled_routes) > 1 or model.resourced
+            return f"{model.id}:{session}" if several else None
         if not model.sticky:
             return None
         conversation = conversation_of(call.operation, call.payload, session, call.record.key_id)
@@ -303,8 +307,11 @@ class Dispatcher:
         else:
             ordered = executor.router.order(model, routes, tag=call.route_tag, strategy=strategy)
         bound = call.bound_route
-        if bound is not None and len(ordered) > 1:
-            ordered = prefer(bound, ordered, _route_id, executor.usable)
+        bound_resource: str | None = None
+        if bound is not None:
+            bound_route, bound_resource = split(bound)
+            if len(ordered) > 1:
+                ordered = prefer(bound_route, ordered, _route_id, executor.usable)
         finish: Finisher[Any]
         operation = call.operation
         if not call.record.stream:
@@ -332,6 +339,7 @@ class Dispatcher:
             finish,
             deadline_at=deadline_at,
             strategy=strategy,
+            bound_resource=bound_resource,
         )
 
     def _stream_primer(self, call: ModelCall, model: ModelSnap) -> Finisher[ChatStreamRelay]:
@@ -413,12 +421,13 @@ class Dispatcher:
         (`previous_response_id`) goes back there while that route is healthy, and one
         reading or cancelling it is sent there (when that provider stores responses)."""
         executor = self.live().executor
+        resource = route.resource if account_bound(route.provider.type) else None
         executor.affinity.remember(
             f"{model.id}:{response_session(response_id)}",
-            route.id,
+            binding(route.id, None if resource is None else resource.id),
             model.affinity_ttl_s or DEFAULT_TTL_S,
         )
-        if speaks_responses(route.provider.type, route.provider.preset):
+        if stores_responses(route.provider.type, route.provider.preset):
             self.homes.remember(response_id, route.id, project_id)
 
     def finish(self, record: CallRecord) -> None:

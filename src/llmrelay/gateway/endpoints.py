@@ -42,8 +42,8 @@ __all__ = ["DataPlane", "Handler", "Runtime"]
 
 
 class DataPlane(Dispatcher):
-    """OpenAI's routes: chat completions, embeddings, the model list (and llmrelay's own
-    /v1/generate)."""
+    """OpenAI's routes: chat completions, embeddings, image generations, the model list (and
+    llmrelay's own /v1/generate)."""
 
     def handlers(self) -> dict[tuple[str, str], Handler]:
         """(method, path) -> handler, for the app's direct dispatch."""
@@ -55,6 +55,7 @@ class DataPlane(Dispatcher):
         return {
             ("POST", "/v1/chat/completions"): self.chat_completions,
             ("POST", "/v1/embeddings"): self.embeddings,
+            ("POST", "/v1/images/generations"): self.images,
             ("GET", "/v1/models"): self.list_models,
             ("POST", "/v1/messages"): anthropic.messages,
             ("POST", "/v1/messages/count_tokens"): anthropic.count_tokens,
@@ -124,6 +125,11 @@ class DataPlane(Dispatcher):
     ) -> Awaitable[None]:
         return self.model_call(scope, receive, send, context, _EMBEDDINGS)
 
+    def images(
+        self, scope: Scope, receive: Receive, send: Send, context: RequestContext
+    ) -> Awaitable[None]:
+        return self.model_call(scope, receive, send, context, _IMAGES)
+
     async def model_call(
         self,
         scope: Scope,
@@ -157,10 +163,16 @@ class DataPlane(Dispatcher):
             )
             if operation is Operation.CHAT:
                 checks.check_chat(payload)
+            elif operation is _IMAGES:
+                checks.check_images(payload)
             else:
                 checks.check_embeddings(payload)
             model, pinned = checks.resolve_model(
-                snapshot, principal, payload["model"], embedding=operation is Operation.EMBEDDINGS
+                snapshot,
+                principal,
+                payload["model"],
+                embedding=operation is Operation.EMBEDDINGS,
+                image=operation is _IMAGES,
             )
             record.virtual_model = model.name
             needs = None
@@ -178,7 +190,10 @@ class DataPlane(Dispatcher):
                 await send_sse(receive, send, relay, headers, runtime.client_watches, scope=scope)
                 return
             served, answer = await self.answer(call, receive, snapshot, model, pinned)
-            record.take_usage(answer.body.get("usage"))
+            if operation is _IMAGES:  # input and output tokens, as the Responses API counts
+                record.take_responses_usage(answer.body.get("usage"))
+            else:
+                record.take_usage(answer.body.get("usage"))
             if record.usage is None:
                 record.answer_tokens = answer_tokens(answer.body)
             guard = principal.guard
@@ -209,11 +224,20 @@ class DataPlane(Dispatcher):
                 self.finish(record)
 
 
-_ENDPOINTS: Final = {Operation.CHAT: "chat.completions", Operation.EMBEDDINGS: "embeddings"}
+_ENDPOINTS: Final = {
+    Operation.CHAT: "chat.completions",
+    Operation.EMBEDDINGS: "embeddings",
+    Operation.IMAGES: "images.generations",
+}
 #: The key scope each operation needs (apikeys.SCOPES).
-_SCOPES: Final = {Operation.CHAT: apikeys.CHAT, Operation.EMBEDDINGS: apikeys.EMBEDDINGS}
+_SCOPES: Final = {
+    Operation.CHAT: apikeys.CHAT,
+    Operation.EMBEDDINGS: apikeys.EMBEDDINGS,
+    Operation.IMAGES: apikeys.IMAGES,
+}
 _CHAT: Final = Operation.CHAT
 _EMBEDDINGS: Final = Operation.EMBEDDINGS
+_IMAGES: Final = Operation.IMAGES
 
 
 def _name(model: ModelSnap) -> str:

@@ -215,11 +215,14 @@ class Executor:
         *,
         deadline_at: float,
         strategy: str | None = None,
+        bound_resource: str | None = None,
     ) -> T:
         """The first route (in `routes` order) that answers and whose answer `finish`
         accepts; else the contract's error for the last failure (502/504), or 503 with
         `Retry-After` when every route was cooling down. `strategy` is the one that ordered
-        `routes` when a routing policy replaced the model's (it decides what is measured)."""
+        `routes` when a routing policy replaced the model's (it decides what is measured);
+        `bound_resource`, the account the call's conversation is bound to (tried first on
+        its route while it is available)."""
         if strategy is None:
             strategy = model.strategy
         last: GatewayError | None = None
@@ -227,7 +230,11 @@ class Executor:
         hint: float | None = None  # the last Retry-After a provider sent
         # A provider with resources: its routes' attempts go to its resources in turn
         # (gateway/resources.py), each judged by its resource's breaker (`breaker_key`).
-        targets = self.resources.targets(routes, strategy, record) if model.resourced else routes
+        targets = (
+            self.resources.targets(routes, strategy, record, bound_resource)
+            if model.resourced
+            else routes
+        )
         for route in targets:
             ticket = self.breakers.admit(route.breaker_key)
             if ticket is None:

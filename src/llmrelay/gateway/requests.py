@@ -62,6 +62,33 @@ def check_embeddings(payload: dict[str, Any]) -> None:
         raise InvalidRequest("'input' must be a string or a non-empty array", param="input")
 
 
+def check_images(payload: dict[str, Any]) -> None:
+    """OpenAI's image generation body: a prompt, one image, returned as base64."""
+    _require_model(payload)
+    prompt = payload.get("prompt")
+    if prompt is None:
+        raise InvalidRequest(
+            "'prompt' is required", param="prompt", code="missing_required_parameter"
+        )
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise InvalidRequest("'prompt' must be a non-empty string", param="prompt")
+    n = payload.get("n")
+    if n is not None and n != 1:
+        raise InvalidRequest("'n' must be 1: one image per request", param="n")
+    given = payload.get("response_format")
+    if given is not None and given != "b64_json":
+        raise InvalidRequest(
+            "'response_format' must be 'b64_json': images are returned inline",
+            param="response_format",
+        )
+    if payload.get("stream") not in (None, False):
+        raise InvalidRequest("streamed image generation is not served", param="stream")
+    for name in ("size", "quality", "background", "output_format", "moderation"):
+        value = payload.get(name)
+        if value is not None and not isinstance(value, str):
+            raise InvalidRequest(f"'{name}' must be a string", param=name)
+
+
 def _require_model(payload: dict[str, Any]) -> None:
     model = payload.get("model")
     if model is None:
@@ -73,7 +100,7 @@ def _require_model(payload: dict[str, Any]) -> None:
 
 
 def resolve_model(
-    snapshot: Snapshot, principal: KeySnap, name: str, *, embedding: bool
+    snapshot: Snapshot, principal: KeySnap, name: str, *, embedding: bool, image: bool = False
 ) -> tuple[ModelSnap, str | None]:
     """The virtual model (and pinned provider slug, for `MODEL:PROVIDER`) the key may use.
     `default` is the tenant's default model (its preferences) unless a model has that name;
@@ -96,6 +123,13 @@ def resolve_model(
         )
     if model.embedding != embedding:
         kind = "an embedding model" if model.embedding else "not an embedding model"
+        raise InvalidRequest(
+            f"model {model.name!r} is {kind}", code="wrong_model_kind", param="model"
+        )
+    if model.image != image:
+        kind = (
+            "an image model: POST /v1/images/generations" if model.image else "not an image model"
+        )
         raise InvalidRequest(
             f"model {model.name!r} is {kind}", code="wrong_model_kind", param="model"
         )

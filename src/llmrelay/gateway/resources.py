@@ -9,6 +9,10 @@ so that failover moves to the next resource of the same provider before the next
   order; `priority` and `weighted` draw the first one by `weight`; every other strategy
   (least_time, cost_first, load_balance, tag: measures that tell routes apart, not accounts
   of one provider) takes them in turn (round robin);
+- a conversation bound to one resource (routing/affinity.py; openai_codex accounts) goes
+  to it first; it moves
+  on only when that resource is unavailable (its breaker open, its account resting,
+  its bucket spent, or it fails), as any other failover;
 - a resource whose quota bucket (rpm, tpm) is spent for the current minute is skipped
   without a call. When that leaves nothing to try at all, the client gets 503
   `resources_exhausted` with `Retry-After` (the seconds to the next minute).
@@ -64,10 +68,15 @@ class ResourcePicker:
         self._turns: dict[str, int] = {}
 
     def targets(
-        self, routes: Sequence[RouteSnap], strategy: str, record: CallRecord
+        self,
+        routes: Sequence[RouteSnap],
+        strategy: str,
+        record: CallRecord,
+        bound: str | None = None,
     ) -> Iterator[RouteSnap]:
         """What the executor tries, in order: each route as it is, or its resources'
-        variants; `record.resource_id` names the resource of the target just given."""
+        variants (the `bound` resource's first); `record.resource_id` names the resource
+        of the target just given."""
         tried = False
         spent: list[ResourceSnap] = []
         for route in routes:
@@ -77,7 +86,10 @@ class ResourcePicker:
                 tried = True
                 yield route
                 continue
-            for variant in self._order(route.id, variants, strategy):
+            ordered = self._order(route.id, variants, strategy)
+            if bound is not None:
+                ordered = _bound_first(ordered, bound)
+            for variant in ordered:
                 resource = variant.resource
                 assert resource is not None  # a variant always has one
                 if not self._take(resource):
@@ -168,6 +180,13 @@ class ResourcePicker:
         """Drop the buckets of resources no longer configured (after a reload)."""
         for resource_id in [r for r in self._buckets if r not in keep]:
             del self._buckets[resource_id]
+
+
+def _bound_first(ordered: list[RouteSnap], bound: str) -> list[RouteSnap]:
+    for index, variant in enumerate(ordered):
+        if index and _resource(variant).id == bound:
+            return [variant, *ordered[:index], *ordered[index + 1 :]]
+    return ordered
 
 
 def _resource(variant: RouteSnap) -> ResourceSnap:

@@ -6,7 +6,8 @@ as it came, only `model` rewritten; any other provider gets it through chat
 carry (stored conversation state, built-in tools). A request that continues a conversation
 (`previous_response_id`) goes back to the route that answered it, while that route is healthy
 (the provider holds the conversation); one the gateway stored itself (a chat-only provider
-answered it: shared/conversations.py) is sent whole, its conversation before the new input.
+answered it, or one that keeps nothing, the ChatGPT Codex backend: shared/conversations.py)
+is sent whole, its conversation before the new input.
 `background: true` is checked and resolved the same
 way and screened by the key's guardrails (a block refuses it here, a mask changes the body
 the job keeps), then handed to the durable jobs (`Dispatcher.durable`,
@@ -39,7 +40,7 @@ from llmrelay.gateway.ingress import RequestContext
 from llmrelay.metering.estimate import answer_tokens
 from llmrelay.protocols import openai as wire
 from llmrelay.providers.base import Operation
-from llmrelay.providers.presets import speaks_responses
+from llmrelay.providers.presets import stores_responses
 from llmrelay.shared.conversations import as_items, continued
 
 
@@ -131,7 +132,7 @@ class ResponsesRoutes:
                 dispatcher.screen_answer(guard, Operation.RESPONSES, answered, record)
             response_id = answered.get("id")
             provider = answer.route.provider
-            if payload.get("store") is not False and not speaks_responses(
+            if payload.get("store") is not False and not stores_responses(
                 provider.type, provider.preset
             ):
                 # Kept by the gateway under an id of its own (an upstream's chat ids may

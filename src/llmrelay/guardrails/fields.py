@@ -186,9 +186,15 @@ def _responses_answer(body: dict[str, Any], screen: Screening) -> None:
         screen.text(body, "output_text", ("output_text",))
 
 
+def _images_request(body: dict[str, Any], screen: Screening) -> None:
+    if isinstance(body.get("prompt"), str):
+        screen.text(body, "prompt", ("prompt",))
+
+
 #: Client operation (the values of providers.base.Operation) -> how its request is walked.
 REQUEST_WALKERS: Final[dict[str, Walker]] = {
     "chat": _chat_request,
+    "images": _images_request,
     "embeddings": _embeddings_request,
     "messages": _messages_request,
     "count_tokens": _messages_request,

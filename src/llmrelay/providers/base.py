@@ -31,6 +31,9 @@ class Operation(StrEnum):
     GEMINI_COUNT_TOKENS = "gemini_count_tokens"
     GEMINI_EMBED = "gemini_embed"
     GEMINI_BATCH_EMBED = "gemini_batch_embed"
+    #: OpenAI's POST /v1/images/generations, for an image model (ModelSnap.image): only the
+    #: subscription-backed `gpt-image-2` of openai_codex providers serves it for now.
+    IMAGES = "images"
 
 
 class UnsupportedOperation(LookupError):

@@ -44,6 +44,22 @@ def speaks_responses(provider_type: str, preset: str | None) -> bool:
     return found is not None and found.responses_api
 
 
+def stores_responses(provider_type: str, preset: str | None) -> bool:
+    """Whether a provider that serves the Responses API also keeps its responses (reads them
+    back by id, continues them from `previous_response_id`). The ChatGPT Codex backend
+    (openai_codex) stores nothing (`store` is always false there): the gateway keeps those
+    responses itself, as it keeps the ones a chat-only provider answered."""
+    return provider_type != "openai_codex" and speaks_responses(provider_type, preset)
+
+
+def account_bound(provider_type: str) -> bool:
+    """Whether a conversation sticks to the provider resource (account) that began it, not
+    only to the route: a ChatGPT Codex subscription's session and prompt cache are the
+    account's (routing/affinity.py). For other providers the route's accounts take turns
+    as their strategy says, and a recovered account is tried again at once."""
+    return provider_type == "openai_codex"
+
+
 def reports_stream_usage(provider_type: str, preset: str | None) -> bool:
     """Whether a chat stream from this provider ends with a usage chunk when the gateway
     asks (`stream_options.include_usage`): OpenAI's API does; a preset says for its server;

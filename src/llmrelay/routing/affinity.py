@@ -8,6 +8,12 @@ candidate any more, or it failed this time and another route served): the strate
 stands then, and the route that serves becomes the binding. An idle binding expires after
 its model's `affinity.ttl_s`.
 
+On a route whose provider has several accounts (resources) and keeps conversations per
+account (providers/presets.py `account_bound`: openai_codex), the binding names the account
+too (`binding`: "ROUTE/RESOURCE"): the conversation goes back to that account first, and
+moves only when that account is unavailable (its breaker open, its usage limit reached, its
+quota spent, or it failed this time: then the account that serves becomes the binding).
+
 `AffinityStore` is what the gateway needs from the bindings' home. `SessionAffinity` keeps
 them in this process (bounded, least recently used forgotten first); a store shared by the
 replicas (Redis) fits the same two calls: `bound` is awaited on the request path, `remember`
@@ -73,6 +79,18 @@ class SessionAffinity:
 
     def __len__(self) -> int:
         return len(self._routes)
+
+
+def binding(route_id: str, resource_id: str | None) -> str:
+    """What a conversation is bound to: its route, and on a route with resources the
+    resource (account) that served."""
+    return route_id if resource_id is None else f"{route_id}/{resource_id}"
+
+
+def split(bound: str) -> tuple[str, str | None]:
+    """A binding's route id and resource id (None when it names no resource)."""
+    route_id, _, resource_id = bound.partition("/")
+    return route_id, resource_id or None
 
 
 def prefer(

@@ -6,11 +6,16 @@ import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Final
 
 from llmrelay.guardrails.policy import Guard
 from llmrelay.metering.cost import Price
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+#: (provider type, upstream model) of routes that generate images (Operation.IMAGES): a model
+#: whose routes all are is an image model (ModelSnap.image).
+IMAGE_ROUTES: Final = frozenset({("openai_codex", "gpt-image-2")})
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,19 +132,31 @@ class ModelSnap:
     enabled_routes: tuple[RouteSnap, ...] = field(init=False, compare=False, repr=False)
     #: Whether any route declares capabilities (else requests are not examined for them).
     capability_aware: bool = field(init=False, compare=False, repr=False)
-    #: Sticky routing acts: it is on and there is more than one route to choose from (else
-    #: a request derives no conversation key at all).
+    #: Sticky routing acts: it is on and there is more than one route, or more than one
+    #: account of a route's openai_codex provider (conversations stick to its account), to
+    #: choose from (else a request derives no conversation key at all).
     sticky: bool = field(init=False, compare=False, repr=False)
     #: Some enabled route's provider has resources (else attempts go to routes as they are).
     resourced: bool = field(init=False, compare=False, repr=False)
+    #: An image model: served on /v1/images/generations only, because every route targets
+    #: an image model upstream (IMAGE_ROUTES: the subscription-backed `gpt-image-2` of an
+    #: openai_codex provider, the virtual model `codex-gpt-image-2`).
+    image: bool = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         enabled = tuple(r for r in self.routes if not r.disabled)
         object.__setattr__(self, "enabled_routes", enabled)
         aware = any(r.capabilities is not None for r in enabled)
         object.__setattr__(self, "capability_aware", aware)
-        object.__setattr__(self, "sticky", self.affinity_ttl_s is not None and len(enabled) > 1)
+        choices = len(enabled) > 1 or any(
+            len(r.variants) > 1 and r.provider.type == "openai_codex" for r in enabled
+        )
+        object.__setattr__(self, "sticky", self.affinity_ttl_s is not None and choices)
         object.__setattr__(self, "resourced", any(r.variants for r in enabled))
+        image = bool(self.routes) and all(
+            (r.provider.type, r.upstream_model) in IMAGE_ROUTES for r in self.routes
+        )
+        object.__setattr__(self, "image", image)
 
 
 @dataclass(frozen=True, slots=True)

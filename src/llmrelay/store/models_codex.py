@@ -1,10 +1,11 @@
 """ChatGPT accounts signed in for `openai_codex` providers (migration 0026). On
 store/models.py's `Base`, so one metadata holds the whole schema.
 
-One row per signed-in account, keyed by its own id and tied to its provider: today a provider
-uses one account; when providers get several credentials ("resources"), each account row
-becomes one resource's credential (a `resource_id` column next to `provider_id`), without
-changing what a row holds. Kept apart from `providers.credentials_sealed` because the tokens
+One row per signed-in account, keyed by its own id and tied to its provider and to one of the
+provider's resources (migration 0030): a provider has as many accounts as it has resources
+with an account signed in, each tried, cooled down and quota-limited as a resource (the
+resource row holds its priority, weight, rpm, tpm; this row its tokens and usage limits). Kept
+apart from `providers.credentials_sealed` because the tokens
 change on every refresh (every few days, or sooner), and a provider row's change moves the
 config generation and rebuilds every replica's snapshot.
 """
@@ -30,6 +31,11 @@ class CodexAccount(Timestamped, Base):
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
     provider_id: Mapped[str] = mapped_column(
         ForeignKey("providers.id", ondelete="CASCADE"), index=True
+    )
+    #: The provider resource this account is the credential of (migration 0030; every
+    #: sign-in sets it): deleting the resource signs the account out.
+    resource_id: Mapped[str | None] = mapped_column(
+        ForeignKey("provider_resources.id", ondelete="CASCADE"), index=True, unique=True
     )
     #: The ChatGPT account (workspace) id from the id token's claims: sent upstream as
     #: `chatgpt-account-id` on every call.

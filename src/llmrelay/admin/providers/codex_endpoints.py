@@ -1,16 +1,18 @@
-"""An openai_codex provider's ChatGPT account (docs/codex.md): GET /providers/{id}/codex (who
-is signed in, the token's expiry, the usage limits; `?refresh=true` asks the backend's usage
-endpoint now), the device code sign-in the console drives (POST .../codex/device, then POST
-.../codex/device/poll until signed in) and DELETE .../codex (sign out). HTTP and the few rules
-there are; the sign-in's write is llmrelay/codex_vault.py's, the token handling
-providers/codex/'s. No token ever leaves in an answer."""
+"""An openai_codex provider's ChatGPT accounts (docs/codex.md), each one of its resources:
+GET /providers/{id}/codex (who is signed in, the tokens' expiry, the usage limits;
+`?refresh=true` asks the backend's usage endpoint now), the device code sign-in the console
+drives (POST .../codex/device, then POST .../codex/device/poll until signed in: it adds the
+account, or renews it) and DELETE .../codex (sign out: every account, or `?resource=`).
+HTTP and the few rules there are; the sign-in's write is llmrelay/codex_vault.py's, the
+token handling providers/codex/'s. No token ever leaves in an answer."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, Field
 
 from llmrelay.admin import audit
@@ -19,11 +21,12 @@ from llmrelay.admin.admin_error import AdminError
 from llmrelay.admin.errors import documented
 from llmrelay.admin.kit.http import Session, commit_change, state
 from llmrelay.admin.providers.endpoints import load
-from llmrelay.codex_vault import first_account, sign_in, sign_out
+from llmrelay.codex_vault import accounts_of, sign_in, sign_out
 from llmrelay.providers.codex import oauth
 from llmrelay.providers.codex.accounts import CodexAccounts
 from llmrelay.snapshot.builder import provider_snap
-from llmrelay.store.models import Provider
+from llmrelay.store.models import Provider, ProviderResource
+from llmrelay.store.models_codex import CodexAccount
 
 router = APIRouter(tags=["providers"])
 #: What the device code routes may answer besides the app's errors.
@@ -34,6 +37,10 @@ Writer = Annotated[Actor, Depends(require("providers:write"))]
 
 class CodexAccountOut(BaseModel):
     signed_in: bool
+    #: The provider resource the account is (its priority, quotas and health are the
+    #: resource's: /providers/{id}/resources).
+    resource_id: str | None = None
+    resource: str | None = None
     account_id: str | None = None
     email: str | None = None
     plan_type: str | None = None
@@ -47,6 +54,13 @@ class CodexAccountOut(BaseModel):
     usage_error: str | None = None
 
 
+class CodexAccountsOut(CodexAccountOut):
+    """The first account (in the order routing tries them) at the top level, as before
+    providers had several, and every account in `accounts`."""
+
+    accounts: list[CodexAccountOut] = Field(default_factory=list)
+
+
 class DeviceStarted(BaseModel):
     device_auth_id: str
     user_code: str
@@ -57,6 +71,9 @@ class DeviceStarted(BaseModel):
 class DevicePoll(BaseModel):
     device_auth_id: str = Field(min_length=1, max_length=200)
     user_code: str = Field(min_length=1, max_length=50)
+    #: The resource the account goes to (made when missing); None: the account's own
+    #: resource when it was signed in before, else a new one named after its email.
+    resource: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
 
 class DevicePolled(BaseModel):
@@ -79,12 +96,25 @@ async def _codex_provider(session: Session, actor: Actor, permission: str, pid: 
     return row
 
 
-async def _out(session: Session, provider_id: str) -> CodexAccountOut:
-    row = await first_account(session, provider_id)
-    if row is None:
-        return CodexAccountOut(signed_in=False)
+async def _out(
+    session: Session, provider_id: str, problems: dict[str, str] | None = None
+) -> CodexAccountsOut:
+    rows = await accounts_of(session, provider_id)
+    if not rows:
+        return CodexAccountsOut(signed_in=False)
+    problems = problems or {}
+    listed = [_account(row, resource, problems.get(row.id)) for row, resource in rows]
+    return CodexAccountsOut(**listed[0].model_dump(), accounts=listed)
+
+
+def _account(
+    row: CodexAccount, resource: ProviderResource | None, problem: str | None
+) -> CodexAccountOut:
     return CodexAccountOut(
         signed_in=True,
+        resource_id=row.resource_id,
+        resource=resource.name if resource is not None else None,
+        usage_error=problem,
         account_id=row.account_id,
         email=row.email,
         plan_type=row.plan_type,
@@ -98,22 +128,23 @@ async def _out(session: Session, provider_id: str) -> CodexAccountOut:
 @router.get("/providers/{provider_id}/codex")
 async def codex_account(
     request: Request, session: Session, actor: Reader, provider_id: str, refresh: bool = False
-) -> CodexAccountOut:
-    """The signed-in account and its usage limits (as last seen, or asked now); a provider of
-    another type has none."""
+) -> CodexAccountsOut:
+    """The signed-in accounts and their usage limits (as last seen, or asked now); a provider
+    of another type has none."""
     row = await load(session, actor, "providers:read", provider_id)
-    problem = None
-    if refresh and row.type == "openai_codex" and await first_account(session, row.id):
+    problems: dict[str, str] = {}
+    signed = await accounts_of(session, row.id) if row.type == "openai_codex" else []
+    if refresh and signed:
         accounts = _accounts(request)
-        try:
-            await accounts.fetch_usage(provider_snap(row, state(request).secrets()))
-        except (oauth.OAuthError, LookupError) as failed:
-            problem = str(failed)
+        snap = provider_snap(row, state(request).secrets())
+        for account, _ in signed:
+            try:
+                await accounts.fetch_usage(replace(snap, resource_id=account.resource_id))
+            except (oauth.OAuthError, LookupError) as failed:
+                problems[account.id] = str(failed)
         await accounts.settled()
         session.expire_all()  # the limits were written by another session
-    out = await _out(session, provider_id)
-    out.usage_error = problem
-    return out
+    return await _out(session, provider_id, problems)
 
 
 @router.post("/providers/{provider_id}/codex/device", responses=_ISSUER)
@@ -167,32 +198,43 @@ async def codex_device_poll(
         return DevicePolled(status="pending")
     except oauth.OAuthError as failed:
         raise AdminError(502, str(failed), "upstream_error") from None
-    kept = await sign_in(
+    kept, resource = await sign_in(
         session,
         state(request).secrets(),
         row.id,
         tokens,
         issuer=accounts.issuer,
         client_id=accounts.client_id,
+        resource=body.resource,
     )
-    after = {"account_id": kept.account_id, "email": kept.email}
+    after = {"account_id": kept.account_id, "email": kept.email, "resource": resource.name}
     audit.note(request, "provider.codex_sign_in", "provider", row.id, None, after, row.tenant_id)
     await commit_change(request, session)  # every replica reads the new account
     accounts.forget(row.id)
     # A probe made before the sign-in found no account and took the provider out of routing:
     # probe again now, so its routes come back at once rather than at the next retry.
     await prober.probe(row.id)
-    return DevicePolled(status="signed_in", account=await _out(session, row.id))
+    shown = await _out(session, row.id)
+    mine = next((a for a in shown.accounts if a.account_id == kept.account_id), shown)
+    return DevicePolled(status="signed_in", account=mine)
 
 
 @router.delete("/providers/{provider_id}/codex", status_code=204)
 async def codex_sign_out(
-    request: Request, session: Session, actor: Writer, provider_id: str
+    request: Request,
+    session: Session,
+    actor: Writer,
+    provider_id: str,
+    resource: Annotated[str | None, Query(max_length=320)] = None,
 ) -> Response:
-    """Forget the provider's account (its tokens are deleted)."""
+    """Forget the provider's accounts, or the one `resource` names (a resource name, an
+    email or an account id); their tokens are deleted, their resources stay."""
     row = await load(session, actor, "providers:write", provider_id)
-    await sign_out(session, row.id)
-    audit.note(request, "provider.codex_sign_out", "provider", row.id, None, None, row.tenant_id)
+    removed = await sign_out(session, row.id, resource)
+    if resource is not None and not removed:
+        raise AdminError(404, f"no account {resource!r} is signed in here", "not_found")
+    before = {"resource": resource} if resource is not None else None
+    audit.note(request, "provider.codex_sign_out", "provider", row.id, before, None, row.tenant_id)
     await commit_change(request, session)
     registry = state(request).prober
     if registry is not None and registry.registry.codex is not None:

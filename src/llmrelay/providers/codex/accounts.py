@@ -1,5 +1,12 @@
-"""Each `openai_codex` provider's signed-in account, as this process holds it: its access
-token kept fresh, and its usage limits.
+"""The `openai_codex` providers' signed-in accounts, as this process holds them: each one's
+access token kept fresh, and its usage limits.
+
+Each account is one resource of its provider (codex_vault.py keeps a `codex_accounts` row per
+account, tied to a `provider_resources` row), so routing picks the account of every attempt
+as it picks any resource (gateway/resources.py), and the attempt's ProviderSnap names it
+(`resource_id`). Everything here is kept per account, keyed by that resource id (`key`): a
+ProviderSnap without one (the health probe's, a provider that never had resources) stands
+for the provider's first account.
 
 The tokens live sealed in the database (llmrelay/codex_vault.py, behind `AccountVault`); a
 process reads them once per config snapshot (a sign-in or sign-out moves the generation),
@@ -61,19 +68,28 @@ class StoredAccount:
     generation: int
     limits: dict[str, Any]
     exhausted_until: datetime | None
+    #: The provider resource the account is the credential of.
+    resource_id: str | None = None
+
+
+def key(provider: ProviderSnap) -> str:
+    """What this process keeps an account under: the attempt's resource, else the
+    provider (its first account)."""
+    return provider.resource_id or provider.id
 
 
 class AccountVault(Protocol):
     """Where accounts are kept (the database; llmrelay/codex_vault.py)."""
 
-    async def load(self, provider_id: str) -> StoredAccount | None:
-        """The provider's account, tokens opened; None when none is signed in."""
+    async def load(self, provider_id: str, resource_id: str | None) -> StoredAccount | None:
+        """The resource's account (the provider's first one for None), tokens opened; None
+        when none is signed in."""
         ...
 
     async def refresh_locked(
-        self, provider_id: str, seen_generation: int, refresh: Callable[[StoredAccount], Any]
+        self, row_id: str, seen_generation: int, refresh: Callable[[StoredAccount], Any]
     ) -> StoredAccount | None:
-        """Under a lock on the account row: when its tokens are still those of
+        """Under a lock on the account row `row_id`: when its tokens are still those of
         `seen_generation`, `await refresh(account)` -> (Tokens, Identity) is stored (the
         generation moves); else the newer stored tokens are returned untouched."""
         ...
@@ -108,46 +124,51 @@ class CodexAccounts:
         self._locks: dict[str, asyncio.Lock] = {}
         self._session: aiohttp.ClientSession | None = None
         self._saved_at: dict[str, float] = {}
-        #: provider id -> (until when, the token generation, the issuer's refusal): a refresh
+        #: account key -> (until when, the token generation, the issuer's refusal): a refresh
         #: token the issuer refused is not offered again for a while (every call would).
         self._refused: dict[str, tuple[float, tuple[str, int], str]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- tokens ------------------------------------------------------------------------
 
-    def held(self, provider_id: str) -> StoredAccount | None:
+    def held(self, account_key: str) -> StoredAccount | None:
         """The account as this process last read it (no I/O)."""
-        return self._held.get(provider_id)
+        return self._held.get(account_key)
 
     async def account(self, provider: ProviderSnap) -> StoredAccount:
-        """The provider's account with an access token good for `margin_s` more; raises
+        """The attempt's account with an access token good for `margin_s` more; raises
         AccountMissing, or oauth.OAuthError when a due refresh was refused."""
-        held = self._held.get(provider.id)
-        if held is not None and self._read_for.get(provider.id) is provider and not self._due(held):
+        at = key(provider)
+        held = self._held.get(at)
+        if held is not None and self._read_for.get(at) is provider and not self._due(held):
             return held
-        async with self._lock(provider.id):
-            held = self._held.get(provider.id)
-            if held is None or self._read_for.get(provider.id) is not provider or self._due(held):
-                held = await self._load(provider.id)
-                self._read_for[provider.id] = provider
+        async with self._lock(at):
+            held = self._held.get(at)
+            if held is None or self._read_for.get(at) is not provider or self._due(held):
+                held = await self._load(provider)
+                self._read_for[at] = provider
                 if self._due(held):
-                    held = await self._refresh(held)
+                    held = await self._refresh(at, held)
             return held
 
     async def refreshed(self, provider: ProviderSnap, used: StoredAccount) -> StoredAccount:
         """After the backend refused `used`'s access token: newer tokens (another process's
         refresh) or a refresh now. Raises as `account` does."""
-        async with self._lock(provider.id):
-            held = self._held.get(provider.id)
+        at = key(provider)
+        async with self._lock(at):
+            held = self._held.get(at)
             if held is not None and _moved(held, used):
                 return held
-            held = await self._load(provider.id)
+            held = await self._load(provider)
             if _moved(held, used):
                 return held
-            return await self._refresh(held)
+            return await self._refresh(at, held)
 
     def forget(self, provider_id: str) -> None:
-        """Read the account again on its next use (a new sign-in)."""
+        """Read the provider's accounts again on their next use (a sign-in or sign-out)."""
+        for at in [k for k, held in self._held.items() if held.provider_id == provider_id]:
+            self._held.pop(at, None)
+            self._read_for.pop(at, None)
         self._held.pop(provider_id, None)
         self._read_for.pop(provider_id, None)
 
@@ -155,34 +176,37 @@ class CodexAccounts:
         expires = account.expires_at
         return expires is not None and expires.timestamp() - self.clock() < self.margin_s
 
-    def _lock(self, provider_id: str) -> asyncio.Lock:
-        lock = self._locks.get(provider_id)
+    def _lock(self, account_key: str) -> asyncio.Lock:
+        lock = self._locks.get(account_key)
         if lock is None:
-            lock = self._locks[provider_id] = asyncio.Lock()
+            lock = self._locks[account_key] = asyncio.Lock()
         return lock
 
-    async def _load(self, provider_id: str) -> StoredAccount:
-        found = await self.vault.load(provider_id)
+    async def _load(self, provider: ProviderSnap) -> StoredAccount:
+        at = key(provider)
+        found = await self.vault.load(provider.id, provider.resource_id)
         if found is None:
-            self._held.pop(provider_id, None)
+            self._held.pop(at, None)
+            if provider.resource_id is not None:
+                raise AccountMissing("no ChatGPT account is signed in for this resource")
             raise AccountMissing("no ChatGPT account is signed in for this provider")
-        self._held[provider_id] = found
+        self._held[at] = found
         return found
 
-    async def _refresh(self, account: StoredAccount) -> StoredAccount:
-        refused = self._refused.get(account.provider_id)
+    async def _refresh(self, at: str, account: StoredAccount) -> StoredAccount:
+        refused = self._refused.get(at)
         tokens = (account.id, account.generation)
         if refused is not None and refused[0] > self.clock() and refused[1] == tokens:
             raise oauth.OAuthError(refused[2])  # not asked again within _REFUSED_S
         try:
-            return await self._refresh_now(account)
+            return await self._refresh_now(at, account)
         except oauth.OAuthError as failed:
             if failed.status is not None:  # the issuer answered no: sign in again
                 until = self.clock() + _REFUSED_S
-                self._refused[account.provider_id] = (until, tokens, str(failed))
+                self._refused[at] = (until, tokens, str(failed))
             raise
 
-    async def _refresh_now(self, account: StoredAccount) -> StoredAccount:
+    async def _refresh_now(self, at: str, account: StoredAccount) -> StoredAccount:
         session = self.session()
 
         async def refresh(current: StoredAccount) -> tuple[Tokens, Identity]:
@@ -197,45 +221,45 @@ class CodexAccounts:
                 found = Identity(current.account_id, current.email, current.plan_type)
             return tokens, found
 
-        stored = await self.vault.refresh_locked(account.provider_id, account.generation, refresh)
+        stored = await self.vault.refresh_locked(account.id, account.generation, refresh)
         if stored is None:
-            self._held.pop(account.provider_id, None)
+            self._held.pop(at, None)
             raise AccountMissing("the ChatGPT account was signed out meanwhile")
-        self._held[account.provider_id] = stored
-        log.info("codex_tokens_refreshed", provider_id=account.provider_id)
+        self._held[at] = stored
+        log.info("codex_tokens_refreshed", provider_id=account.provider_id, account=at)
         return stored
 
     # -- usage limits ------------------------------------------------------------------
 
-    def exhausted_until(self, provider_id: str) -> float | None:
+    def exhausted_until(self, account_key: str) -> float | None:
         """Until when (Unix seconds) the held account is out of its usage limit, or None."""
-        held = self._held.get(provider_id)
+        held = self._held.get(account_key)
         if held is None or held.exhausted_until is None:
             return None
         until = held.exhausted_until.timestamp()
         return until if until > self.clock() else None
 
-    def observe(self, provider_id: str, header: Callable[[str], str | None]) -> None:
+    def observe(self, account_key: str, header: Callable[[str], str | None]) -> None:
         """An answer's x-codex-* headers -> the held limits (written now and then)."""
         seen = usage_limits.from_headers(header, self.clock())
         if seen:
-            self._note(provider_id, seen, force=False)
+            self._note(account_key, seen, force=False)
 
-    def limit_reached(self, provider_id: str, body: bytes, retry_after: str | None) -> bool:
+    def limit_reached(self, account_key: str, body: bytes, retry_after: str | None) -> bool:
         """A 429 -> whether it says the usage limit is reached (then the account rests
         until its reset, written at once)."""
         now = self.clock()
         until = usage_limits.limit_reached_until(body, retry_after, now)
         if until is None:
             return False
-        held = self._held.get(provider_id)
+        held = self._held.get(account_key)
         if held is not None:
             limits = {**held.limits, "exhausted_reason": usage_limits.USAGE_LIMIT_REACHED}
-            self._set(held, limits, datetime.fromtimestamp(until, UTC), persist=True)
+            self._set(account_key, held, limits, datetime.fromtimestamp(until, UTC), persist=True)
         return True
 
-    def _note(self, provider_id: str, seen: dict[str, Any], *, force: bool) -> None:
-        held = self._held.get(provider_id)
+    def _note(self, account_key: str, seen: dict[str, Any], *, force: bool) -> None:
+        held = self._held.get(account_key)
         if held is None:
             return
         now = self.clock()
@@ -244,17 +268,18 @@ class CodexAccounts:
         exhausted = datetime.fromtimestamp(until, UTC) if until is not None else None
         changed = (exhausted is None) != (held.exhausted_until is None)
         due = now - self._saved_at.get(held.id, 0.0) >= _SAVE_EVERY_S
-        self._set(held, limits, exhausted, persist=force or changed or due)
+        self._set(account_key, held, limits, exhausted, persist=force or changed or due)
 
     def _set(
         self,
+        account_key: str,
         held: StoredAccount,
         limits: dict[str, Any],
         exhausted: datetime | None,
         *,
         persist: bool,
     ) -> None:
-        self._held[held.provider_id] = replace(held, limits=limits, exhausted_until=exhausted)
+        self._held[account_key] = replace(held, limits=limits, exhausted_until=exhausted)
         if persist:
             self._saved_at[held.id] = self.clock()
             task = asyncio.get_running_loop().create_task(self._save(held.id, limits, exhausted))
@@ -268,7 +293,8 @@ class CodexAccounts:
             log.exception("codex_limits_not_saved", account=row_id)
 
     async def fetch_usage(self, provider: ProviderSnap) -> dict[str, Any]:
-        """Ask the backend's usage endpoint now; the limits (also kept and written)."""
+        """Ask the backend's usage endpoint now for the account of `provider` (a resource's
+        copy names it); the limits (also kept and written)."""
         account = await self.account(provider)
         url = usage_url(provider.base_url or DEFAULT_BACKEND)
         headers = {
@@ -290,8 +316,8 @@ class CodexAccounts:
         except orjson.JSONDecodeError:
             raise oauth.OAuthError("the usage endpoint's answer is not JSON") from None
         seen = usage_limits.from_usage(body if isinstance(body, dict) else {})
-        self._note(provider.id, seen, force=True)
-        held = self._held.get(provider.id)
+        self._note(key(provider), seen, force=True)
+        held = self._held.get(key(provider))
         return held.limits if held is not None else seen
 
     async def settled(self) -> None:

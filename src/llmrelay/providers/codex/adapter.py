@@ -2,8 +2,9 @@
 (`base_url`, by default https://chatgpt.com/backend-api/codex).
 
 The backend speaks OpenAI's Responses wire format with its own terms, as the Codex CLI meets
-them: it stores nothing (`store` is always false, so `previous_response_id` cannot continue
-a response: clients send the whole input, as Codex does) and it answers only as a stream. A
+them: it stores nothing (`store` is always false: the gateway keeps the responses itself and
+sends a continued conversation whole, gateway/responses.py; input items go without their
+`id`s) and it answers only as a stream. A
 client that did not ask for a stream gets the stream's final `response.completed` response
 as its JSON answer (`CompletedFromStream`). `/responses/compact` answers plain JSON.
 
@@ -11,7 +12,9 @@ Headers: the Codex CLI's `originator` and `OpenAI-Beta: responses=experimental`,
 conversation's `session_id` (the request's `prompt_cache_key`, which Codex sets to its
 session) so the backend's prompt cache follows the conversation. The credentials
 (`authorization`, `chatgpt-account-id`) are added by the transport (transport.py), which
-holds the account. Chat, Messages and embeddings are not served: the next route is tried.
+holds the account. Image generation (the virtual model `codex-gpt-image-2`) is a Responses
+call with the image tool (images.py). Chat, Messages and embeddings are not served: the next
+route is tried.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from llmrelay.providers.base import (
     UpstreamRequest,
     UpstreamResponse,
 )
+from llmrelay.providers.codex.images import ImagesFromStream, image_request
 from llmrelay.providers.errors import UpstreamErrorEvent, UpstreamProtocolError
 from llmrelay.snapshot.model import RouteSnap
 
@@ -36,6 +40,7 @@ CLIENT_VERSION: Final = "0.99.0"
 _PATHS: Final = {
     Operation.RESPONSES: "/responses",
     Operation.RESPONSES_COMPACT: "/responses/compact",
+    Operation.IMAGES: "/responses",  # the image tool of a Responses call (images.py)
 }
 
 
@@ -65,10 +70,21 @@ class OpenAICodexAdapter:
         cache_key = payload.get("prompt_cache_key")
         if isinstance(cache_key, str) and cache_key:
             headers["session_id"] = cache_key[:200]
+        if operation is Operation.IMAGES:
+            headers["accept"] = "text/event-stream"
+            return UpstreamRequest(
+                url=f"{provider.base_url}{path}",
+                headers=headers,
+                body=orjson.dumps(image_request(payload, route.upstream_model)),
+                translate=_images,
+            )
         body = {**payload, "model": route.upstream_model}
         translate = None
         if operation is Operation.RESPONSES:
             body["store"] = False
+            given = payload.get("input")
+            if isinstance(given, list):
+                body["input"] = without_item_ids(given)
             if payload.get("stream") is not True:
                 translate = CompletedFromStream
             body["stream"] = True
@@ -79,6 +95,18 @@ class OpenAICodexAdapter:
             body=orjson.dumps(body),
             translate=translate,
         )
+
+
+def without_item_ids(items: list[Any]) -> list[Any]:
+    """Input items without their `id`s: the backend keeps no items, so an id (of an output
+    item sent back, as a conversation the gateway stored is) names nothing there and is
+    refused; the Codex CLI sends its history without them too."""
+    return [
+        {k: v for k, v in item.items() if k != "id"}
+        if isinstance(item, dict) and "id" in item
+        else item
+        for item in items
+    ]
 
 
 class CompletedFromStream:
@@ -107,6 +135,11 @@ class CompletedFromStream:
 
     def release(self) -> None:
         self._inner.release()
+
+
+def _images(inner: UpstreamResponse) -> UpstreamResponse:
+    """The image call's stream -> its completed Response -> the Images API's answer."""
+    return ImagesFromStream(CompletedFromStream(inner))
 
 
 def completed_response(stream: bytes) -> bytes:

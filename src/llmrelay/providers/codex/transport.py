@@ -1,12 +1,13 @@
-"""The transport of `openai_codex` providers: the shared HTTP transport, with the provider's
-ChatGPT account signed onto each request.
+"""The transport of `openai_codex` providers: the shared HTTP transport, with a ChatGPT
+account signed onto each request: the one routing picked for the attempt (each account is a
+resource of the provider, and the attempt's ProviderSnap names it), else the provider's first.
 
 Before a call: the account's access token (refreshed first when it is about to expire,
 accounts.py); an account resting after its usage limit was reached is not called at all
-(`UpstreamUnavailable`: the next route is tried at once, no breaker counts it). After: the
-answer's x-codex-* headers update the account's usage limits; a 401 refreshes the tokens and
-sends the request once more; a 429 saying `usage_limit_reached` rests the account until its
-reset and tries the next route.
+(`UpstreamUnavailable`: the next account, then the next route, is tried at once, no
+breaker counts it). After: the answer's x-codex-* headers update the account's usage
+limits; a 401 refreshes the tokens and sends the request once more; a 429 saying
+`usage_limit_reached` rests the account until its reset and tries the next account.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 from datetime import UTC, datetime
 
 from llmrelay.providers.base import Transport, UpstreamRequest, UpstreamResponse
-from llmrelay.providers.codex.accounts import AccountMissing, CodexAccounts, StoredAccount
+from llmrelay.providers.codex.accounts import AccountMissing, CodexAccounts, StoredAccount, key
 from llmrelay.providers.codex.oauth import OAuthError
 from llmrelay.providers.errors import UpstreamError, UpstreamUnavailable
 from llmrelay.snapshot.model import ProviderSnap
@@ -28,8 +29,9 @@ class CodexTransport:
 
     async def send(self, request: UpstreamRequest, provider: ProviderSnap) -> UpstreamResponse:
         accounts = self.accounts
+        at = key(provider)  # the account routing picked for this attempt (its resource)
         account = await self._account(provider)
-        resting = accounts.exhausted_until(provider.id)
+        resting = accounts.exhausted_until(at)
         if resting is not None:
             raise UpstreamUnavailable(
                 "the ChatGPT account's usage limit is reached until "
@@ -44,11 +46,11 @@ class CodexTransport:
             except (AccountMissing, OAuthError) as refused:
                 raise UpstreamUnavailable(f"{refused}; sign the account in again") from None
             response = await self._inner.send(signed(request, account), provider)
-        accounts.observe(provider.id, response.header)
+        accounts.observe(at, response.header)
         if response.status == 429:
             body = await _drain(response)
-            if accounts.limit_reached(provider.id, body, response.header("retry-after")):
-                until = accounts.exhausted_until(provider.id) or time.time() + 60
+            if accounts.limit_reached(at, body, response.header("retry-after")):
+                until = accounts.exhausted_until(at) or time.time() + 60
                 raise UpstreamUnavailable(
                     "the ChatGPT account's usage limit is reached", retry_at=until
                 )
