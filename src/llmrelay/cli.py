@@ -6,7 +6,8 @@ import asyncio
 import os
 import re
 import sys
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -83,7 +84,6 @@ def serve(
     ] = None,
 ) -> None:
     """Run the gateway (data plane, admin API, health and metrics)."""
-    from llmrelay.database_setup import prepare_for_serving
     from llmrelay.server import run_server
 
     if admin_listen is not None:  # the serving processes read it from the environment
@@ -91,6 +91,15 @@ def serve(
     settings = _settings()
     if settings.admin_address is not None and settings.admin_address[1] == port:
         _fail(f"the admin listener ({settings.admin_listen}) needs a port other than --port {port}")
+    _in_child(partial(_prepare, settings, config, demo, host, port))
+    run_server(settings, host=host, port=port, workers=workers)
+
+
+def _prepare(settings: Settings, config: Path | None, demo: bool, host: str, port: int) -> None:
+    """What `serve` does to the database before it serves: migrate (SQLite), then --config
+    and --demo."""
+    from llmrelay.database_setup import prepare_for_serving
+
     try:
         resolve_secret_key(settings)  # create the development key once, before any worker
         asyncio.run(prepare_for_serving(settings.database_url))
@@ -100,7 +109,47 @@ def serve(
         _apply_file(settings, config)
     if demo:
         _seed_demo(settings, host, port)
-    run_server(settings, host=host, port=port, workers=workers)
+
+
+def _in_child(work: Callable[[], None]) -> None:
+    """Run `work` in a forked child and wait for it; its exit status becomes ours if it
+    failed (its messages went to the same stdout and stderr).
+
+    Why: the preparation imports what the serving process never uses again (Alembic, the
+    config schema and loader, YAML, the admin services the apply goes through) and leaves
+    its garbage in the heap (the apply's ORM session, two event loops' worth of engines);
+    all of it would stay resident in the serving process for its whole life (several MiB:
+    docs/performance.md, "Where the memory goes"). A fork costs a few milliseconds and no
+    second interpreter start. Without fork (not POSIX), or with the environment's
+    LLMRELAY_PREPARE_IN_PROCESS=1, the work runs here."""
+    fork = getattr(os, "fork", None)
+    if fork is None or os.environ.get("LLMRELAY_PREPARE_IN_PROCESS") == "1":
+        work()
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = fork()
+    if pid == 0:  # the child: never returns into the parent's code
+        code = 1
+        try:
+            work()
+            code = 0
+        except typer.Exit as exc:
+            code = exc.exit_code
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:  # noqa: BLE001 - report it as the parent would have
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        raise typer.Exit(code if code > 0 else 1)
 
 
 @app.command("rotate-secret")

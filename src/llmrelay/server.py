@@ -46,6 +46,9 @@ def run_server(settings: Settings, *, host: str, port: int, workers: int) -> Non
         "loop": "uvloop",
         # httptools, with header and body timeouts and a head size cap (server_protocol.py)
         "http": GuardedHttpToolsProtocol,
+        # No WebSocket route exists: "auto" would import the websockets package (and keep it
+        # resident) only to refuse upgrades that "none" refuses too.
+        "ws": "none",
         "lifespan": "on",
         "proxy_headers": False,  # X-Forwarded-For is judged by LLMRELAY_TRUSTED_PROXIES only
         "access_log": False,
