@@ -34,7 +34,7 @@ ADMIN = "bench-admin-token-0123456789abcdef"
 KEY = "sk-bench-prepaid-key-0123456789abcdef"
 TRANSACTIONS = 2000
 CONCURRENT = 16
-REQUESTS = 400
+REQUESTS = 1000
 ROUNDS = 4
 CONFIG = f"""
 providers: [{{slug: mock, type: mock}}]
@@ -153,7 +153,13 @@ def _set_prepaid(base: str, on: bool) -> None:
     time.sleep(1.0)
 
 
-async def _load(base: str, concurrency: int, count: int) -> dict[str, Any]:
+def _cpu_s(pid: int) -> float:
+    """The process's user + system CPU time so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _load(base: str, concurrency: int, count: int, pid: int) -> dict[str, Any]:
     headers = {"Authorization": f"Bearer {KEY}"}
     latencies: list[float] = []
     limits = httpx.Limits(max_connections=concurrency)
@@ -172,10 +178,14 @@ async def _load(base: str, concurrency: int, count: int) -> dict[str, Any]:
         for _ in range(20):
             await one()
         latencies.clear()
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), _cpu_s(pid)
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-        elapsed = time.perf_counter() - started
-    return {**_percentiles(latencies), "rps": round(len(latencies) / elapsed, 1)}
+        elapsed, cpu = time.perf_counter() - started, _cpu_s(pid) - cpu
+    return {
+        **_percentiles(latencies),
+        "rps": round(len(latencies) / elapsed, 1),
+        "cpu_ms": round(cpu / len(latencies) * 1000, 3),
+    }
 
 
 def _requests(folder: Path, url: str) -> dict[str, Any]:
@@ -187,15 +197,17 @@ def _requests(folder: Path, url: str) -> dict[str, Any]:
                 _set_prepaid(base, arm == "prepaid")
                 rounds[arm].append(
                     {
-                        "c1": asyncio.run(_load(base, 1, REQUESTS // 2)),
-                        f"c{CONCURRENT}": asyncio.run(_load(base, CONCURRENT, REQUESTS)),
+                        "c1": asyncio.run(_load(base, 1, REQUESTS // 2, process.pid)),
+                        f"c{CONCURRENT}": asyncio.run(
+                            _load(base, CONCURRENT, REQUESTS, process.pid)
+                        ),
                     }
                 )
         return {
             arm: {
                 level: {
                     metric: statistics.median(r[level][metric] for r in results)
-                    for metric in ("p50_ms", "p99_ms", "rps")
+                    for metric in ("p50_ms", "p99_ms", "rps", "cpu_ms")
                 }
                 for level in ("c1", f"c{CONCURRENT}")
             }
@@ -250,14 +262,15 @@ def prepaid_markdown(data: dict[str, Any]) -> str:
     lines += [
         "",
         f"| backend | arm | c=1 p50 / p99 | c=1 req/s | c={CONCURRENT} p50 / p99 "
-        f"| c={CONCURRENT} req/s |",
-        "| --- | --- | --- | --- | --- | --- |",
+        f"| c={CONCURRENT} req/s | CPU ms per request c=1 / c={CONCURRENT} |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for backend, found in data["backends"].items():
         for arm, levels in found["requests"].items():
             one, many = levels["c1"], levels[f"c{CONCURRENT}"]
             lines.append(
                 f"| {backend} | {arm} | {one['p50_ms']} / {one['p99_ms']} ms | {one['rps']} "
-                f"| {many['p50_ms']} / {many['p99_ms']} ms | {many['rps']} |"
+                f"| {many['p50_ms']} / {many['p99_ms']} ms | {many['rps']} "
+                f"| {one['cpu_ms']} / {many['cpu_ms']} |"
             )
     return "\n".join(lines)
