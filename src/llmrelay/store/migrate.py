@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 #: The newest revision in migrations/versions; bump it with every new revision.
-HEAD_REVISION = "0028"
+HEAD_REVISION = "0029"
 #: Any constant: replicas starting together take turns migrating a PostgreSQL database.
 _PG_MIGRATION_LOCK = 7_211_960_123
 
