@@ -68,6 +68,7 @@ async def reclaim_expired(
     closed = 0
     for lease_id, tenant in expired:
         async with engine.begin() as conn:
+            await lease_store.lock_wallet(conn, str(tenant))
             claimed = (
                 await conn.execute(
                     update(leases)
@@ -93,7 +94,7 @@ async def reclaim_expired(
             charges = await _charges(conn, [str(h[0]) for h in held])
             items = [Settle(str(h[0]), int(h[1]), charges[str(h[0])], 0, True) for h in held]
             settled, _ = await lease_store.settle_open(conn, str(tenant), str(lease_id), items)
-            back = await lease_store.close(conn, str(lease_id))
+            back = await lease_store.close(conn, str(tenant), str(lease_id))
         closed += 1
         outcomes = Counter(kind for _item, kind in settled)
         log.warning(

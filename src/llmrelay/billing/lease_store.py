@@ -143,8 +143,21 @@ async def _entries(
     await conn.execute(entries.insert(), rows)
 
 
-async def _available(conn: AsyncConnection, tenant_id: str) -> int:
-    return (await ledger.balances(conn, tenant_id))[0]
+async def lock_wallet(conn: AsyncConnection, tenant_id: str) -> tuple[int, int]:
+    """The wallet's (available, reserved), its row locked for the transaction: every lease
+    transaction takes the wallet first, then the lease, so two never wait for each other
+    (and on SQLite this first write takes the one write lock at once). Raises NoWallet."""
+    row = (
+        await conn.execute(
+            update(wallets)
+            .where(wallets.c.tenant_id == tenant_id)
+            .values(updated_at=_now())
+            .returning(wallets.c.balance_micros, wallets.c.reserved_micros)
+        )
+    ).first()
+    if row is None:
+        raise NoWallet(f"tenant {tenant_id} has no wallet")
+    return int(row[0]), int(row[1])
 
 
 async def grant(
@@ -161,19 +174,12 @@ async def grant(
     `lease_id` is None or that lease was closed): `target` when the wallet has it, else half
     of what it has (other processes may want some), never less than `need`. Raises
     InsufficientBalance when the wallet cannot give `need`, NoWallet."""
-    take = target
-    changed = None
-    for _ in range(4):
-        available = await _available(conn, tenant_id)
-        if available < need:
-            raise InsufficientBalance(need, max(available, 0))
-        if available < target:
-            take = min(available, max(need, available // 2))
-        changed = await _change(conn, tenant_id, -take, take, take)
-        if changed is not None:
-            break
-    if changed is None:  # the balance kept moving under us
-        raise InsufficientBalance(need, max(await _available(conn, tenant_id), 0))
+    available = (await lock_wallet(conn, tenant_id))[0]
+    if available < need:
+        raise InsufficientBalance(need, max(available, 0))
+    take = target if available >= target else min(available, max(need, available // 2))
+    changed = await _change(conn, tenant_id, -take, take, take)
+    assert changed is not None  # the row is locked: its balance has not moved
     now = _now()
     expires = now + timedelta(seconds=ttl_s)
     grants: int | None = None
@@ -228,11 +234,11 @@ async def renew(conn: AsyncConnection, lease_ids: Sequence[str], ttl_s: float) -
     return {str(r[0]) for r in rows}
 
 
-async def close(conn: AsyncConnection, lease_id: str, *, more: Sequence[Entry] = ()) -> int | None:
+async def close(conn: AsyncConnection, tenant_id: str, lease_id: str) -> int | None:
     """Close an open lease: the reservations still held under it keep their amounts (they
-    are consumed: each row now holds its own), the rest goes back to available. `more`:
-    entries of the same transaction to append first (reconciliation's settles). What went
+    are consumed: each row now holds its own), the rest goes back to available. What went
     back, or None when it was not open."""
+    await lock_wallet(conn, tenant_id)
     now = _now()
     row = (
         await conn.execute(
@@ -244,8 +250,7 @@ async def close(conn: AsyncConnection, lease_id: str, *, more: Sequence[Entry] =
     ).first()
     if row is None:
         return None
-    tenant_id, granted, consumed = str(row[0]), int(row[1]), int(row[2])
-    consumed += sum(-e.reserved for e in more)
+    granted, consumed = int(row[1]), int(row[2])
     still_held = (
         await conn.execute(
             select(reservations.c.amount_micros).where(
@@ -255,8 +260,7 @@ async def close(conn: AsyncConnection, lease_id: str, *, more: Sequence[Entry] =
     ).all()
     consumed += sum(int(r[0]) for r in still_held)
     back = granted - consumed
-    moves = [*more, Entry(LEASE_RETURN, back, -back, f"lease_return:{lease_id}")]
-    await append(conn, tenant_id, moves)
+    await append(conn, tenant_id, [Entry(LEASE_RETURN, back, -back, f"lease_return:{lease_id}")])
     await conn.execute(
         update(leases)
         .where(leases.c.id == lease_id)
@@ -265,9 +269,10 @@ async def close(conn: AsyncConnection, lease_id: str, *, more: Sequence[Entry] =
     return back
 
 
-async def is_open(conn: AsyncConnection, lease_id: str) -> bool:
-    """Lock the lease row for the transaction (PostgreSQL; SQLite has one writer) and say
-    whether it is open."""
+async def is_open(conn: AsyncConnection, tenant_id: str, lease_id: str) -> bool:
+    """Lock the wallet, then the lease row, for the transaction (PostgreSQL; SQLite has one
+    writer) and say whether the lease is open."""
+    await lock_wallet(conn, tenant_id)
     found = (
         await conn.execute(
             update(leases)

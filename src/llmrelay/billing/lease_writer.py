@@ -118,7 +118,7 @@ class LeaseWriter:
         self, tenant: str, lease_id: str, ended: list[Settle], held: list[Settle]
     ) -> None:
         async with self.leases.engine.begin() as conn:
-            if await lease_store.is_open(conn, lease_id):
+            if await lease_store.is_open(conn, tenant, lease_id):
                 await lease_store.write_holds(conn, tenant, lease_id, held)
                 done, balance = await lease_store.settle_open(conn, tenant, lease_id, ended)
                 if any(item.charge for item, _kind in done):
@@ -148,7 +148,7 @@ class LeaseWriter:
         for allowance in idle:  # out of service first: nothing is admitted under it now
             lease_id, allowance.lease_id, allowance.remaining = allowance.lease_id, None, 0
             assert lease_id is not None
-            await self._close(lease_id, every_hold=False)
+            await self._close(allowance.tenant_id, lease_id, every_hold=False)
         if now < self._next_renewal:
             return
         live = {a.lease_id: a for a in leases.wallets.values() if a.lease_id is not None}
@@ -164,12 +164,12 @@ class LeaseWriter:
                 log.warning("billing_lease_lost", lease_id=lease_id)
                 allowance.lease_id, allowance.remaining = None, 0
 
-    async def _close(self, lease_id: str, *, every_hold: bool = True) -> None:
+    async def _close(self, tenant: str, lease_id: str, *, every_hold: bool = True) -> None:
         """Close one lease; a failure leaves it to expire and be reclaimed."""
         await self.round(every_hold=every_hold)  # its settles and held rows first
         try:
             async with self.leases.engine.begin() as conn:
-                back = await lease_store.close(conn, lease_id)
+                back = await lease_store.close(conn, tenant, lease_id)
         except (SQLAlchemyError, *TRANSIENT) as exc:
             log.warning("billing_lease_close_failed", lease_id=lease_id, error=str(exc)[:300])
             return
@@ -191,7 +191,7 @@ class LeaseWriter:
                         allowance.lease_id, None, 0
                     )  # fmt: skip
                     if lease_id is not None:
-                        await self._close(lease_id)
+                        await self._close(allowance.tenant_id, lease_id)
                 await self.round(every_hold=True)
         if leases.ended:
             log.warning("billing_lease_settles_left", count=len(leases.ended))
