@@ -184,7 +184,7 @@ def _serve(folder: Path, url: str) -> tuple[subprocess.Popen[bytes], str]:
 
 def _set_prepaid(base: str, on: bool) -> None:
     with httpx.Client(
-        base_url=f"{base}/api/admin", headers={"Authorization": f"Bearer {ADMIN}"}
+        base_url=f"{base}/api/admin", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=120
     ) as api:
         tenant = api.get("/tenants").json()["data"][0]["id"]
         answer = api.patch(
@@ -275,16 +275,19 @@ def bench_prepaid(folder: Path) -> dict[str, Any]:
     from tests.support.databases import create_postgres_database, drop_postgres_database
 
     data: dict[str, Any] = {"backends": {}}
-    for backend in ("sqlite", "postgresql"):
-        if backend == "postgresql":
-            url = asyncio.run(create_postgres_database())
-        else:
-            url = f"sqlite:///{folder / 'prepaid-transactions.db'}"
-        try:
-            transactions = asyncio.run(_transactions(url))
-        finally:
+    backends = os.environ.get("BENCH_PREPAID_BACKENDS", "sqlite,postgresql").split(",")
+    for backend in backends:
+        transactions: dict[str, Any] = {}
+        if os.environ.get("BENCH_PREPAID_TX", "1") != "0":
             if backend == "postgresql":
-                asyncio.run(drop_postgres_database(url))
+                url = asyncio.run(create_postgres_database())
+            else:
+                url = f"sqlite:///{folder / 'prepaid-transactions.db'}"
+            try:
+                transactions = asyncio.run(_transactions(url))
+            finally:
+                if backend == "postgresql":
+                    asyncio.run(drop_postgres_database(url))
         if os.environ.get("BENCH_PREPAID_SERVE", "1") == "0":
             data["backends"][backend] = {"transactions": transactions, "requests": {}}
             print(backend, data["backends"][backend], flush=True)
@@ -311,6 +314,8 @@ def prepaid_markdown(data: dict[str, Any]) -> str:
     ]
     for backend, found in data["backends"].items():
         t = found["transactions"]
+        if not t:
+            continue
         lines.append(
             f"| {backend} | {t['reserve']['p50_ms']} / {t['reserve']['p99_ms']} ms "
             f"| {t['settle']['p50_ms']} / {t['settle']['p99_ms']} ms "

@@ -1,6 +1,7 @@
 """The background writer of wallet leases (allowance.py): the settles of requests admitted
-in memory, many in one transaction per lease (gathered over `gather_s`, so a busy wallet's
-settles cost one transaction per round, not one per request), the held rows of requests
+in memory, many in one transaction per lease (gathered over `gather_s`, 0.2 s as the record
+writer gathers: a busy wallet's settles cost one transaction per round, not one per request,
+and a request's charge is written about when its record is), the held rows of requests
 still in flight after HOLD_AFTER_S (so a process killed under them leaves them to
 reconciliation, like any held reservation), the leases' renewals, and the close of a lease
 its process no longer uses (its remainder back to available).
@@ -44,7 +45,7 @@ Group = tuple[str, str]  # (tenant, lease)
 
 class LeaseWriter:
     def __init__(
-        self, leases: Leases, *, metrics: Metrics | None = None, gather_s: float = 0.05
+        self, leases: Leases, *, metrics: Metrics | None = None, gather_s: float = 0.2
     ) -> None:
         self.leases = leases
         self._metrics = metrics
