@@ -170,7 +170,7 @@ def _serve(folder: Path, url: str) -> tuple[subprocess.Popen[bytes], str]:
         stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + float(os.environ.get("BENCH_READY_S", "180"))
     while time.monotonic() < deadline:
         try:
             if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:

@@ -66,7 +66,7 @@ class Prepaid:
         max_queue: int = 100_000,
         reserve_timeout_s: float = 5.0,
         leases: Leases | None = None,
-        gather_s: float = 0.2,
+        gather_s: float = 0.05,
     ) -> None:
         self.engine = engine
         #: Wallet allowances (None: every request reserves with its own transaction).
