@@ -189,6 +189,14 @@ class Settings(BaseSettings):
     billing_unpriced_reserve_micros: int = Field(default=0, ge=0)
     billing_reserve_timeout_s: float = Field(default=5.0, gt=0)
     billing_settle_queue_size: int = Field(default=100_000, gt=0)
+    #: Wallet leases (billing/allowance.py): a process reserves a chunk of a wallet (about
+    #: `billing_lease_requests` reservations of the request that asked) and admits requests
+    #: against it in memory; renewed while in use, reclaimed by reconciliation after
+    #: `billing_lease_ttl_s` (and half of it again) without renewal. Off: one transaction per
+    #: request, as before.
+    billing_leases: bool = True
+    billing_lease_requests: int = Field(default=64, ge=1)
+    billing_lease_ttl_s: float = Field(default=120.0, gt=0)
     #: The reconciliation job (billing_reconcile): how often it runs; how long a top-up
     #: order may stay pending before it is looked up at Stripe; the margin past the longest
     #: model deadline after which a reservation still held is settled from its record.

@@ -10,6 +10,8 @@ exactly as a served request's are.
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +20,7 @@ from typing import IO
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from llmrelay.billing.allowance import Leases
 from llmrelay.billing.estimate import ReservePolicy
 from llmrelay.billing.prepaid import Prepaid
 from llmrelay.codex_vault import DatabaseVault
@@ -266,12 +269,22 @@ def _prepaid(settings: Settings, metrics: Metrics, engine: AsyncEngine) -> Prepa
         default_max_output_tokens=settings.billing_default_max_output_tokens,
         unpriced_reserve_micros=settings.billing_unpriced_reserve_micros,
     )
+    leases = None
+    if settings.billing_leases:
+        leases = Leases(
+            engine,
+            owner=f"{socket.gethostname()}:{os.getpid()}",
+            chunk_requests=settings.billing_lease_requests,
+            ttl_s=settings.billing_lease_ttl_s,
+            reserve_timeout_s=settings.billing_reserve_timeout_s,
+        )
     return Prepaid(
         engine,
         policy,
         metrics=metrics,
         max_queue=settings.billing_settle_queue_size,
         reserve_timeout_s=settings.billing_reserve_timeout_s,
+        leases=leases,
     )
 
 

@@ -3,7 +3,9 @@ prepaid tenant whose wallet covers exactly ten reservations, a provider slow eno
 every request is in flight at once, and 100 parallel chat requests: exactly ten are served
 and ninety refused with 402 (OpenAI's shape); once they are over nothing stays reserved,
 each served request was charged its record's exact cost, and the ledger adds up to the
-wallet to the micro-unit (the balance is what was credited minus what the records cost)."""
+wallet to the micro-unit (the balance is what was credited minus what the records cost).
+Run with the clients' own request ids (a transaction per reservation) and with ids the
+gateway mints (admitted against the wallet's lease in memory, billing/allowance.py)."""
 
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ projects: [{{name: p, keys: [{{name: k, key: {KEY}}}]}}]
 """
 
 
-async def _race(url: str, count: int) -> list[httpx.Response]:
+async def _race(url: str, count: int, given_ids: bool) -> list[httpx.Response]:
     limits = httpx.Limits(max_connections=count, max_keepalive_connections=count)
     async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
         return await asyncio.gather(
@@ -49,15 +51,23 @@ async def _race(url: str, count: int) -> list[httpx.Response]:
                 client.post(
                     "/chat/completions",
                     json=BODY,
-                    headers={"Authorization": f"Bearer {KEY}", "X-Request-ID": f"race-{n}"},
+                    headers={"Authorization": f"Bearer {KEY}"}
+                    | ({"X-Request-ID": f"race-{n}"} if given_ids else {}),
                 )
                 for n in range(count)
             )
         )
 
 
+@pytest.mark.parametrize(
+    "given_ids",
+    [
+        pytest.param(True, id="client-ids-own-transactions"),
+        pytest.param(False, id="minted-ids-wallet-lease"),
+    ],
+)
 def test_100_requests_on_a_wallet_that_covers_10(
-    pg_url: str, tmp_path: Path, upstream: MockUpstream
+    pg_url: str, tmp_path: Path, upstream: MockUpstream, given_ids: bool
 ) -> None:
     process = GatewayProcess(
         tmp_path,
@@ -97,7 +107,7 @@ def test_100_requests_on_a_wallet_that_covers_10(
             make_prepaid(api, tenant, 10 * each, "exactly-ten")
         assert db.wallet(tenant) == (10 * each, 0)
 
-        answers = asyncio.run(_race(process.base_url, 100))
+        answers = asyncio.run(_race(process.base_url, 100, given_ids))
 
         assert Counter(a.status_code for a in answers) == {200: 10, 402: 90}
         refused = next(a for a in answers if a.status_code == 402).json()

@@ -11,6 +11,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from llmrelay.gateway.ids import MINTED_ID
 from llmrelay.gateway.ingress import IngressMiddleware, choose_request_id, client_ip
 from tests.support.asgi_server import ServedApp, read_to_close
 
@@ -20,6 +21,7 @@ TRUSTED = (ipaddress.ip_network("10.0.0.0/8"), ipaddress.ip_network("127.0.0.1/3
 @pytest.mark.parametrize("given", [b"abc", b"A-b_9", b"x" * 64])
 def test_well_formed_client_request_ids_are_kept(given: bytes) -> None:
     assert choose_request_id(given) == given.decode()
+    assert MINTED_ID.get() is None  # a client's id may have been used: not minted here
 
 
 @pytest.mark.parametrize(
@@ -40,6 +42,7 @@ def test_anything_else_gets_a_fresh_unguessable_id(given: bytes | None) -> None:
     first, second = choose_request_id(given), choose_request_id(given)
     assert first != second
     assert re.fullmatch(r"req_[0-9a-f]{32}", first)
+    assert MINTED_ID.get() == second  # prepaid admission in memory may trust it
 
 
 def test_forwarded_for_is_ignored_from_untrusted_peers() -> None:

@@ -48,8 +48,8 @@ _DROPPED_IN_0010 = {
 #: 0013 durable jobs, 0014 billing and mail, 0015 guardrails, 0016 key predecessors, 0017 key
 #: scopes, 0018 disputes and card refunds, 0019 model affinity, 0020 provider declared_by, 0021
 #: temporary passwords, 0022 shared entries, 0023 stream rescue, 0024 passkeys, 0025 attempt
-#: costs, 0026 codex accounts, 0027 limit counters, 0028 provider resources, 0030 codex
-#: accounts as resources).
+#: costs, 0026 codex accounts, 0027 limit counters, 0028 provider resources, 0029 wallet
+#: leases, 0030 codex accounts as resources).
 _TABLES_ADDED_AFTER_0010 = {
     "users",
     "memberships",
@@ -81,6 +81,7 @@ _TABLES_ADDED_AFTER_0010 = {
     "limit_spend",
     "limit_replicas",
     "provider_resources",
+    "wallet_leases",
 }
 _COLUMNS_ADDED_AFTER_0010 = {
     ("tenants", "require_2fa"),
@@ -105,6 +106,7 @@ _COLUMNS_ADDED_AFTER_0010 = {
     ("request_records", "resource_id"),
     ("request_attempts", "resource_id"),
     ("usage_rollups", "resource_id"),
+    ("reservations", "lease_id"),
     *(
         (table, "version")
         for table in (

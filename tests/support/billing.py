@@ -97,7 +97,7 @@ def admin(gateway_url: str) -> httpx.Client:
     return httpx.Client(
         base_url=f"{gateway_url}/api/admin",
         headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
-        timeout=15,
+        timeout=60,  # a first admin request imports the admin app: slow on a loaded machine
     )
 
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from llmrelay.billing import auto_topup, reconcile
-from llmrelay.billing.prepaid import AUTO_TOPUP_KIND
+from llmrelay.billing.settle import AUTO_TOPUP_KIND
 from llmrelay.jobs.kinds import JobKind, exponential_backoff
 from llmrelay.jobs.runner import Schedule
 from llmrelay.settings import Settings

@@ -1,6 +1,14 @@
-"""The data plane's side of prepaid billing: the reservation before a provider call (one
-transaction, awaited: the request waits for it) and the settle after the call (queued, then
-one transaction per request on a background task, never on the request path).
+"""The data plane's side of prepaid billing: the reservation before a provider call and the
+settle after it, never a transaction per request on the request path when it can be helped.
+
+Two ways, chosen per request:
+- a request whose id this process minted is admitted in memory against the wallet's
+  allowance (a lease reserved in chunks: allowance.py), and settled in batches
+  (lease_writer.py);
+- a request carrying its own X-Request-ID (which a billed request may have used: 409), a
+  durable job's call, or any request when leases are off (LLMRELAY_BILLING_LEASES=false),
+  reserves with its own awaited transaction and is settled by the queue below, one
+  transaction per request on a background task.
 
 The settle queue is bounded and in memory. While the database is away the task keeps the
 settles and retries them with a growing pause; a settle that cannot be queued (the queue is
@@ -17,37 +25,33 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from typing import Any, Final
 
 import structlog
 from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.billing import ledger
+from llmrelay.billing.allowance import Leases
 from llmrelay.billing.charge import charge_of_row
 from llmrelay.billing.errors import LedgerUnavailable, RequestIdUsed
 from llmrelay.billing.estimate import ReservePolicy
+from llmrelay.billing.lease_writer import LeaseWriter
+from llmrelay.billing.settle import AUTO_TOPUP_KIND, settle_one
 from llmrelay.gateway.row_queue import RowQueue
-from llmrelay.jobs import queue as jobs
 from llmrelay.observability.metrics import Metrics
-from llmrelay.store.models_billing import Wallet
 
 log = structlog.get_logger(__name__)
 
-#: The job kind that tops a wallet up from its saved payment method (billing/topups.py).
-AUTO_TOPUP_KIND: Final = "billing_auto_topup"
+__all__ = ["AUTO_TOPUP_KIND", "Prepaid", "settle_one"]
+
 #: Settles written per round of the task (each its own transaction).
 _BATCH: Final = 256
 #: Pauses between retries while the database refuses settles (the last one repeats).
 _RETRY_PAUSES_S: Final[tuple[float, ...]] = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 #: Failures that mean "the database is away", worth retrying.
 _TRANSIENT = (DBAPIError, OSError, TimeoutError, ConnectionError)
-
-
-def auto_topup_dedupe(tenant_id: str) -> str:
-    return f"auto_topup:{tenant_id}"
 
 
 class Prepaid:
@@ -61,8 +65,15 @@ class Prepaid:
         metrics: Metrics | None = None,
         max_queue: int = 100_000,
         reserve_timeout_s: float = 5.0,
+        leases: Leases | None = None,
+        gather_s: float = 0.05,
     ) -> None:
         self.engine = engine
+        #: Wallet allowances (None: every request reserves with its own transaction).
+        self.leases = leases
+        self.lease_writer = (
+            None if leases is None else LeaseWriter(leases, metrics=metrics, gather_s=gather_s)
+        )
         self.policy = policy
         self._metrics = metrics
         self._queue = RowQueue(max_queue)
@@ -75,11 +86,14 @@ class Prepaid:
         self.settled = 0
         self.dropped = 0
         if metrics is not None:
-            metrics.watch(metrics.billing_settle_queue_depth, lambda: len(self._queue))
+            metrics.watch(metrics.billing_settle_queue_depth, lambda: self.depth)
+            self._reserved = metrics.billing_reservations.labels("reserved")
 
     @property
     def depth(self) -> int:
-        return len(self._queue)
+        """Settles waiting to be written (both ways)."""
+        writer = self.lease_writer
+        return len(self._queue) + (0 if writer is None else writer.depth)
 
     # -- reserve: on the request path ------------------------------------------------------
 
@@ -91,9 +105,22 @@ class Prepaid:
         *,
         project_id: str | None,
         key_id: str | None,
+        minted: bool = False,
     ) -> None:
         """Freeze `amount_micros` of the tenant's wallet for the request. Raises
-        InsufficientBalance, NoWallet, RequestIdUsed or LedgerUnavailable."""
+        InsufficientBalance, NoWallet, RequestIdUsed or LedgerUnavailable. `minted`: this
+        process made the request id (it was never used): the wallet's allowance admits it."""
+        leases = self.leases
+        if minted and leases is not None:
+            if not leases.try_admit(tenant_id, request_id, amount_micros, project_id, key_id):
+                try:
+                    await leases.admit(tenant_id, request_id, amount_micros, project_id, key_id)
+                except LedgerUnavailable:
+                    self._count_reserve("unavailable")
+                    raise
+            if self._metrics is not None:
+                self._reserved.inc()
+            return
         try:
             async with asyncio.timeout(self._reserve_timeout_s):
                 async with self.engine.begin() as conn:
@@ -154,6 +181,9 @@ class Prepaid:
     def settle(self, row: tuple[Any, ...]) -> None:
         """Queue the settle of a finished request, from its record row (RECORD_COLUMNS)."""
         request_id, tenant_id, charge = charge_of_row(row)
+        leases = self.leases
+        if leases is not None and leases.end(request_id, charge):
+            return
         if self._queue.put((request_id, tenant_id, charge)):
             self._drained.clear()
         else:
@@ -164,9 +194,14 @@ class Prepaid:
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())
+        if self.lease_writer is not None:
+            self.lease_writer.start()
 
     async def stop(self, timeout_s: float = 10.0) -> None:
-        """Write what is queued (within `timeout_s`), then stop. What is left stays held."""
+        """Write what is queued (within `timeout_s`), close the leases, then stop. What is
+        left stays held."""
+        if self.lease_writer is not None:
+            await self.lease_writer.stop(timeout_s)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout_s):
                 await self._drained.wait()
@@ -216,46 +251,3 @@ class Prepaid:
     def _count_settle(self, outcome: str) -> None:
         if self._metrics is not None:
             self._metrics.billing_settlements.labels(outcome).inc()
-
-
-async def settle_one(
-    conn: AsyncConnection, request_id: str, tenant_id: str | None, charge: int | None
-) -> str:
-    """Settle one request in the caller's transaction; what happened (charged, released,
-    metering_failed, none: nothing was held)."""
-    moved = await ledger.settle(conn, request_id, charge)
-    if moved is None and charge is not None:
-        # Held no longer: the reconciliation job gave up waiting for this request (a stream
-        # that ran past its horizon) and marked it metering_failed. Its cost is known now.
-        moved = await ledger.reconcile(conn, request_id, charge, actor="late settle")
-    if moved is None:
-        return "none"
-    if charge is None:
-        return ledger.METERING_FAILED
-    if tenant_id is not None and moved.applied:
-        await queue_auto_topup(conn, tenant_id, moved.balance_micros)
-    return "charged" if charge else "released"
-
-
-async def queue_auto_topup(conn: AsyncConnection, tenant_id: str, balance_micros: int) -> bool:
-    """Queue the wallet's auto top-up job when `balance_micros` is under its threshold."""
-    row = (
-        await conn.execute(
-            select(Wallet.auto_topup_enabled, Wallet.auto_topup_threshold_micros).where(
-                Wallet.tenant_id == tenant_id
-            )
-        )
-    ).first()
-    if row is None or not row[0] or row[1] is None or balance_micros >= int(row[1]):
-        return False
-    queued = await jobs.enqueue(
-        conn,
-        AUTO_TOPUP_KIND,
-        {"tenant_id": tenant_id},
-        now=time.time(),
-        dedupe_key=auto_topup_dedupe(tenant_id),
-        tenant_id=tenant_id,
-    )
-    if queued is not None:
-        log.info("billing_auto_topup_queued", tenant_id=tenant_id, balance_micros=balance_micros)
-    return queued is not None

@@ -11,6 +11,9 @@ a process that died left open is closed from the source of truth.
   (charge.py), or marked `metering_failed` when no record exists (the process stopped
   before writing it: the operator reconciles it through the admin API). A stream still
   running past that horizon is settled by its own end all the same (prepaid.settle_one).
+- Wallet leases nobody renewed for their TTL plus half of it (their process died) are
+  closed: the held rows written under them settled from their records, the rest given back
+  (lease_reclaim.py). Held rows under a lease still open are its owner's, never touched here.
 - Refunds to the card still `pending` LLMRELAY_BILLING_ORDER_PENDING_S after their last
   change (Stripe was unreachable and nobody asked again) are asked of Stripe again with the
   same Idempotency-Key (card_refunds.resume_pending): made once, or refused and given back.
@@ -25,13 +28,14 @@ from datetime import timedelta
 from typing import Any, Final
 
 import structlog
-from sqlalchemy import select
+from sqlalchemy import or_, select
 
-from llmrelay.billing import card_refunds, ledger, orders
+from llmrelay.billing import card_refunds, lease_store, ledger, orders
 from llmrelay.billing.charge import charge_of
 from llmrelay.billing.errors import PaymentProviderError
+from llmrelay.billing.lease_reclaim import reclaim_expired
 from llmrelay.billing.payments import Payments
-from llmrelay.billing.prepaid import settle_one
+from llmrelay.billing.settle import settle_one
 from llmrelay.billing.stripe_config import StripeConfig
 from llmrelay.jobs.kinds import JobContext, RetryLater
 from llmrelay.observability.metrics import Metrics
@@ -62,6 +66,7 @@ async def run(ctx: JobContext) -> dict[str, Any] | None:
             order_after_s=settings.billing_order_pending_s,
             reservation_after_s=horizon_s,
             metrics=metrics,
+            lease_grace_s=settings.billing_lease_ttl_s / 2,
         )
     finally:
         await payments.close()
@@ -86,8 +91,11 @@ async def reconcile(
     order_after_s: float,
     reservation_after_s: float,
     metrics: Metrics | None = None,
+    lease_grace_s: float = 60.0,
 ) -> dict[str, Any]:
+    reclaimed = await reclaim_expired(payments.engine, grace_s=lease_grace_s)
     counts: dict[str, Any] = {
+        "leases": {"reclaimed": reclaimed} if reclaimed else {},
         "orders": dict(await reconcile_orders(payments, order_after_s)),
         "reservations": dict(await reconcile_reservations(payments, reservation_after_s)),
         "card_refunds": dict(await card_refunds.resume_pending(payments, order_after_s)),
@@ -145,11 +153,17 @@ async def reconcile_reservations(payments: Payments, after_s: float) -> Counter[
     table = Reservation.__table__
     records = RequestRecord.__table__
     before = utcnow() - timedelta(seconds=after_s)
+    leases = lease_store.leases
+    open_leases = select(leases.c.id).where(leases.c.status == lease_store.OPEN)
     async with payments.engine.connect() as conn:
         held = (
             await conn.execute(
                 select(table.c.request_id, table.c.tenant_id)
-                .where(table.c.status == ledger.HELD, table.c.created_at <= before)
+                .where(
+                    table.c.status == ledger.HELD,
+                    table.c.created_at <= before,
+                    or_(table.c.lease_id.is_(None), table.c.lease_id.not_in(open_leases)),
+                )
                 .order_by(table.c.created_at)
                 .limit(BATCH)
             )

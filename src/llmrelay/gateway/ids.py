@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextvars import ContextVar
 from typing import Final
 
 _RANDOM_HEX: Final = 20  # 80 bits
@@ -47,4 +48,8 @@ class RequestIds:
 
 
 REQUEST_IDS: Final = RequestIds()
+#: The id minted here for the request being handled, None when its client gave one: a
+#: minted id was never used before, so a prepaid request with it needs no transaction to
+#: prove it (billing/allowance.py); a client's may have been (409 request_id_reused).
+MINTED_ID: Final[ContextVar[str | None]] = ContextVar("llmrelay_minted_id", default=None)
 os.register_at_fork(after_in_child=REQUEST_IDS.reset)

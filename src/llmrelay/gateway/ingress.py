@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from llmrelay.gateway.conversation import SESSION_HEADERS
 from llmrelay.gateway.errors import GatewayError, PayloadTooLarge
-from llmrelay.gateway.ids import REQUEST_IDS
+from llmrelay.gateway.ids import MINTED_ID, REQUEST_IDS
 from llmrelay.observability.logging import REQUEST_ID
 from llmrelay.protocols.openai import error_body
 
@@ -56,12 +56,16 @@ class RequestContext:
 
 
 def choose_request_id(client_value: bytes | None) -> str:
-    """Keep a well-formed client id; anything else gets a fresh unguessable one."""
+    """Keep a well-formed client id; anything else gets a fresh unguessable one (MINTED_ID
+    says which, for the rest of the request)."""
     if client_value is not None:
         text = client_value.decode("latin-1")
         if _CLIENT_REQUEST_ID.fullmatch(text):
+            MINTED_ID.set(None)
             return text
-    return REQUEST_IDS.new()
+    minted = REQUEST_IDS.new()
+    MINTED_ID.set(minted)
+    return minted
 
 
 def client_ip(

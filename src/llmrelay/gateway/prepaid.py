@@ -9,8 +9,11 @@ become the client protocol's errors here, in one place:
     RequestIdUsed                   409 request_id_reused
     LedgerUnavailable               503 billing_unavailable (retryable; never served unbilled)
 
-Not compiled (compiled_modules.py): it runs for prepaid requests only, next to a database
-transaction that costs far more than any interpretation.
+A request whose id this process minted (gateway/ids.MINTED_ID) is admitted in memory
+against its wallet's allowance (billing/allowance.py); one with the client's own id reserves
+with a transaction, which proves the id unused.
+
+Not compiled (compiled_modules.py): it runs for prepaid requests only.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from llmrelay.gateway.errors import (
     RequestIdReused,
 )
 from llmrelay.gateway.executor import candidates
+from llmrelay.gateway.ids import MINTED_ID
 from llmrelay.metering.estimate import prompt_chars
 from llmrelay.providers.base import Operation
 from llmrelay.snapshot.model import ModelSnap, PolicySnap, RouteSnap, Snapshot
@@ -132,6 +136,7 @@ async def reserve(
             amount,
             project_id=record.project_id,
             key_id=record.key_id,
+            minted=MINTED_ID.get() == record.request_id,
         )
     except (InsufficientBalance, NoWallet) as refused:
         prepaid.count_refusal("insufficient")

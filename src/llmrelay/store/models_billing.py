@@ -103,6 +103,42 @@ class Reservation(Base):
     status: Mapped[str] = mapped_column(String(16), default="held")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     settled_at: Mapped[datetime | None]
+    #: The allowance it was admitted under (billing/allowance.py), or None: reserved by its
+    #: own transaction. While that lease is open, a held row's money is the lease's (its
+    #: owner settles it); once the lease is closed the row holds its amount itself.
+    lease_id: Mapped[str | None] = mapped_column(String(32), index=True)
+
+
+class WalletLease(Base):
+    """A chunk of a wallet's available balance reserved by one process (migration 0029), so
+    it admits prepaid requests against the remainder in memory, without a transaction each.
+
+    The money in the lease is `granted_micros - consumed_micros` while it is `open`: granted
+    by `lease` ledger entries (available -> reserved), consumed by the settles of the requests
+    admitted under it (their cost, or their whole reservation when it is kept as
+    `metering_failed`), given back by one `lease_return` entry when it is closed (by its
+    owner, or by reconciliation once it has expired: its owner stopped renewing it)."""
+
+    __tablename__ = "wallet_leases"
+    __table_args__ = (Index(None, "status", "expires_at"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(String(32), index=True)
+    #: The process holding it (host:pid), for operators.
+    owner: Mapped[str] = mapped_column(String(100))
+    granted_micros: Mapped[int] = mapped_column(BigInteger, default=0)
+    consumed_micros: Mapped[int] = mapped_column(BigInteger, default=0)
+    #: What its close gave back to available (signed: a cost above the lease takes more).
+    returned_micros: Mapped[int | None] = mapped_column(BigInteger)
+    #: Grants so far (the idempotency key of the next `lease` entry).
+    grants: Mapped[int] = mapped_column(Integer, default=0)
+    #: open, closed
+    status: Mapped[str] = mapped_column(String(8), default="open")
+    #: Renewed by its owner while it lives; past it (and a grace) reconciliation closes it.
+    expires_at: Mapped[datetime] = mapped_column()
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    closed_at: Mapped[datetime | None]
 
 
 class PaymentOrder(Base):

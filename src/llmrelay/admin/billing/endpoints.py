@@ -55,6 +55,7 @@ Writer = Annotated[Actor, Depends(require("billing:write"))]
 EntryKind = Literal[
     "topup", "reserve", "charge", "release", "refund", "adjustment", "metering_failed",
     "dispute_hold", "dispute_release", "dispute_loss", "card_refund", "card_refund_reversal",
+    "lease", "lease_return",
 ]  # fmt: skip
 ReservationStatus = Literal["held", "settled", "released", "metering_failed"]
 OrderStatus = Literal["created", "pending", "paid", "failed", "expired", "refunded"]

@@ -4,7 +4,7 @@ the resource). Every account already signed in gets a resource of its own (named
 account), so a provider's one account keeps serving exactly as before.
 
 Revision ID: 0030
-Revises: 0028
+Revises: 0029
 Create Date: 2026-12-06
 """
 
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0030"
-down_revision: str | None = "0028"
+down_revision: str | None = "0029"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
