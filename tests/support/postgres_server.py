@@ -63,7 +63,8 @@ class PostgresServer:
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
 
     def start(self) -> PostgresServer:
-        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.sockets} -c fsync=off {self.options}"
+        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.sockets} -c fsync=off"
+        options = f"{options} {self.options}".strip()
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "start")
         self.running = True
         return self
