@@ -136,6 +136,7 @@ def pytest_sessionfinish() -> None:
 SLOW_MODULES = (
     "tests/agents/test_agents_matrix.py",
     "tests/e2e/test_record_outage.py",
+    "tests/e2e/test_replicas_money.py",
     "tests/console/test_pages_matrix.py",
     "tests/admin/test_openapi_fuzz.py",
     "tests/e2e/test_live_reload.py",

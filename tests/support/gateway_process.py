@@ -65,7 +65,7 @@ class GatewayProcess:
 
     def start(self, timeout_s: float = 180.0) -> GatewayProcess:
         self._premigrate()
-        self._log = self.log_path.open("wb")
+        self._log = self.log_path.open("ab")  # a restart (after kill()) keeps what was logged
         self.process = subprocess.Popen(
             self.args,
             env=self.env,
@@ -119,6 +119,17 @@ class GatewayProcess:
 
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def kill(self) -> int:
+        """SIGKILL: a crash. Nothing is drained or flushed; the exit code (-9)."""
+        assert self.process is not None, "not running"
+        self.process.kill()
+        code = self.process.wait()
+        self.process = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        return code
 
     def stop(self, timeout_s: float = 30.0) -> int:
         """SIGTERM, wait for a graceful exit; return the exit code."""

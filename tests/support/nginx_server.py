@@ -51,8 +51,12 @@ class NginxServer:
     """`nginx -p FOLDER` in the foreground: a main file of the test's own (pid, logs, temp
     folders in FOLDER) that includes the deployed http-level configuration."""
 
-    def __init__(self, folder: Path, upstreams: list[int]) -> None:
+    def __init__(
+        self, folder: Path, upstreams: list[int], *, worker_connections: int = 1024
+    ) -> None:
         self.binary = need_nginx()
+        #: Each request in flight takes two: the client's and the one to a replica.
+        self.worker_connections = worker_connections
         self.folder = folder
         self.port = free_port()
         self.upstreams = upstreams
@@ -78,7 +82,7 @@ daemon off;
 worker_processes 1;
 pid {self.folder}/nginx.pid;
 error_log {self.folder}/error.log info;
-events {{ worker_connections 1024; }}
+events {{ worker_connections {self.worker_connections}; }}
 http {{
     access_log {self.folder}/access.log;
 {temps}

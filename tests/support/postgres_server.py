@@ -39,8 +39,10 @@ class PostgresServer:
     test likes. As root the server runs as the `postgres` user (it refuses to run as root),
     so the folder lives under /tmp, which that user can reach, rather than in `tmp_path`."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, options: str = "") -> None:
         self.bin = need_postgres_binaries()
+        #: More server settings (`-c name=value ...`), e.g. a higher max_connections.
+        self.options = options
         self.port = free_port()
         self.folder = Path(tempfile.mkdtemp(prefix="llmrelay-pg-"))
         self.data = self.folder / "data"
@@ -62,6 +64,7 @@ class PostgresServer:
 
     def start(self) -> PostgresServer:
         options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.sockets} -c fsync=off"
+        options = f"{options} {self.options}".strip()
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "start")
         self.running = True
         return self
