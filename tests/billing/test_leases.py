@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import select, text, update
+from sqlalchemy import insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.billing import ledger
@@ -145,7 +145,7 @@ async def test_batched_settles_are_idempotent_by_request_id(engine: AsyncEngine)
 async def _record(engine: AsyncEngine, request_id: str, tenant: str, cost: int) -> None:
     async with engine.begin() as conn:
         await conn.execute(
-            RequestRecord.__table__.insert().values(
+            insert(RequestRecord).values(
                 request_id=request_id,
                 created_at=datetime.now(UTC),
                 tenant_id=tenant,

@@ -70,6 +70,7 @@ def _rows(site: Site) -> dict[str, str]:
     return {
         "key": key["id"],
         "project": key["project_id"],
+        "tenant": key["tenant_id"],
         "model": model["id"],
         "provider": provider["id"],
     }
@@ -162,7 +163,8 @@ def _one_request(site: Site) -> str:
 
 def _forms(site: Site, n: int) -> list[tuple[str, dict[str, str], str]]:
     """(path, form, permission) of a create per resource; names unique per call."""
-    project = _rows(site)["project"]
+    rows = _rows(site)
+    project = rows["project"]
     return [
         ("/projects", {"name": f"forced-{n}"}, "projects:write"),
         ("/keys", {"project_id": project, "name": f"forced-{n}"}, "keys:write"),
@@ -177,7 +179,12 @@ def _forms(site: Site, n: int) -> list[tuple[str, dict[str, str], str]]:
             },
             "models:write",
         ),
-        ("/users", {"email": f"forced-{n}@example.com", "role": "viewer"}, "users:write"),
+        # The tenant named: a platform admin sees the tenants other tests made (any order).
+        (
+            "/users",
+            {"email": f"forced-{n}@example.com", "role": "viewer", "tenant_id": rows["tenant"]},
+            "users:write",
+        ),
         ("/tenants", {"slug": f"forced-{n}", "name": "Forced"}, "platform"),
     ]
 

@@ -23,12 +23,13 @@ One cluster for the module; each test leaves every service running, so they hold
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -73,6 +74,9 @@ class Money:
     tenants: list[str]
     #: What one request reserves (its prompt and max_tokens are the same for all).
     hold: int
+    #: 200s of a killed replica that have no record (test b), for every later audit of
+    #: the same wallets.
+    lost: set[str] = field(default_factory=set)
 
     @property
     def url(self) -> str:
@@ -105,17 +109,19 @@ class Money:
 
         def missing() -> list[str]:
             found = books(self.url, self.tenants)
-            return [
-                r
-                for r in served
-                if r not in found.records
-                and (lost is None or found.reservations[r]["status"] != "metering_failed")
-            ]
+            return [r for r in served if r not in found.records]
 
-        wait_for(lambda: not missing(), 60, "every 200's record")
-        if lost is not None:
-            lost += [r for r in served if r not in books(self.url, self.tenants).records]
-        return audit(self.url, self.tenants, answers, lost=set(lost or ()))
+        if lost is None:
+            wait_for(lambda: not missing(), 60, "every 200's record")
+        else:
+            # A killed replica's unwritten records never come, and no event says so: the
+            # survivors' records come within a second or two of their answers; what is still
+            # missing after this ceiling is lost (whether its settle was written or not).
+            with contextlib.suppress(AssertionError):
+                wait_for(lambda: not missing(), 30, "every 200's record")
+            lost += missing()
+            self.lost.update(lost)
+        return audit(self.url, self.tenants, answers, lost=self.lost)
 
 
 def _admin(url: str) -> httpx.Client:
@@ -308,7 +314,9 @@ def test_b_a_replica_killed_under_load_leaves_nothing_held(money: Money) -> None
         if r["status"] == "metering_failed"
     ]
     assert ended["metering_failed"] == len(waiting) > 0, ended  # calls cut by the kill
-    assert {r for r in waiting if answers[r].status != 502} == set(lost)
+    # Every 200 kept reserved is one of the lost (a lost one may also have been charged:
+    # with wallet leases its settle can be written before the kill, its record not).
+    assert {r for r in waiting if answers[r].status != 502} <= set(lost)
     # An operator reconciles those (the provider may have billed them): nothing stays reserved.
     with money.admin() as api:
         for request_id in waiting:
@@ -321,12 +329,13 @@ def test_b_a_replica_killed_under_load_leaves_nothing_held(money: Money) -> None
     assert all(reserved == 0 for _, reserved in books(money.url, money.tenants).wallets.values())
     if lost:
         # Known gap (issue 32 item 4): a record is written in a batch after its answer, and
-        # its settle queued in memory beside it; kill -9 in between loses both, so the
-        # reconciliation finds no record and keeps the reservation as metering_failed (as
-        # docs/billing.md says): the client got a 200 that nothing charged.
+        # its settle batched in memory beside it; kill -9 in between loses the record, and
+        # the settle too or not: the reconciliation finds no record and keeps the reservation
+        # as metering_failed (as docs/billing.md says), or the charge stands without its
+        # record. Either way a 200 has no usage record.
         pytest.xfail(
             f"{len(lost)} of {statuses[SERVED]} 200s answered by the killed replica have no "
-            f"record and no charge (metering_failed until an operator reconciles): {lost[:5]}"
+            f"record (charged, or metering_failed until an operator reconciles): {lost[:5]}"
         )
 
 

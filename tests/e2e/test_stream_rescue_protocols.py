@@ -159,8 +159,11 @@ def _attempts(gateway: GatewayProcess, request_id: str) -> tuple[Any, list[tuple
     return stored_attempts(gateway.database_url, request_id)
 
 
-def _asked(upstream: MockUpstream, model: str) -> list[dict[str, Any]]:
-    return [r.body for r in upstream.requests if r.body.get("model") == model]
+def _asked(upstream: MockUpstream, model: str, since: int = 0) -> list[dict[str, Any]]:
+    """The bodies sent upstream for `model`, from the `since`-th request on (a test that
+    counts its own continuations: other tests of the module, in any order, use the same
+    upstream models)."""
+    return [r.body for r in upstream.requests[since:] if r.body.get("model") == model]
 
 
 # -- Anthropic Messages ----------------------------------------------------------------------
@@ -189,6 +192,7 @@ def _messages_text(events: list[tuple[str | None, dict[str, Any]]]) -> str:
 def test_a_broken_messages_stream_is_continued_in_the_same_message(
     gateway: GatewayProcess, upstream: MockUpstream, model: str, continued_by: str
 ) -> None:
+    since = len(upstream.requests)
     response = _messages(gateway, model)
     assert response.status_code == 200
     events = _events(response)
@@ -204,7 +208,7 @@ def test_a_broken_messages_stream_is_continued_in_the_same_message(
     assert final["delta"]["stop_reason"] == "end_turn"
     # The continuation was asked with the text sent as a final assistant message, without
     # its trailing space, and gave only the words after it.
-    asked = _asked(upstream, continued_by)
+    asked = _asked(upstream, continued_by, since)
     assert len(asked) == 1
     last = asked[0]["messages"][-1]
     assert last["role"] == "assistant"
@@ -291,6 +295,7 @@ def _responses(gateway: GatewayProcess, model: str) -> httpx.Response:
 def test_a_broken_responses_stream_is_continued_in_the_same_response(
     gateway: GatewayProcess, upstream: MockUpstream, model: str, continued_by: str
 ) -> None:
+    since = len(upstream.requests)
     response = _responses(gateway, model)
     assert response.status_code == 200
     events = _events(response)
@@ -316,7 +321,7 @@ def test_a_broken_responses_stream_is_continued_in_the_same_response(
     assert completed["output"][0]["content"][0]["text"] == PROMPT
     assert events[-4][1]["text"] == PROMPT
     assert completed["usage"]["output_tokens"] == 5 + 3
-    assert len(_asked(upstream, continued_by)) == 1
+    assert len(_asked(upstream, continued_by, since)) == 1
     record, attempts = _attempts(gateway, response.headers["x-request-id"])
     assert record[:2] == (200, None) and record[3] == 5 + 3
     assert [a[1:4] for a in attempts] == [
