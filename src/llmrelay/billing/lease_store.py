@@ -81,34 +81,11 @@ async def append(conn: AsyncConnection, tenant_id: str, moves: Sequence[Entry]) 
     it; the wallet's (available, reserved) after all. Raises NoWallet."""
     available = sum(e.available for e in moves)
     reserved = sum(e.reserved for e in moves)
-    changed = await _change(conn, tenant_id, available, reserved, None)
+    changed = await ledger.change_wallet(conn, tenant_id, available, reserved, None, _now())
     if changed is None:
         raise NoWallet(f"tenant {tenant_id} has no wallet")
     await _entries(conn, tenant_id, moves, *changed)
     return changed
-
-
-async def _change(
-    conn: AsyncConnection, tenant_id: str, available: int, reserved: int, floor: int | None
-) -> tuple[int, int] | None:
-    """One UPDATE of the wallet (only while available >= `floor`, when given); its balances
-    after, or None when it did not change."""
-    condition = wallets.c.tenant_id == tenant_id
-    if floor is not None:
-        condition = condition & (wallets.c.balance_micros >= floor)
-    changed = (
-        await conn.execute(
-            update(wallets)
-            .where(condition)
-            .values(
-                balance_micros=wallets.c.balance_micros + available,
-                reserved_micros=wallets.c.reserved_micros + reserved,
-                updated_at=_now(),
-            )
-            .returning(wallets.c.balance_micros, wallets.c.reserved_micros)
-        )
-    ).first()
-    return None if changed is None else (int(changed[0]), int(changed[1]))
 
 
 async def _entries(
@@ -178,7 +155,7 @@ async def grant(
     if available < need:
         raise InsufficientBalance(need, max(available, 0))
     take = target if available >= target else min(available, max(need, available // 2))
-    changed = await _change(conn, tenant_id, -take, take, take)
+    changed = await ledger.change_wallet(conn, tenant_id, -take, take, take, _now())
     assert changed is not None  # the row is locked: its balance has not moved
     now = _now()
     expires = now + timedelta(seconds=ttl_s)

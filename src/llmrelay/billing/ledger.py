@@ -129,9 +129,33 @@ async def _move(
     if entry_id is None:
         balance, held = await _balances(conn, tenant_id)
         return Movement(balance, held, applied=False)
+    changed = await change_wallet(conn, tenant_id, available, reserved, require_available, now)
+    if changed is None:
+        balance, _held = await _balances(conn, tenant_id)  # raises NoWallet
+        raise InsufficientBalance(require_available or 0, balance)
+    balance, held = changed
+    await conn.execute(
+        update(entries)
+        .where(entries.c.id == entry_id)
+        .values(balance_after_micros=balance, reserved_after_micros=held)
+    )
+    return Movement(balance, held, applied=True)
+
+
+async def change_wallet(
+    conn: AsyncConnection,
+    tenant_id: str,
+    available: int,
+    reserved: int,
+    floor: int | None,
+    now: datetime,
+) -> tuple[int, int] | None:
+    """One UPDATE of the wallet, only while its available balance is at least `floor` (when
+    given): its balances after, or None when it did not change (no wallet, or under the
+    floor). The ledger's entries and the leases both move money through it."""
     condition = wallets.c.tenant_id == tenant_id
-    if require_available is not None:
-        condition = condition & (wallets.c.balance_micros >= require_available)
+    if floor is not None:
+        condition = condition & (wallets.c.balance_micros >= floor)
     changed = (
         await conn.execute(
             update(wallets)
@@ -144,16 +168,7 @@ async def _move(
             .returning(wallets.c.balance_micros, wallets.c.reserved_micros)
         )
     ).first()
-    if changed is None:
-        balance, _held = await _balances(conn, tenant_id)  # raises NoWallet
-        raise InsufficientBalance(require_available or 0, balance)
-    balance, held = int(changed[0]), int(changed[1])
-    await conn.execute(
-        update(entries)
-        .where(entries.c.id == entry_id)
-        .values(balance_after_micros=balance, reserved_after_micros=held)
-    )
-    return Movement(balance, held, applied=True)
+    return None if changed is None else (int(changed[0]), int(changed[1]))
 
 
 async def reserve(

@@ -6,7 +6,7 @@ them: it stores nothing (`store` is always false: the gateway keeps the response
 sends a continued conversation whole, gateway/responses.py; input items go without their
 `id`s) and it answers only as a stream. A
 client that did not ask for a stream gets the stream's final `response.completed` response
-as its JSON answer (`CompletedFromStream`). `/responses/compact` answers plain JSON.
+as its JSON answer (`completed_from_stream`). `/responses/compact` answers plain JSON.
 
 Headers: the Codex CLI's `originator` and `OpenAI-Beta: responses=experimental`, and the
 conversation's `session_id` (the request's `prompt_cache_key`, which Codex sets to its
@@ -30,7 +30,8 @@ from llmrelay.providers.base import (
     UpstreamRequest,
     UpstreamResponse,
 )
-from llmrelay.providers.codex.images import ImagesFromStream, image_request
+from llmrelay.providers.codex.images import image_request, images_from_stream
+from llmrelay.providers.codex.rewritten import RewrittenAnswer
 from llmrelay.providers.errors import UpstreamErrorEvent, UpstreamProtocolError
 from llmrelay.snapshot.model import RouteSnap
 
@@ -86,7 +87,7 @@ class OpenAICodexAdapter:
             if isinstance(given, list):
                 body["input"] = without_item_ids(given)
             if payload.get("stream") is not True:
-                translate = CompletedFromStream
+                translate = completed_from_stream
             body["stream"] = True
             headers["accept"] = "text/event-stream"
         return UpstreamRequest(
@@ -109,37 +110,15 @@ def without_item_ids(items: list[Any]) -> list[Any]:
     ]
 
 
-class CompletedFromStream:
+def completed_from_stream(inner: UpstreamResponse) -> UpstreamResponse:
     """A Responses stream read to its end, answered as the one Response JSON it completed
-    with (for a client that asked for no stream). Error answers pass through as they are."""
-
-    __slots__ = ("_inner", "status")
-
-    def __init__(self, inner: UpstreamResponse) -> None:
-        self._inner = inner
-        self.status = inner.status
-
-    def header(self, name: str) -> str | None:
-        if name.lower() == "content-type" and self.status < 300:
-            return "application/json"
-        return self._inner.header(name)
-
-    async def read(self) -> bytes:
-        raw = await self._inner.read()
-        if self.status >= 300:
-            return raw
-        return completed_response(raw)
-
-    async def next_chunk(self) -> bytes:
-        return await self.read()  # not a stream to its reader: all at once
-
-    def release(self) -> None:
-        self._inner.release()
+    with (for a client that asked for no stream)."""
+    return RewrittenAnswer(inner, completed_response)
 
 
 def _images(inner: UpstreamResponse) -> UpstreamResponse:
     """The image call's stream -> its completed Response -> the Images API's answer."""
-    return ImagesFromStream(CompletedFromStream(inner))
+    return images_from_stream(completed_from_stream(inner))
 
 
 def completed_response(stream: bytes) -> bytes:

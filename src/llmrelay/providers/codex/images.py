@@ -7,7 +7,7 @@ forced, `tool_choice: {"type": "image_generation"}`, its `model` the route's ups
 whose answer carries an `image_generation_call` output item with the image as base64
 (`result`). So OpenAI's `POST /v1/images/generations` body becomes that Responses call
 (`image_request`), sent as every Codex call is (streamed, `store` false), and the completed
-response becomes the Images API's answer (`ImagesFromStream`):
+response becomes the Images API's answer (`images_from_stream`):
 `{"created", "data": [{"b64_json", "revised_prompt"}], "usage", "size", "quality",
 "background", "output_format"}`.
 """
@@ -19,6 +19,7 @@ from typing import Any, Final
 import orjson
 
 from llmrelay.providers.base import UpstreamResponse
+from llmrelay.providers.codex.rewritten import RewrittenAnswer
 from llmrelay.providers.errors import UpstreamProtocolError
 
 #: The text model that drives the image tool (the Codex CLI's default model family).
@@ -47,32 +48,10 @@ def image_request(payload: dict[str, Any], upstream_model: str) -> dict[str, Any
     }
 
 
-class ImagesFromStream:
-    """The completed Response (adapter.py's CompletedFromStream, over the backend's stream)
-    answered as the Images API's JSON. Error answers pass through as they are."""
-
-    __slots__ = ("_inner", "status")
-
-    def __init__(self, inner: UpstreamResponse) -> None:
-        self._inner = inner
-        self.status = inner.status
-
-    def header(self, name: str) -> str | None:
-        if name.lower() == "content-type" and self.status < 300:
-            return "application/json"
-        return self._inner.header(name)
-
-    async def read(self) -> bytes:
-        raw = await self._inner.read()
-        if self.status >= 300:
-            return raw
-        return images_answer(orjson.loads(raw))
-
-    async def next_chunk(self) -> bytes:
-        return await self.read()
-
-    def release(self) -> None:
-        self._inner.release()
+def images_from_stream(completed: UpstreamResponse) -> UpstreamResponse:
+    """The completed Response (adapter.py's `completed_from_stream`, over the backend's
+    stream) answered as the Images API's JSON."""
+    return RewrittenAnswer(completed, lambda raw: images_answer(orjson.loads(raw)))
 
 
 def images_answer(response: dict[str, Any]) -> bytes:
