@@ -18,7 +18,7 @@ import httpx
 import openai
 import pytest
 
-from tests.support.gateway_process import GatewayProcess
+from tests.support.gateway_process import GatewayProcess, serving
 from tests.support.mock_codex import PNG, MockCodex
 
 KEY = "e2e-codex-key-0123456789"
@@ -57,11 +57,7 @@ def codex() -> Iterator[MockCodex]:
 @pytest.fixture(scope="module")
 def gateway(codex: MockCodex, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     env = {"LLMRELAY_CODEX_ISSUER": codex.issuer, "LLMRELAY_ADMIN_TOKEN": ADMIN}
-    process = GatewayProcess(
-        tmp_path_factory.mktemp("codex"), config=codex_config(codex), env=env
-    ).start(timeout_s=180)  # a loaded machine starts slowly
-    yield process
-    assert process.stop() == 0, process.logs()
+    yield from serving(tmp_path_factory.mktemp("codex"), codex_config(codex), env)
 
 
 @pytest.fixture(scope="module")

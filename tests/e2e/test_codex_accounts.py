@@ -19,7 +19,7 @@ import openai
 import pytest
 
 from tests.e2e.test_codex import ADMIN, cli, finished, line_matching, until
-from tests.support.gateway_process import GatewayProcess
+from tests.support.gateway_process import GatewayProcess, serving
 from tests.support.mock_codex import MockCodex
 
 KEY = "e2e-codex-accounts-key-0123456789"
@@ -55,11 +55,7 @@ def codex() -> Iterator[MockCodex]:
 @pytest.fixture(scope="module")
 def gateway(codex: MockCodex, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     env = {"LLMRELAY_CODEX_ISSUER": codex.issuer, "LLMRELAY_ADMIN_TOKEN": ADMIN}
-    process = GatewayProcess(
-        tmp_path_factory.mktemp("codex-accounts"), config=config(codex), env=env
-    ).start(timeout_s=180)
-    yield process
-    assert process.stop() == 0, process.logs()
+    yield from serving(tmp_path_factory.mktemp("codex-accounts"), config(codex), env)
 
 
 @pytest.fixture(scope="module")
