@@ -66,7 +66,9 @@ async def accounts_of(
         .outerjoin(ProviderResource, ProviderResource.id == CodexAccount.resource_id)
         .where(CodexAccount.provider_id == provider_id)
     )
-    rows: list[tuple[CodexAccount, ProviderResource | None]] = list(found.tuples())
+    rows: list[tuple[CodexAccount, ProviderResource | None]] = [
+        (account, resource) for account, resource in found
+    ]
     rows.sort(
         key=lambda pair: (
             (pair[1].priority, pair[1].position, pair[1].name) if pair[1] else (0, 1 << 30, ""),

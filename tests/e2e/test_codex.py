@@ -129,9 +129,21 @@ def admin_sign_in(admin: httpx.Client, codex: MockCodex) -> dict[str, Any]:
 
 
 @pytest.fixture
-def signed_in(admin: httpx.Client, codex: MockCodex) -> None:
-    """A fresh sign-in for each test that needs one (the tests run in any order)."""
+def signed_in(admin: httpx.Client, codex: MockCodex, client: openai.OpenAI) -> None:
+    """A fresh sign-in for each test that needs one (the tests run in any order), served:
+    after a test that signed every account out, the gateway answers 503 until it has read
+    the new account."""
     admin_sign_in(admin, codex)
+
+    def served() -> bool:
+        try:
+            return client.responses.create(model="codex", input="ready").output_text == "ready"
+        except openai.APIStatusError as error:
+            if error.status_code != 503:
+                raise
+            return False
+
+    until(served, "the signed-in account served")
 
 
 def until(check: Any, what: str) -> Any:
@@ -342,7 +354,9 @@ def test_a_refused_refresh_makes_the_route_unavailable(
         try:
             client.responses.create(model="codex", input="no")
         except openai.APIStatusError as error:
-            return str(error.message) if error.status_code == 503 else None
+            if error.status_code != 503 or "no ChatGPT account is signed in" in error.message:
+                return None  # no account yet (an earlier test signed out), until it is read
+            return str(error.message)
         return None  # the account before, until the gateway reads the new one
 
     assert "sign the account in again" in until(refused, "the refused refresh")
@@ -396,7 +410,19 @@ def test_console_device_flow_through_the_admin_api(
     assert done.status_code == 200, done.text
     assert done.json()["status"] == "signed_in"
     assert done.json()["account"]["account_id"] == codex.account_id
-    assert client.responses.create(model="codex", input="console").output_text == "console"
+
+    # The account is served once the gateway has read it (an earlier test may have signed
+    # every account out: until then, 503 with no account).
+    def served() -> bool:
+        try:
+            answer = client.responses.create(model="codex", input="console")
+        except openai.APIStatusError as error:
+            if error.status_code != 503:
+                raise
+            return False
+        return answer.output_text == "console"
+
+    until(served, "the account signed in through the console served")
 
 
 def test_logout_from_the_cli(
