@@ -81,7 +81,7 @@ class BillingDb:
             )
 
 
-def eventually(check: Callable[[], T | None], timeout_s: float = 10.0, what: str = "") -> T:
+def eventually(check: Callable[[], T | None], timeout_s: float = 60.0, what: str = "") -> T:
     """The first truthy result of `check`, polled until `timeout_s` (then fail)."""
     deadline = time.monotonic() + timeout_s
     while True:
