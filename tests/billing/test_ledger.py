@@ -170,3 +170,56 @@ async def test_concurrent_reservations_never_overdraw(database_url: str) -> None
         await _assert_balanced(engine, tenant)
     finally:
         await engine.dispose()
+
+
+async def test_concurrent_movements_are_entered_in_the_order_they_happened(
+    database_url: str,
+) -> None:
+    """Racing credits, reservations and settles on one wallet (on PostgreSQL 30 at a time):
+    read by id, each entry's balances after it are the running sums of the entries up to it,
+    so the last entry shows the wallet (an auditor reads the ledger in id order)."""
+    setup = create_engine(database_url)
+    from llmrelay.store import migrate
+
+    await migrate.upgrade(setup)
+    tenant = await _tenant(setup, 1_000_000)
+    await setup.dispose()
+    if database_url.startswith("postgresql"):
+        engine = create_engine(database_url, pool_size=30, max_overflow=0)
+    else:
+        engine = create_engine(database_url)
+
+    async def one(n: int) -> None:
+        async with engine.begin() as conn:
+            await ledger.credit(conn, tenant, 1_000 + n, kind="topup", key=f"order-topup:{n}")
+        async with engine.begin() as conn:
+            await ledger.reserve(conn, tenant, f"order-{n}", 5_000)
+        async with engine.begin() as conn:
+            await ledger.settle(conn, f"order-{n}", 1_000 + 7 * n)
+
+    try:
+        await asyncio.gather(*(one(n) for n in range(120)))
+        async with engine.connect() as conn:
+            rows = (
+                await conn.execute(
+                    select(
+                        LedgerEntry.amount_micros,
+                        LedgerEntry.reserved_delta_micros,
+                        LedgerEntry.balance_after_micros,
+                        LedgerEntry.reserved_after_micros,
+                    )
+                    .where(LedgerEntry.tenant_id == tenant)
+                    .order_by(LedgerEntry.id)
+                )
+            ).all()
+        balance = held = 0
+        out_of_order = []
+        for n, (amount, delta, balance_after, held_after) in enumerate(rows):
+            balance, held = balance + amount, held + delta
+            if (balance_after, held_after) != (balance, held):
+                out_of_order.append(n)
+        assert len(rows) == 1 + 3 * 120
+        assert not out_of_order, out_of_order[:10]
+        await _assert_balanced(engine, tenant)
+    finally:
+        await engine.dispose()

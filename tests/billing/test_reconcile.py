@@ -2,10 +2,12 @@
 order whose webhook never came is completed from Stripe's API (credited once, even when run
 again), a Checkout order that never reached Stripe is failed, an expired session expires its
 order; reservations still held past the horizon are settled from their records by the live
-rule (charged, released), or kept as metering_failed when no record exists."""
+rule (charged, released), or kept as metering_failed when no record exists, and settled
+when its record lands later."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
@@ -14,6 +16,7 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.billing import card_refunds, ledger, orders
+from llmrelay.billing.charge import charge_known, charge_of
 from llmrelay.billing.errors import PaymentProviderError
 from llmrelay.billing.payments import Payments
 from llmrelay.billing.reconcile import reconcile
@@ -165,3 +168,80 @@ async def test_a_refund_to_the_card_left_pending_is_made_once(
         ).all()
     assert [d[0] for d in debits] == [-7_000_000]
     assert wallet.balance_micros == 13_000_000
+
+
+async def test_a_record_that_lands_after_the_reconciliation_settles_its_reservation(
+    engine: AsyncEngine, payments: Payments
+) -> None:
+    """Kept as metering_failed because no record existed (a spooled record written after a
+    database outage), then the record lands: the next run charges what it says, once; one
+    whose record cannot say its cost (the client left, 499) stays for an operator."""
+    tenant = await _tenant(engine)
+    async with engine.begin() as conn:
+        await ledger.ensure_wallet(conn, tenant)
+        await ledger.credit(conn, tenant, 1_000_000, kind="topup", key="seed")
+        for request_id in ("spooled", "left", "failed-call"):
+            await ledger.reserve(conn, tenant, request_id, 100_000)
+        old = utcnow() - timedelta(hours=2)
+        await conn.execute(update(Reservation).values(created_at=old))
+    first = await reconcile(payments, order_after_s=3600, reservation_after_s=3600)
+    assert first["reservations"] == {"metering_failed": 3}
+    assert first["late_records"] == {}
+    record = {"created_at": old, "tenant_id": tenant, "endpoint": "chat.completions",
+              "latency_ms": 5.0, "price_source": "model", "attempts": 1}  # fmt: skip
+    async with engine.begin() as conn:
+        await conn.execute(
+            insert(RequestRecord),
+            [
+                record | {"request_id": "spooled", "status_code": 200,
+                          "usage_source": "reported", "cost_micros": 4_321},
+                record | {"request_id": "left", "status_code": 499,
+                          "usage_source": "none", "cost_micros": 0},
+                record | {"request_id": "failed-call", "status_code": 502,
+                          "usage_source": "none", "cost_micros": 0},
+            ],
+        )  # fmt: skip
+    second = await reconcile(payments, order_after_s=3600, reservation_after_s=3600)
+    assert second["late_records"] == {"charged": 1, "released": 1}
+    async with engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                select(Reservation.request_id, Reservation.status, Reservation.charged_micros)
+            )
+        ).all()
+        wallet = (await conn.execute(select(Wallet.balance_micros, Wallet.reserved_micros))).one()
+    assert {r[0]: (r[1], r[2]) for r in rows} == {
+        "spooled": ("settled", 4_321),
+        "failed-call": ("released", 0),
+        "left": ("metering_failed", None),  # the provider may have billed: an operator's
+    }
+    assert tuple(wallet) == (1_000_000 - 4_321 - 100_000, 100_000)
+    third = await reconcile(payments, order_after_s=3600, reservation_after_s=3600)
+    assert third["late_records"] == {}  # settled once; the unknown one not read again
+
+
+async def test_the_query_of_late_records_follows_the_charge_rule(engine: AsyncEngine) -> None:
+    """charge_known (SQL) selects exactly the records charge_of can charge."""
+    combos = list(
+        itertools.product((200, 499, 502, 504), (0, 1), ("none", "estimated", "reported"),
+                          (None, "unknown", "model"))
+    )  # fmt: skip
+    rows = [
+        {"request_id": f"c{n}", "created_at": utcnow(), "endpoint": "chat.completions",
+         "latency_ms": 1.0, "status_code": s, "attempts": a, "usage_source": u,
+         "cost_micros": 7, "price_source": p}
+        for n, (s, a, u, p) in enumerate(combos)
+    ]  # fmt: skip
+    table = RequestRecord.__table__
+    async with engine.begin() as conn:
+        await conn.execute(insert(RequestRecord), rows)
+        known = set(
+            (await conn.execute(select(table.c.request_id).where(charge_known(table)))).scalars()
+        )
+    expected = {
+        r["request_id"]
+        for r in rows
+        if charge_of(r["status_code"], r["attempts"] or 0, r["usage_source"], 7, r["price_source"])
+        is not None
+    }
+    assert known == expected and 0 < len(known) < len(rows)

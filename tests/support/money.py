@@ -190,9 +190,21 @@ def books(url: str, tenants: list[str]) -> Books:
     return asyncio.run(_read(url, tenants))
 
 
-def held(url: str, tenants: list[str]) -> int:
-    """How many of these tenants' reservations are still `held`."""
-    return sum(1 for r in books(url, tenants).reservations.values() if r["status"] == "held")
+def unsettled(url: str, tenants: list[str]) -> int:
+    """How many of these tenants' reservations the gateway has still to close: `held`, or kept
+    `metering_failed` while the request's record says it was served (a record spooled through
+    a database outage lands after the reconciliation that found none; the next run settles
+    it from the record, and so does the settle the serving replica kept in memory)."""
+    found = books(url, tenants)
+    return sum(
+        1
+        for rid, r in found.reservations.items()
+        if r["status"] == "held"
+        or (
+            r["status"] == "metering_failed"
+            and found.records.get(rid, {}).get("status_code") == 200
+        )
+    )
 
 
 def audit(

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from sqlalchemy import ColumnElement, Table, and_, or_
+
 from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, RECORD_COLUMNS, USAGE_NONE
 from llmrelay.metering.cost import SOURCE_UNKNOWN
 
@@ -59,3 +61,16 @@ def charge_of_row(row: tuple[Any, ...]) -> tuple[str, str | None, int | None]:
         row[_PRICE_SOURCE],
     )
     return str(row[_REQUEST_ID]), row[_TENANT], charge
+
+
+def charge_known(records: Table) -> ColumnElement[bool]:
+    """`charge_of(...) is not None` as a condition on the records table: the reconciliation
+    job looks only at records that settle something, so a kept reservation whose record can
+    never say its cost is not read again at every run."""
+    c = records.c
+    usage_none = or_(c.usage_source.is_(None), c.usage_source == USAGE_NONE)
+    return or_(
+        c.attempts == 0,
+        and_(usage_none, c.status_code.not_in(sorted(UNREAD_ENDINGS))),
+        and_(~usage_none, c.price_source.is_not(None), c.price_source != SOURCE_UNKNOWN),
+    )

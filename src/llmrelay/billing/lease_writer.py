@@ -7,9 +7,10 @@ still in flight after HOLD_AFTER_S (so a process killed under them leaves them t
 reconciliation, like any held reservation), the leases' renewals, and the close of a lease
 its process no longer uses (its remainder back to available).
 
-While the database is away the settles stay queued and are retried with a growing pause;
-the process keeps admitting against its allowances until they run out or go unrenewed for
-half their TTL, then refuses with 503 (it cannot take more without the database).
+While the database is away the settles stay queued and are retried with a growing pause
+(at most 5 s: they land within seconds of its return); the process keeps admitting against
+its allowances until they run out or go unrenewed for half their TTL, then refuses with 503
+(it cannot take more without the database).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from llmrelay.billing import lease_store
 from llmrelay.billing.allowance import TRANSIENT, Leases
 from llmrelay.billing.lease_reclaim import settle_closed
 from llmrelay.billing.lease_store import Settle
-from llmrelay.billing.settle import queue_auto_topup
+from llmrelay.billing.settle import SETTLE_RETRY_PAUSES_S, queue_auto_topup
 from llmrelay.observability.metrics import Metrics
 
 log = structlog.get_logger(__name__)
@@ -42,8 +43,6 @@ _MAX_GATHER_S: Final = 1.0
 IDLE_CLOSE_S: Final = 2.0
 #: How often the allowances are looked at (idle ones closed); renewals every TTL/6.
 _UPKEEP_S: Final = 1.0
-#: Pauses between retries while the database refuses (the last one repeats).
-_RETRY_PAUSES_S: Final[tuple[float, ...]] = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 Group = tuple[str, str]  # (tenant, lease)
 
@@ -89,7 +88,7 @@ class LeaseWriter:
                 if leases.clock() >= self._next_upkeep:
                     await self.upkeep()
             except (SQLAlchemyError, *TRANSIENT) as exc:
-                pause = _RETRY_PAUSES_S[min(failures, len(_RETRY_PAUSES_S) - 1)]
+                pause = SETTLE_RETRY_PAUSES_S[min(failures, len(SETTLE_RETRY_PAUSES_S) - 1)]
                 failures += 1
                 log.warning("billing_lease_write_retry", error=str(exc)[:300], pause_s=pause)
                 await asyncio.sleep(pause)

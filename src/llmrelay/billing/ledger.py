@@ -102,19 +102,32 @@ async def _move(
 ) -> Movement:
     """Change the wallet by (available, reserved) and append the entry, in the caller's
     transaction, which must be rolled back on any exception (`async with engine.begin()`).
-    The entry goes in first: a key used before stops the movement there (its unique index is
-    the one arbiter, also between concurrent callers). With `require_available`, the wallet
-    changes only while its available balance is at least that much."""
+    The wallet changes first: its row stays locked until the commit, so the entry's id (taken
+    from the sequence under that lock) orders a wallet's entries as they happened, and each
+    entry's balances after it are the wallet's (an id taken before the lock let a later
+    movement's entry sort first: the last entry by id then did not show the wallet). A key
+    used before stops the movement (its unique index is the one arbiter, also between
+    concurrent callers): the wallet's change is undone in the same transaction. With
+    `require_available`, the wallet changes only while its available balance is at least
+    that much."""
     now = _now()
-    placeholder = (
+    changed = await change_wallet(conn, tenant_id, available, reserved, require_available, now)
+    if changed is None:
+        if await _already(conn, key):  # a replay: answered as one, not as a refusal
+            balance, held = await _balances(conn, tenant_id)
+            return Movement(balance, held, applied=False)
+        balance, _held = await _balances(conn, tenant_id)  # raises NoWallet
+        raise InsufficientBalance(require_available or 0, balance)
+    balance, held = changed
+    entry = (
         _insert(conn, entries)
         .values(
             tenant_id=tenant_id,
             kind=kind,
             amount_micros=available,
             reserved_delta_micros=reserved,
-            balance_after_micros=0,
-            reserved_after_micros=0,
+            balance_after_micros=balance,
+            reserved_after_micros=held,
             request_id=request_id,
             order_id=order_id,
             idempotency_key=key,
@@ -125,20 +138,10 @@ async def _move(
         .on_conflict_do_nothing(index_elements=["idempotency_key"])
         .returning(entries.c.id)
     )
-    entry_id = (await conn.execute(placeholder)).scalar()
-    if entry_id is None:
-        balance, held = await _balances(conn, tenant_id)
-        return Movement(balance, held, applied=False)
-    changed = await change_wallet(conn, tenant_id, available, reserved, require_available, now)
-    if changed is None:
-        balance, _held = await _balances(conn, tenant_id)  # raises NoWallet
-        raise InsufficientBalance(require_available or 0, balance)
-    balance, held = changed
-    await conn.execute(
-        update(entries)
-        .where(entries.c.id == entry_id)
-        .values(balance_after_micros=balance, reserved_after_micros=held)
-    )
+    if (await conn.execute(entry)).scalar() is None:
+        undone = await change_wallet(conn, tenant_id, -available, -reserved, None, now)
+        assert undone is not None  # the row changed a moment ago, under this transaction
+        return Movement(*undone, applied=False)
     return Movement(balance, held, applied=True)
 
 

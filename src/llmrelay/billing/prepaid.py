@@ -38,7 +38,7 @@ from llmrelay.billing.charge import charge_of_row
 from llmrelay.billing.errors import LedgerUnavailable, RequestIdUsed
 from llmrelay.billing.estimate import ReservePolicy
 from llmrelay.billing.lease_writer import LeaseWriter
-from llmrelay.billing.settle import AUTO_TOPUP_KIND, settle_one
+from llmrelay.billing.settle import AUTO_TOPUP_KIND, SETTLE_RETRY_PAUSES_S, settle_one
 from llmrelay.gateway.row_queue import RowQueue
 from llmrelay.observability.metrics import Metrics
 
@@ -48,8 +48,6 @@ __all__ = ["AUTO_TOPUP_KIND", "Prepaid", "settle_one"]
 
 #: Settles written per round of the task (each its own transaction).
 _BATCH: Final = 256
-#: Pauses between retries while the database refuses settles (the last one repeats).
-_RETRY_PAUSES_S: Final[tuple[float, ...]] = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 #: Failures that mean "the database is away", worth retrying.
 _TRANSIENT = (DBAPIError, OSError, TimeoutError, ConnectionError)
 
@@ -221,7 +219,7 @@ class Prepaid:
             done = await self._write(batch)
             if done < len(batch):
                 self._queue.put_back(batch[done:])
-                pause = _RETRY_PAUSES_S[min(failures, len(_RETRY_PAUSES_S) - 1)]
+                pause = SETTLE_RETRY_PAUSES_S[min(failures, len(SETTLE_RETRY_PAUSES_S) - 1)]
                 failures += 1
                 await asyncio.sleep(pause)
             else:

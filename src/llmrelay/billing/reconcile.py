@@ -11,6 +11,9 @@ a process that died left open is closed from the source of truth.
   (charge.py), or marked `metering_failed` when no record exists (the process stopped
   before writing it: the operator reconciles it through the admin API). A stream still
   running past that horizon is settled by its own end all the same (prepaid.settle_one).
+- Reservations kept `metering_failed` whose record has landed since with a cost it can say
+  (a record spooled through a database outage is written after the reconciliation that
+  found none) are settled from it by the same rule: what a live settle would have charged.
 - Wallet leases nobody renewed for their TTL plus half of it (their process died) are
   closed: the held rows written under them settled from their records, the rest given back
   (lease_reclaim.py). Held rows under a lease still open are its owner's, never touched here.
@@ -28,10 +31,10 @@ from datetime import timedelta
 from typing import Any, Final
 
 import structlog
-from sqlalchemy import or_, select
+from sqlalchemy import Table, or_, select
 
 from llmrelay.billing import card_refunds, lease_store, ledger, orders
-from llmrelay.billing.charge import charge_of
+from llmrelay.billing.charge import charge_known, charge_of
 from llmrelay.billing.errors import PaymentProviderError
 from llmrelay.billing.lease_reclaim import reclaim_expired
 from llmrelay.billing.payments import Payments
@@ -50,6 +53,8 @@ KIND: Final = "billing_reconcile"
 BATCH: Final = 500
 #: The deadline assumed when no snapshot is at hand (the models' default).
 DEFAULT_DEADLINE_S: Final = 300.0
+
+records: Table = RequestRecord.__table__  # type: ignore[assignment]
 
 
 async def run(ctx: JobContext) -> dict[str, Any] | None:
@@ -98,6 +103,7 @@ async def reconcile(
         "leases": {"reclaimed": reclaimed} if reclaimed else {},
         "orders": dict(await reconcile_orders(payments, order_after_s)),
         "reservations": dict(await reconcile_reservations(payments, reservation_after_s)),
+        "late_records": dict(await settle_late_records(payments)),
         "card_refunds": dict(await card_refunds.resume_pending(payments, order_after_s)),
     }
     if metrics is not None:
@@ -151,7 +157,6 @@ async def reconcile_orders(payments: Payments, after_s: float) -> Counter[str]:
 async def reconcile_reservations(payments: Payments, after_s: float) -> Counter[str]:
     counts: Counter[str] = Counter()
     table = Reservation.__table__
-    records = RequestRecord.__table__
     before = utcnow() - timedelta(seconds=after_s)
     leases = lease_store.leases
     open_leases = select(leases.c.id).where(leases.c.status == lease_store.OPEN)
@@ -172,22 +177,53 @@ async def reconcile_reservations(payments: Payments, after_s: float) -> Counter[
         async with payments.engine.begin() as conn:
             record = (
                 await conn.execute(
-                    select(
-                        records.c.status_code,
-                        records.c.attempts,
-                        records.c.usage_source,
-                        records.c.cost_micros,
-                        records.c.price_source,
-                    ).where(records.c.request_id == request_id)
+                    select(*_CHARGE_COLUMNS).where(records.c.request_id == request_id)
                 )
             ).first()
             if record is None:
                 charge = None
                 log.warning("reservation_without_record", request_id=request_id)
             else:
-                charge = charge_of(
-                    int(record[0]), int(record[1] or 0), record[2], record[3], record[4]
-                )
+                charge = charge_of(*_charge_args(record))
             outcome = await settle_one(conn, request_id, tenant_id, charge)
         counts[outcome] += 1
     return counts
+
+
+async def settle_late_records(payments: Payments) -> Counter[str]:
+    """Settle `metering_failed` reservations from records written after they were kept (one
+    transaction each; a live settle arriving too closes it once: one claim per reservation)."""
+    counts: Counter[str] = Counter()
+    table = Reservation.__table__
+    async with payments.engine.connect() as conn:
+        late = (
+            await conn.execute(
+                select(table.c.request_id, table.c.tenant_id, *_CHARGE_COLUMNS)
+                .join(records, records.c.request_id == table.c.request_id)
+                .where(table.c.status == ledger.METERING_FAILED, charge_known(records))
+                .order_by(table.c.created_at)
+                .limit(BATCH)
+            )
+        ).all()
+    for row in late:
+        charge = charge_of(*_charge_args(row[2:]))
+        if charge is None:  # charge_known said otherwise: the one rule decides
+            continue
+        async with payments.engine.begin() as conn:
+            outcome = await settle_one(conn, str(row[0]), row[1], charge)
+        counts[outcome] += 1
+    return counts
+
+
+#: What charge_of reads of a record, in its order.
+_CHARGE_COLUMNS: Final = (
+    records.c.status_code,
+    records.c.attempts,
+    records.c.usage_source,
+    records.c.cost_micros,
+    records.c.price_source,
+)
+
+
+def _charge_args(row: Any) -> tuple[int, int, str | None, int | None, str | None]:
+    return int(row[0]), int(row[1] or 0), row[2], row[3], row[4]

@@ -17,6 +17,12 @@ from llmrelay.store.models_billing import Wallet
 
 log = structlog.get_logger(__name__)
 
+#: Pauses between retries while the database refuses settles (the last one repeats): short
+#: enough that settles kept in memory through an outage land within seconds of its end,
+#: before the reconciliation job has long looked for them; a try every 5 s against a
+#: database that is away costs nothing worth saving.
+SETTLE_RETRY_PAUSES_S: Final[tuple[float, ...]] = (0.2, 0.5, 1.0, 2.0, 5.0)
+
 #: The job kind that tops a wallet up from its saved payment method (billing/topups.py).
 AUTO_TOPUP_KIND: Final = "billing_auto_topup"
 
