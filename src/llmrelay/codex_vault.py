@@ -125,6 +125,13 @@ async def sign_in(
         target = resources.get(resource)
     elif row is not None and row.resource_id is not None:
         target = next((r for r in resources.values() if r.id == row.resource_id), None)
+    else:
+        # Signed in again after a sign-out: the resource named after it, left empty by the
+        # sign-out (it keeps the operator's priority and quotas), takes it back, rather than
+        # a new one beside it that routing would try in vain before the account's own.
+        named = resources.get(resource_name(who.email, who.account_id, set()))
+        if named is not None and not await _holds_account(session, named.id):
+            target = named
     if target is None:
         name = resource or resource_name(who.email, who.account_id, set(resources))
         position = max((r.position for r in resources.values()), default=-1) + 1
@@ -165,6 +172,13 @@ async def sign_in(
     _seal(row, tokens, sealer)
     await session.flush()
     return row, target
+
+
+async def _holds_account(session: AsyncSession, resource_id: str) -> bool:
+    found = await session.execute(
+        select(CodexAccount.id).where(CodexAccount.resource_id == resource_id).limit(1)
+    )
+    return found.first() is not None
 
 
 async def sign_out(session: AsyncSession, provider_id: str, which: str | None = None) -> int:

@@ -380,6 +380,7 @@ def test_an_exhausted_account_is_skipped_until_its_reset(
         with pytest.raises(openai.APIStatusError) as refused:
             client.responses.create(model="codex", input="z")
         assert refused.value.status_code == 503
+        assert "retry-after" in refused.value.response.headers, refused.value.response.text
         retry_after = int(refused.value.response.headers["retry-after"])
         assert 3000 < retry_after <= 3600
         shown = admin.get(f"/providers/{provider_id(admin)}/codex").json()

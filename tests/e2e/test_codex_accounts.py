@@ -208,3 +208,9 @@ def test_signing_in_again_renews_one_account_and_keeps_the_others(
     assert sorted(a["resource"] for a in accounts) == ["alice", "bob"]
     missing = admin.delete(f"/providers/{provider_id(admin)}/codex", params={"resource": "nobody"})
     assert missing.status_code == 404
+    # signed in again with no resource named: it takes back the resource its sign-out left
+    # empty, not a new one beside it (which routing would try in vain first)
+    codex.signing_in("acct-carol", "carol@example.com")
+    assert admin_sign_in(admin, codex, None)["resource"] == "carol"
+    resources = admin.get(f"/providers/{provider_id(admin)}/resources").json()["data"]
+    assert sorted(r["name"] for r in resources if r["name"].startswith("carol")) == ["carol"]

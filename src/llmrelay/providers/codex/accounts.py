@@ -54,6 +54,12 @@ class AccountMissing(LookupError):
     """No ChatGPT account is signed in for the provider (`llmrelay codex login`)."""
 
 
+def _missing(provider: ProviderSnap) -> AccountMissing:
+    if provider.resource_id is not None:
+        return AccountMissing("no ChatGPT account is signed in for this resource")
+    return AccountMissing("no ChatGPT account is signed in for this provider")
+
+
 @dataclass(frozen=True, slots=True)
 class StoredAccount:
     id: str
@@ -121,6 +127,9 @@ class CodexAccounts:
         #: The snapshot's provider each account was read for: a new snapshot (a sign-in or
         #: sign-out moves the config generation) reads it again, once.
         self._read_for: dict[str, ProviderSnap] = {}
+        #: Resources found without an account, and the snapshot's provider they were looked
+        #: up for: not looked up again (one query per call) until a new snapshot.
+        self._missing: dict[str, ProviderSnap] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._session: aiohttp.ClientSession | None = None
         self._saved_at: dict[str, float] = {}
@@ -142,6 +151,8 @@ class CodexAccounts:
         held = self._held.get(at)
         if held is not None and self._read_for.get(at) is provider and not self._due(held):
             return held
+        if self._missing.get(at) is provider:
+            raise _missing(provider)
         async with self._lock(at):
             held = self._held.get(at)
             if held is None or self._read_for.get(at) is not provider or self._due(held):
@@ -171,6 +182,8 @@ class CodexAccounts:
             self._read_for.pop(at, None)
         self._held.pop(provider_id, None)
         self._read_for.pop(provider_id, None)
+        for at in [k for k, snap in self._missing.items() if snap.id == provider_id]:
+            self._missing.pop(at, None)
 
     def _due(self, account: StoredAccount) -> bool:
         expires = account.expires_at
@@ -187,9 +200,9 @@ class CodexAccounts:
         found = await self.vault.load(provider.id, provider.resource_id)
         if found is None:
             self._held.pop(at, None)
-            if provider.resource_id is not None:
-                raise AccountMissing("no ChatGPT account is signed in for this resource")
-            raise AccountMissing("no ChatGPT account is signed in for this provider")
+            self._missing[at] = provider
+            raise _missing(provider)
+        self._missing.pop(at, None)
         self._held[at] = found
         return found
 
