@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import insert, select, update
+from sqlalchemy import Table, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.billing import card_refunds, ledger, orders
@@ -232,16 +232,13 @@ async def test_the_query_of_late_records_follows_the_charge_rule(engine: AsyncEn
          "cost_micros": 7, "price_source": p}
         for n, (s, a, u, p) in enumerate(combos)
     ]  # fmt: skip
-    table = RequestRecord.__table__
+    table: Table = RequestRecord.__table__  # type: ignore[assignment]
     async with engine.begin() as conn:
         await conn.execute(insert(RequestRecord), rows)
         known = set(
             (await conn.execute(select(table.c.request_id).where(charge_known(table)))).scalars()
         )
     expected = {
-        r["request_id"]
-        for r in rows
-        if charge_of(r["status_code"], r["attempts"] or 0, r["usage_source"], 7, r["price_source"])
-        is not None
+        f"c{n}" for n, (s, a, u, p) in enumerate(combos) if charge_of(s, a, u, 7, p) is not None
     }
     assert known == expected and 0 < len(known) < len(rows)
