@@ -50,6 +50,20 @@ async def _order(engine: AsyncEngine, order_id: str) -> PaymentOrder:
         return found
 
 
+async def _reservations_and_wallet(
+    engine: AsyncEngine,
+) -> tuple[dict[str, tuple[str, int | None]], tuple[int, int]]:
+    """Each reservation's (status, charged), and the wallet's (available, reserved)."""
+    async with engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                select(Reservation.request_id, Reservation.status, Reservation.charged_micros)
+            )
+        ).all()
+        wallet = (await conn.execute(select(Wallet.balance_micros, Wallet.reserved_micros))).one()
+    return {r[0]: (r[1], r[2]) for r in rows}, (int(wallet[0]), int(wallet[1]))
+
+
 async def test_orders_left_open_are_closed_from_stripe(
     engine: AsyncEngine, payments: Payments, fake_stripe: FakeStripe
 ) -> None:
@@ -115,20 +129,14 @@ async def test_reservations_left_held_are_settled_from_their_records(
         )  # fmt: skip
     counts = await reconcile(payments, order_after_s=3600, reservation_after_s=3600)
     assert counts["reservations"] == {"charged": 1, "released": 1, "metering_failed": 1}
-    async with engine.connect() as conn:
-        rows = (
-            await conn.execute(
-                select(Reservation.request_id, Reservation.status, Reservation.charged_micros)
-            )
-        ).all()
-        wallet = (await conn.execute(select(Wallet.balance_micros, Wallet.reserved_micros))).one()
-    assert {r[0]: (r[1], r[2]) for r in rows} == {
+    reservations, wallet = await _reservations_and_wallet(engine)
+    assert reservations == {
         "answered": ("settled", 4_321),
         "never-sent": ("released", 0),
         "no-record": ("metering_failed", None),
         "young": ("held", None),  # may still be running
     }
-    assert tuple(wallet) == (1_000_000 - 4_321 - 200_000, 200_000)
+    assert wallet == (1_000_000 - 4_321 - 200_000, 200_000)
     again = await reconcile(payments, order_after_s=3600, reservation_after_s=3600)
     assert again["reservations"] == {}  # nothing held is old enough any more
 
@@ -203,19 +211,13 @@ async def test_a_record_that_lands_after_the_reconciliation_settles_its_reservat
         )  # fmt: skip
     second = await reconcile(payments, order_after_s=3600, reservation_after_s=3600)
     assert second["late_records"] == {"charged": 1, "released": 1}
-    async with engine.connect() as conn:
-        rows = (
-            await conn.execute(
-                select(Reservation.request_id, Reservation.status, Reservation.charged_micros)
-            )
-        ).all()
-        wallet = (await conn.execute(select(Wallet.balance_micros, Wallet.reserved_micros))).one()
-    assert {r[0]: (r[1], r[2]) for r in rows} == {
+    reservations, wallet = await _reservations_and_wallet(engine)
+    assert reservations == {
         "spooled": ("settled", 4_321),
         "failed-call": ("released", 0),
         "left": ("metering_failed", None),  # the provider may have billed: an operator's
     }
-    assert tuple(wallet) == (1_000_000 - 4_321 - 100_000, 100_000)
+    assert wallet == (1_000_000 - 4_321 - 100_000, 100_000)
     third = await reconcile(payments, order_after_s=3600, reservation_after_s=3600)
     assert third["late_records"] == {}  # settled once; the unknown one not read again
 
