@@ -214,3 +214,44 @@ def test_signing_in_again_renews_one_account_and_keeps_the_others(
     assert admin_sign_in(admin, codex, None)["resource"] == "carol"
     resources = admin.get(f"/providers/{provider_id(admin)}/resources").json()["data"]
     assert sorted(r["name"] for r in resources if r["name"].startswith("carol")) == ["carol"]
+
+
+def test_every_account_unavailable_answers_when_the_soonest_is_back(
+    codex: MockCodex, admin: httpx.Client, client: openai.OpenAI
+) -> None:
+    """Alice at her usage limit and every other resource left empty by a sign-out (bob's is
+    tried last, by priority): the 503 carries the Retry-After of alice's reset, not the
+    empty resource's silence."""
+    provider = provider_id(admin)
+    assert admin.delete(f"/providers/{provider}/codex").status_code in (204, 404)  # all out
+    codex.signing_in(*ALICE)
+    admin_sign_in(admin, codex, "alice")
+    resources = admin.get(f"/providers/{provider}/resources").json()["data"]
+    bob = next(r for r in resources if r["name"] == "bob")
+    if bob["disabled"]:  # an earlier test disabled it
+        enabled = admin.patch(
+            f"/providers/{provider}/resources/{bob['id']}",
+            json={"disabled": False},
+            headers={"if-match": str(bob["version"])},
+        )
+        assert enabled.status_code == 200, enabled.text
+    codex.resets_at = time.time() + 600
+    codex.used_by[ALICE[0]] = 100
+    try:
+
+        def refused() -> openai.APIStatusError | None:
+            try:
+                client.responses.create(model="codex", input="x", prompt_cache_key="resting")
+            except openai.APIStatusError as error:
+                body = error.response.text
+                # until the gateway has read the sign-out, bob still answers for alice
+                return error if "no ChatGPT account" in body else None
+            return None
+
+        error = until(refused, "both accounts unavailable")
+        assert error.status_code == 503 and error.code == "account_unavailable"
+        assert 500 < int(error.response.headers["retry-after"]) <= 600, error.response.text
+    finally:
+        codex.used_by[ALICE[0]] = 10
+        codex.signing_in(*BOB)
+        admin_sign_in(admin, codex, "bob")

@@ -66,6 +66,8 @@ _SECRETISH: Final = re.compile(
 _MESSAGE_LIMIT: Final = 300
 #: The shortest wait between two attempts on one route.
 MIN_RETRY_GAP_S: Final = 0.25
+#: The error code of a target whose account could not be used (nothing was sent).
+ACCOUNT_UNAVAILABLE: Final = "account_unavailable"
 #: The longest backoff between two attempts on one route (before the deadline check).
 MAX_BACKOFF_S: Final = 10.0
 
@@ -144,6 +146,14 @@ def retry_after_s(value: str | None, now: float | None = None) -> float | None:
     if math.isnan(seconds) or seconds < 0:
         return 0.0 if not math.isnan(seconds) else None
     return seconds
+
+
+def _account_back_in(error: GatewayError) -> int | None:
+    """The Retry-After (whole seconds) of an unavailable account's error, if it said one."""
+    if error.code != ACCOUNT_UNAVAILABLE or not error.headers:
+        return None
+    value = error.headers.get("Retry-After")
+    return int(value) if value is not None and value.isdigit() else None
 
 
 def _kind(record: CallRecord, route: RouteSnap) -> str:
@@ -228,6 +238,9 @@ class Executor:
         last: GatewayError | None = None
         cooling: list[float] = []
         hint: float | None = None  # the last Retry-After a provider sent
+        # The soonest an account out of its usage limit is back (Retry-After, seconds): told
+        # when the last target was unavailable too but could not say when (an empty resource).
+        soonest: int | None = None
         # A provider with resources: its routes' attempts go to its resources in turn
         # (gateway/resources.py), each judged by its resource's breaker (`breaker_key`).
         targets = (
@@ -261,6 +274,9 @@ class Executor:
                 except _NextRoute as failure:
                     self._log(record, kind, failure.status, failure.error.code, started)
                     last = failure.error
+                    back = _account_back_in(last)
+                    if back is not None and (soonest is None or back < soonest):
+                        soonest = back
                     break
                 except _Retry as again:
                     self._log(record, kind, again.status, again.error.code, started)
@@ -308,6 +324,8 @@ class Executor:
             raise NoCandidate("no enabled route for this model")
         if hint is not None and not last.headers:  # "retry after" where a provider said when
             last.headers = {"Retry-After": str(max(1, math.ceil(hint)))}
+        elif soonest is not None and not last.headers and last.code == ACCOUNT_UNAVAILABLE:
+            last.headers = {"Retry-After": str(soonest)}
         try:
             raise last
         finally:
@@ -387,7 +405,7 @@ class Executor:
                     wait = max(1, math.ceil(resting.retry_at - time.time()))
                     retry = {"Retry-After": str(wait)}
                 unavailable = NoCandidate(
-                    f"provider {slug}: {resting}", code="account_unavailable", headers=retry
+                    f"provider {slug}: {resting}", code=ACCOUNT_UNAVAILABLE, headers=retry
                 )
                 raise _NextRoute(unavailable) from None
             except UpstreamError as failed:
