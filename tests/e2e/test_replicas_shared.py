@@ -13,6 +13,8 @@ knew to send it there."""
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -241,6 +243,60 @@ def test_a_streamed_response_made_on_one_replica_is_read_on_another(pair: Pair) 
     response_id = body.split('"id":"', 1)[1].split('"', 1)[0]
     # Written behind the stream: visible to the other replica within moments.
     within(5, lambda: pair.get(pair.b, f"/responses/{response_id}").status_code == 200)
+
+
+def test_a_streamed_response_the_gateway_stored_is_read_and_continued_on_another(
+    pair: Pair,
+) -> None:
+    """Streamed through chat (a chat-only provider): every event's Response carries the
+    gateway's id, and the completed one is kept before the stream ends, so another replica
+    reads it back at once and continues it."""
+    with httpx.stream(
+        "POST",
+        f"{pair.a.base_url}/responses",
+        headers={"Authorization": f"Bearer {KEY}"},
+        json={"model": "chat-only", "input": "remember coffee", "stream": True},
+        timeout=15,
+    ) as made:
+        assert made.status_code == 200
+        events = [
+            json.loads(line.removeprefix("data: "))
+            for line in made.read().decode().splitlines()
+            if line.startswith("data: ")
+        ]
+    ids = {e["response"]["id"] for e in events if isinstance(e.get("response"), dict)}
+    assert len(ids) == 1, ids
+    (response_id,) = ids
+    assert re.fullmatch(r"resp_[0-9a-f]{32}", response_id)
+    completed = next(e["response"] for e in events if e["type"] == "response.completed")
+    assert completed["store"] is True
+
+    # The other replica reads it back (eventually: written behind, shared within moments)
+    within(5, lambda: pair.get(pair.b, f"/responses/{response_id}").status_code == 200)
+    read = pair.get(pair.b, f"/responses/{response_id}").json()
+    assert read["id"] == response_id and read["output"] == completed["output"]
+
+    continued = pair.post(
+        pair.b,
+        "/responses",
+        {"model": "chat-only", "input": "and now?", "previous_response_id": response_id},
+    )
+    assert continued.status_code == 200, continued.text
+    sent = pair.x.requests[-1].body["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+    assert sent[0]["content"] == "remember coffee" and sent[2]["content"] == "and now?"
+
+    # store: false keeps nothing, streamed as not
+    with httpx.stream(
+        "POST",
+        f"{pair.a.base_url}/responses",
+        headers={"Authorization": f"Bearer {KEY}"},
+        json={"model": "chat-only", "input": "forget", "stream": True, "store": False},
+        timeout=15,
+    ) as unkept:
+        body = unkept.read().decode()
+    unkept_id = body.split('"id":"', 1)[1].split('"', 1)[0]
+    assert pair.get(pair.a, f"/responses/{unkept_id}").status_code == 404
 
 
 def test_an_unknown_response_id_is_a_404_on_every_replica(pair: Pair) -> None:

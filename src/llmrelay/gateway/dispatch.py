@@ -65,7 +65,7 @@ from llmrelay.providers.presets import account_bound, reports_stream_usage, stor
 from llmrelay.providers.translated import TranslatedResponse
 from llmrelay.routing.affinity import DEFAULT_TTL_S, binding, prefer, split
 from llmrelay.shared.bindings import LocalHomes, ResponseHomes
-from llmrelay.shared.conversations import LocalConversations, SharedConversations
+from llmrelay.shared.conversations import LocalConversations, SharedConversations, as_items
 from llmrelay.snapshot.holder import SnapshotHolder
 from llmrelay.snapshot.model import KeySnap, ModelSnap, PolicySnap, RouteSnap, Snapshot
 
@@ -321,9 +321,18 @@ class Dispatcher:
         elif operation is Operation.MESSAGES:
             finish = self._event_primer(call, model, MessagesStreamRelay, MessagesTranscript)
         elif operation is Operation.RESPONSES:
-            remember = partial(self.remember_response, model, call.record.project_id)
+            project_id = call.record.project_id
+            remember = partial(self.remember_response, model, project_id)
+            keep = None
+            if call.payload.get("store") is not False:
+                keep = partial(self.keep_response, project_id, call.payload)
             finish = self._event_primer(
-                call, model, ResponsesStreamRelay, ResponsesTranscript, on_response_id=remember
+                call,
+                model,
+                ResponsesStreamRelay,
+                ResponsesTranscript,
+                on_response_id=remember,
+                keep=keep,
             )
         elif operation is Operation.GEMINI_STREAM:
             finish = self._event_primer(call, model, GeminiStreamRelay, GeminiTranscript)
@@ -429,6 +438,17 @@ class Dispatcher:
         )
         if stores_responses(route.provider.type, route.provider.preset):
             self.homes.remember(response_id, route.id, project_id)
+
+    def keep_response(
+        self,
+        project_id: str | None,
+        payload: dict[str, Any],
+        response_id: str,
+        response: dict[str, Any],
+    ) -> None:
+        """Keep a Response no provider stores (shared/conversations.py): the request's input
+        items (the whole conversation when it continued one) and the Response."""
+        self.conversations.keep(response_id, (project_id, response, as_items(payload.get("input"))))
 
     def finish(self, record: CallRecord) -> None:
         end_call(self.live(), record)

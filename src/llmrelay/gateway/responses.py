@@ -41,7 +41,7 @@ from llmrelay.metering.estimate import answer_tokens
 from llmrelay.protocols import openai as wire
 from llmrelay.providers.base import Operation
 from llmrelay.providers.presets import stores_responses
-from llmrelay.shared.conversations import as_items, continued
+from llmrelay.shared.conversations import continued
 
 
 class ResponsesRoutes:
@@ -139,10 +139,7 @@ class ResponsesRoutes:
                 # repeat: one derived from them could name another client's response).
                 answered["id"] = response_id = "resp_" + secrets.token_hex(16)
                 answered["store"] = True
-                conversation = as_items(payload.get("input"))
-                dispatcher.conversations.keep(
-                    response_id, (record.project_id, answered, conversation)
-                )
+                dispatcher.keep_response(record.project_id, payload, response_id, answered)
             if isinstance(response_id, str):
                 dispatcher.remember_response(served, record.project_id, answer.route, response_id)
                 # Shared by the replicas before the client can ask another one for it.

@@ -7,10 +7,17 @@ delta, or a function call item being added; the stream is complete at `response.
 events carry has its model renamed to the virtual model and its id remembered (a later
 request's `previous_response_id` goes back to the route that holds it). An `error` event
 fails the route before the first byte and reaches the client after it.
+
+When the route's provider does not store responses (a chat-only provider, a Codex
+subscription) and the request did not say `store: false`, the gateway keeps the Response as
+it does a non-streamed one (`keep`, shared/conversations.py): the stream's Response gets an
+id of the gateway's own from its first event on, and the completed (or incomplete) Response
+is kept before its last event reaches the client.
 """
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -21,6 +28,7 @@ from llmrelay.gateway.call import CallRecord
 from llmrelay.gateway.errors import GatewayError
 from llmrelay.gateway.stream_relay import ParsedEventRelay
 from llmrelay.providers.base import UpstreamResponse
+from llmrelay.providers.presets import stores_responses
 from llmrelay.snapshot.model import RouteSnap
 
 log = structlog.get_logger(__name__)
@@ -34,6 +42,8 @@ _CONTENT_DELTAS: Final = frozenset(
     }
 )
 _ENDS: Final = frozenset({"response.completed", "response.incomplete", "response.failed"})
+#: Ends whose Response the gateway keeps (a failed one is an error, as when not streamed).
+_KEPT: Final = frozenset({"response.completed", "response.incomplete"})
 #: Output items that are a tool call (a call written whole, as a custom tool's is when
 #: translated from chat, has no delta: its item is the content).
 _CALLS: Final = frozenset(
@@ -53,6 +63,7 @@ class ResponsesStreamRelay(ParsedEventRelay):
         on_malformed: Callable[[], None],
         on_response_id: Callable[[RouteSnap, str], None],
         on_end: Callable[[CallRecord], None],
+        keep: Callable[[str, dict[str, Any]], None] | None = None,
     ) -> None:
         super().__init__(
             route,
@@ -65,6 +76,10 @@ class ResponsesStreamRelay(ParsedEventRelay):
         )
         self._on_response_id = on_response_id
         self._sequence = 0
+        #: Where the gateway keeps a Response it stores itself (None: `store: false`), and
+        #: the id it gave the stream's Response (None: the provider's own is kept).
+        self._keep = keep
+        self._own_id: str | None = None
 
     def _error_event(self, error: GatewayError) -> bytes:
         self._sequence += 1
@@ -95,12 +110,22 @@ class ResponsesStreamRelay(ParsedEventRelay):
         if not isinstance(response, dict):
             return False
         response["model"] = self._virtual_model
+        if self._keep is not None:
+            if self._own_id is None and kind == "response.created":
+                provider = self._route.provider
+                if not stores_responses(provider.type, provider.preset):
+                    self._own_id = "resp_" + secrets.token_hex(16)
+            if self._own_id is not None:
+                response["id"] = self._own_id
+                response["store"] = True
         response_id = response.get("id")
         if isinstance(response_id, str) and kind == "response.created":
             self._on_response_id(self._route, response_id)
         if kind in _ENDS:
             self._ended = True
             self._record.take_responses_usage(response.get("usage"))
+            if self._own_id is not None and self._keep is not None and kind in _KEPT:
+                self._keep(self._own_id, response)
         return kind in _ENDS
 
 

@@ -12,8 +12,10 @@ One process on SQLite without Redis keeps them in memory (the last 2,000, unseal
 `store: false` keeps nothing. A stored Response gets an id of the gateway's own
 (`resp_` + 32 hex digits), never one derived from the upstream's chat id.
 
-Non-streamed answers are stored (a stream's Response is not kept yet: continuing one is the
-400 it was before).
+Streamed answers are kept too (gateway/responses_relay.py): the stream's Response carries the
+gateway's id from its first event, and is kept at its `response.completed` (or
+`response.incomplete`) event, before that event reaches the client. A stream finished by a
+mid-stream rescue (its last events written by the gateway) is not kept.
 """
 
 from __future__ import annotations
