@@ -266,6 +266,11 @@ def test_a_streamed_response(signed_in: None, client: openai.OpenAI) -> None:
         final = stream.get_final_response()
     assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
     assert final.output_text == "stream me please"
+    # kept by the gateway as a non-streamed one is: read back, continued
+    assert final.id.startswith("resp_") and not final.id.startswith("resp_codex")
+    assert client.responses.retrieve(final.id).output_text == "stream me please"
+    after = client.responses.create(model="codex", input="next", previous_response_id=final.id)
+    assert after.output_text == "next"
 
 
 def test_compaction(signed_in: None, gateway: GatewayProcess, codex: MockCodex) -> None:
