@@ -32,8 +32,9 @@ from typing import Any, Final, Literal
 
 import orjson
 
-#: The command a tool-loop prompt asks for, and the token it prints.
-COMMAND: Final = re.compile(r"echo (AGENT-[A-Za-z0-9]+)")
+#: The command a tool-loop prompt asks for, and the token it prints; `| tee FILE` after it
+#: (kept in the command) also writes the token to FILE: a mark on disk that the tool ran.
+COMMAND: Final = re.compile(r"echo (AGENT-[A-Za-z0-9]+)(?: \| tee [A-Za-z0-9_.-]+)?")
 #: The second turn of the multi-turn task: it names no token, so only the history has it.
 RECALL: Final = re.compile(r"the command you ran earlier")
 #: A token as the tool printed it.

@@ -18,6 +18,11 @@ false, as the real one insists), `POST /responses/compact`, `GET /models`, and
 not yet expired or revoked, and the `chatgpt-account-id` of that token's account. Answers
 carry the x-codex-* usage headers of `used_percent`; at 100 % a call is refused with 429
 `usage_limit_reached` until `resets_at`.
+
+What `/responses` answers: by default the last user text, echoed; with `scripted` set, what
+the agent tests' scripted model decides (tests/support/agent_script.py, written as
+agent_responses.py streams it): a call of the client's own shell tool, then the final answer
+quoting its result, so that a real coding agent (the Codex CLI) runs its tool loop here.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ from urllib.parse import urlencode
 import orjson
 from aiohttp import web
 
+from tests.support import agent_responses
+from tests.support.agent_script import decide, summary
 from tests.support.background_app import BackgroundApp
 from tests.support.mock_responses import _input_text, _response
 from tests.support.ports import free_port
@@ -85,6 +92,10 @@ class MockCodex:
     token_delay_s: float = 0.0
     #: Per account: its primary window's share used (else `used_percent`).
     used_by: dict[str, float] = field(default_factory=dict)
+    #: Answer `/responses` as the agent tests' scripted model (see the module's docstring).
+    scripted: bool = False
+    #: With `scripted`: what each `/responses` call was answered (agent_script.summary).
+    answers: list[str] = field(default_factory=list)
     _people: dict[str, tuple[str, str]] = field(default_factory=dict)  # account -> email, plan
     _access: dict[str, Issued] = field(default_factory=dict)
     _refresh: dict[str, str] = field(default_factory=dict)  # refresh token -> account
@@ -140,6 +151,12 @@ class MockCodex:
 
     def backend_calls(self, suffix: str) -> list[tuple[str, dict[str, str], dict[str, Any]]]:
         return [call for call in self.calls if call[0].endswith(suffix)]
+
+    def holder(self, access_token: str) -> str | None:
+        """The account this server issued `access_token` to (None: never issued, or
+        revoked)."""
+        issued = self._access.get(access_token)
+        return None if issued is None else issued.account_id
 
     # -- the issuer --------------------------------------------------------------------
 
@@ -285,6 +302,8 @@ class MockCodex:
             headers = self._usage_headers(account)
             return web.json_response({"error": error}, status=429, headers=headers)
         model = str(body.get("model"))
+        if self.scripted:
+            return await self._scripted(request, body, model, account)
         response_id = f"resp_codex{next(_SEQUENCE):06d}"
         text = _input_text(body.get("input"))
         done = _response(response_id, model, text, "completed")
@@ -313,6 +332,22 @@ class MockCodex:
         ):
             data = orjson.dumps({"type": kind, **fields})
             await stream.write(b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n")
+        await stream.write_eof()
+        return stream
+
+    async def _scripted(
+        self, request: web.Request, body: dict[str, Any], model: str, account: str
+    ) -> web.StreamResponse:
+        """The scripted model's answer, streamed as the Responses API streams it."""
+        decision = decide(agent_responses.conversation(body))
+        self.answers.append(summary(decision))
+        usage = agent_responses.usage(orjson.dumps(body), decision)
+        stream = web.StreamResponse(
+            headers={"content-type": "text/event-stream", **self._usage_headers(account)}
+        )
+        await stream.prepare(request)
+        for event in agent_responses.stream(body, model, decision, usage):
+            await stream.write(event)
         await stream.write_eof()
         return stream
 

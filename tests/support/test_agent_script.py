@@ -41,6 +41,18 @@ def test_a_command_asked_for_calls_the_shell_tool_with_arguments_from_its_schema
     assert decision.call_id.startswith("call_")
 
 
+def test_a_command_writing_a_file_keeps_its_tee_and_its_token() -> None:
+    """`| tee FILE` after the echo (tests/agents/test_codex_subscription.py): the command
+    called is the whole of it, so the file on disk shows the tool ran; the token is the
+    echo's."""
+    ask = Turn("user", "Run the shell command `echo AGENT-abc123 | tee ran.txt` and say.")
+    decision = decide(Conversation((ask,), (BASH,)))
+    assert isinstance(decision, ToolCall)
+    assert decision.command == "echo AGENT-abc123 | tee ran.txt"
+    turns = (ask, Turn("tool_call", "Bash ..."), Turn("tool_result", "AGENT-abc123\n"))
+    assert decide(Conversation(turns, (BASH,))) == Reply("The command printed AGENT-abc123.")
+
+
 def test_the_tool_result_with_the_token_gets_the_final_answer() -> None:
     turns = (ASK, Turn("tool_call", "Bash ..."), Turn("tool_result", "AGENT-abc123\n"))
     assert decide(Conversation(turns, (BASH,))) == Reply("The command printed AGENT-abc123.")
