@@ -126,7 +126,6 @@ def test_deliveries_that_do_not_verify_are_refused(
 ) -> None:
     order = checkout(api, tenant, "7")
     completed = stripe_server.pay_session(order["stripe_session_id"])
-    before = db.wallet(tenant)
     forged = stripe_server.deliver(completed, secret="whsec_not_the_endpoints")
     stale = stripe_server.deliver(completed, timestamp=int(time.time()) - 3600)
     tampered = stripe_server.deliver(completed, tamper=True)
@@ -136,7 +135,9 @@ def test_deliveries_that_do_not_verify_are_refused(
         assert answer.json()["error"]["type"] == "invalid_signature"
     assert "tolerance" in stale.json()["error"]["message"]
     assert event_outcome(db, completed["id"]) is None  # nothing stored
-    assert db.wallet(tenant) == before
+    # Nothing credited for the order (the wallet itself may move meanwhile: an earlier
+    # test's requests settle under their lease in the background).
+    assert [e for e in db.entries(tenant) if e["order_id"] == order["id"]] == []
     assert stripe_server.deliver(completed).json()["outcome"] == "credited"  # the real one
 
 
