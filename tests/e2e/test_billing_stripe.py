@@ -144,7 +144,6 @@ def test_deliveries_that_do_not_verify_are_refused(
 def test_a_payment_that_does_not_match_its_order_is_not_credited(
     db: BillingDb, tenant: str, stripe_server: FakeStripe, api: httpx.Client
 ) -> None:
-    before = db.wallet(tenant)
     short = checkout(api, tenant, "10")
     underpaid = stripe_server.pay_session(short["stripe_session_id"], amount=500)
     euros = checkout(api, tenant, "10")
@@ -165,7 +164,10 @@ def test_a_payment_that_does_not_match_its_order_is_not_credited(
         assert (answer.status_code, answer.json()["outcome"]) == (200, "mismatch")
         stored = db.rows("SELECT outcome, detail FROM stripe_events WHERE id = $1", event["id"])[0]
         assert stored["outcome"] == "mismatch" and differs in stored["detail"]
-    assert db.wallet(tenant) == before
+    # Nothing credited for any of the orders (the wallet itself may move meanwhile: an
+    # earlier test's requests settle under their lease in the background).
+    orders = {short["id"], euros["id"], victim["id"], other["id"]}
+    assert [e for e in db.entries(tenant) if e["order_id"] in orders] == []
     for order in (short, euros, victim):
         found = api.get(f"/billing/{tenant}/orders/{order['id']}").json()
         assert found["status"] == "pending" and found["failure"].startswith("re-check failed")
