@@ -18,6 +18,7 @@ import httpx
 from playwright.sync_api import expect
 
 from tests.console.conftest import Site
+from tests.console.test_pages_matrix import _MARKUP_PROBLEMS as MARKUP_PROBLEMS
 
 
 def test_a_chatgpt_account_signed_in_from_the_provider_page(site: Site) -> None:
@@ -45,6 +46,7 @@ def test_a_chatgpt_account_signed_in_from_the_provider_page(site: Site) -> None:
     site.codex.approve(code)
     page.get_by_role("button", name="I approved it: finish signing in").click()
     expect(account).to_contain_text(f"{site.codex.email} ({site.codex.plan_type})")
+    assert page.evaluate(MARKUP_PROBLEMS) == []  # the accounts' rows and forms: ids, labels
 
     page.get_by_role("link", name="Read the usage limits now").click()
     expect(account).to_contain_text(f"{site.codex.used_percent:g} % used of 300 min")
