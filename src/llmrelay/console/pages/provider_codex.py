@@ -30,9 +30,10 @@ async def account(found: Visit, provider_id: str, *, refresh: bool) -> dict[str,
     answer = await found.admin.get(f"/providers/{provider_id}/codex", query)
     if not answer.ok:
         return None
-    for shown in answer.body.get("accounts") or []:
+    body: dict[str, Any] = answer.body
+    for shown in body.get("accounts") or []:
         _with_resets(shown.get("limits") or {})
-    return answer.body
+    return body
 
 
 def _with_resets(limits: dict[str, Any]) -> None:
