@@ -166,3 +166,48 @@ async def test_provider_create_and_patch_take_the_whole_set(
     assert [(r["name"], r["priority"], r["api_key_last_four"]) for r in listed] == [
         ("b", 5, "2222")
     ]
+
+
+async def test_an_openai_codex_resource_takes_no_api_key(
+    admin: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    """Its accounts sign in by OAuth (docs/codex.md): a key is refused on create and on
+    update, as the YAML loader refuses it, with the field named, and nothing is written."""
+    made = await admin.post("/providers", json={"slug": "codexed", "type": "openai_codex"})
+    assert made.status_code == 201, made.text
+    base = f"/providers/{made.json()['id']}/resources"
+
+    refused = await admin.post(base, json={"name": "alice", "api_key": SECRET_A})
+    assert_error(refused, 400, "api_key")
+    assert "openai_codex resources take no api_key" in refused.json()["error"]["message"]
+    assert (await admin.get(base)).json()["data"] == []
+
+    kept = await admin.post(base, json={"name": "alice", "priority": 1})
+    assert kept.status_code == 201, kept.text
+    fetched = await admin.get(f"{base}/{kept.json()['id']}")
+    refused = await admin.patch(
+        f"{base}/{kept.json()['id']}",
+        json={"api_key": SECRET_B, "priority": 2},
+        headers=match(fetched),
+    )
+    assert_error(refused, 400, "api_key")
+    assert "openai_codex resources take no api_key" in refused.json()["error"]["message"]
+    after = await admin.get(f"{base}/{kept.json()['id']}")
+    assert after.headers["etag"] == fetched.headers["etag"]
+    assert after.json()["api_key_set"] is False and after.json()["priority"] == 1
+    async with engine.connect() as conn:
+        stored = repr((await conn.execute(text("SELECT * FROM provider_resources"))).all())
+    assert SECRET_A not in stored and SECRET_B not in stored
+    audited = [(a, code) for a, _, code in await audit_actions(engine) if "resource" in a]
+    assert audited == [
+        ("POST /providers/{provider_id}/resources", 400),  # the refusals, as refusals
+        ("provider_resource.create", 201),
+        ("PATCH /providers/{provider_id}/resources/{resource_id}", 400),
+    ]
+
+    # removing a key (none is stored) and the other fields stay allowed
+    changed = await admin.patch(
+        f"{base}/{kept.json()['id']}", json={"api_key": None, "priority": 3}, headers=match(after)
+    )
+    assert changed.status_code == 200, changed.text
+    assert changed.json()["priority"] == 3

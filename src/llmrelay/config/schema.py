@@ -118,6 +118,14 @@ def _check_headers(value: dict[str, str]) -> dict[str, str]:
     return value
 
 
+#: Why a resource of an openai_codex provider takes no `api_key` (the YAML loader and the
+#: admin API's resource routes say the same).
+CODEX_RESOURCE_KEY_REFUSED = (
+    "openai_codex resources take no api_key: each is a ChatGPT account signed in "
+    "for it (`llmrelay codex login --resource NAME`, or the console's provider page)"
+)
+
+
 class ProviderConfig(_Strict):
     slug: Slug
     type: ProviderType
@@ -184,10 +192,7 @@ class ProviderConfig(_Strict):
         if self.type is ProviderType.OPENAI_CODEX and any(
             resource.api_key is not None for resource in self.resources or ()
         ):
-            raise ValueError(
-                "openai_codex resources take no api_key: each is a ChatGPT account signed in "
-                "for it (`llmrelay codex login --resource NAME`)"
-            )
+            raise ValueError(CODEX_RESOURCE_KEY_REFUSED)
         return self
 
     @property

@@ -18,9 +18,9 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from llmrelay.admin.kit.problems import Conflict, from_validation
+from llmrelay.admin.kit.problems import Conflict, Invalid, from_validation
 from llmrelay.admin.kit.rows import assign, touch
-from llmrelay.config.schema import ResourceConfig
+from llmrelay.config.schema import CODEX_RESOURCE_KEY_REFUSED, ResourceConfig
 from llmrelay.store.credentials import open_credentials
 from llmrelay.store.crypto import CredentialError, Sealer
 from llmrelay.store.models import Provider, ProviderResource, new_id
@@ -33,6 +33,14 @@ def parse(data: Mapping[str, Any]) -> ResourceConfig:
         return ResourceConfig.model_validate(dict(data))
     except ValidationError as exc:
         raise from_validation(exc) from None
+
+
+def refuse_codex_key(provider: Provider, api_key: str | None) -> None:
+    """An openai_codex provider's resources are ChatGPT accounts signed in by OAuth: a key
+    given for one is refused, as the YAML loader refuses it (config/schema.py), before
+    anything is written. (Removing one, `api_key: null`, stays allowed.)"""
+    if api_key is not None and provider.type == "openai_codex":
+        raise Invalid(f"api_key: {CODEX_RESOURCE_KEY_REFUSED}", "api_key")
 
 
 async def resources_of(session: AsyncSession, provider_id: str) -> list[ProviderResource]:
@@ -99,6 +107,7 @@ def current_config(row: ProviderResource) -> dict[str, Any]:
 async def create_resource(
     session: AsyncSession, provider: Provider, config: ResourceConfig, sealer: Sealer
 ) -> ProviderResource:
+    refuse_codex_key(provider, config.api_key)
     existing = await resources_of(session, provider.id)
     if any(r.name == config.name for r in existing):
         raise Conflict(f"name: the provider has a resource {config.name!r}", "name")
@@ -123,6 +132,7 @@ async def update_resource(
 ) -> list[str]:
     """A partial change, validated whole; `api_key` and `headers` replace the stored ones
     when given (`api_key: null` removes the key), and stay as they are when left out."""
+    refuse_codex_key(provider, changes.get("api_key"))
     if "name" in changes and changes["name"] != row.name:
         others = await resources_of(session, provider.id)
         if any(r.name == changes["name"] and r.id != row.id for r in others):

@@ -152,7 +152,11 @@ async def provider(console: Console, request: Request) -> Response:
     found = await visit(console, request, "providers:read")
     handed = found.take_flash() or {}
     return await detail(
-        found, request.path_params["provider_id"], FormState(), tested=handed.get("tested")
+        found,
+        request.path_params["provider_id"],
+        FormState(),
+        tested=handed.get("tested"),
+        codex_notice=handed.get("codex_notice"),
     )
 
 
