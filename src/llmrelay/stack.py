@@ -15,7 +15,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, cast
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -146,6 +146,7 @@ class Stack:
             body_timeout_s=settings.body_timeout_s,
         )
         dispatcher.runtime = runtime
+        runtime.executor.resources.share = _share_of(limiter, settings.workers)
         live_reload = LiveReload(
             snapshots,
             engine=engine,
@@ -324,6 +325,15 @@ def _limiter(settings: Settings, metrics: Metrics, engine: AsyncEngine) -> Limit
         store="database",
     )
     return limiter
+
+
+def _share_of(limiter: Limiter, workers: int) -> Callable[[], int]:
+    """How many processes share a quota kept in process (provider resources' buckets): the
+    shared limiter's live replicas, else this `serve`'s workers."""
+    replicas = getattr(limiter, "replicas", None)
+    if callable(replicas):
+        return cast("Callable[[], int]", replicas)
+    return lambda: max(1, workers)
 
 
 def _executor(registry: ProviderRegistry, snapshots: SnapshotHolder, metrics: Metrics) -> Executor:

@@ -24,12 +24,21 @@ KEY_SHARED = "redis-limits-shared-0123456789"
 KEY_SPLIT = "redis-limits-split-0123456789"
 KEY_OPEN = "redis-limits-open-0123456789"
 KEY_FREE = "redis-limits-free-0123456789"
+#: A provider resource's quota bucket (requests a minute), for the whole deployment.
+POOL_RPM = 6
 
 
 def config(upstream: MockUpstream) -> str:
     return f"""
-providers: [{{slug: up, type: openai_compatible, base_url: {upstream.base_url}}}]
-models: [{{name: chat, routes: [{{provider: up, upstream_model: echo}}]}}]
+providers:
+  - {{slug: up, type: openai_compatible, base_url: {upstream.base_url}}}
+  - slug: pool
+    type: openai_compatible
+    base_url: {upstream.base_url}
+    resources: [{{name: only, api_key: pool-only-key, rpm: {POOL_RPM}}}]
+models:
+  - {{name: chat, routes: [{{provider: up, upstream_model: echo}}]}}
+  - {{name: pooled, routes: [{{provider: pool, upstream_model: echo}}]}}
 projects:
   - name: p
     keys:
@@ -104,6 +113,56 @@ def test_two_replicas_share_one_rpm_exactly_and_split_it_when_redis_fails(
     finally:
         for replica in replicas:
             assert replica.stop() == 0, replica.logs()
+
+
+def test_a_resources_quota_holds_across_replicas(
+    tmp_path: Path, upstream: MockUpstream, redis_server: RedisServer, pg_url: str
+) -> None:
+    """A resource's rpm bucket is kept in each process: once the replicas see each other
+    (the limiter's heartbeat), each takes its half of the quota, so the two together serve
+    at most POOL_RPM a minute (docs/configuration.md, "Provider resources")."""
+    _migrate(pg_url)
+    env = {"LLMRELAY_REDIS_URL": redis_server.url}
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    replicas = [
+        GatewayProcess(tmp_path / name, config=config(upstream), env=env, database_url=pg_url)
+        for name in ("a", "b")
+    ]
+    for replica in replicas:
+        replica.start()
+    try:
+        for replica in replicas:
+            _until(
+                lambda r=replica: (
+                    "llmrelay_limits_replicas 2.0" in httpx.get(f"{r.url}/metrics").text
+                ),
+                60,
+            )
+        # One minute's bucket for the whole burst: not across the turn of a minute.
+        while time.time() % 60 > 50:
+            time.sleep(0.5)
+        answers = [pooled(replicas[n % 2]) for n in range(4 * POOL_RPM)]
+        served = [n % 2 for n, a in enumerate(answers) if a.status_code == 200]
+        assert len(served) == POOL_RPM, [a.status_code for a in answers]
+        assert served.count(0) == served.count(1) == POOL_RPM // 2
+        refused = [a for a in answers if a.status_code != 200]
+        assert {(a.status_code, a.json()["error"]["code"]) for a in refused} == {
+            (503, "resources_exhausted")
+        }
+        assert all(0 < int(a.headers["retry-after"]) <= 60 for a in refused)
+    finally:
+        for replica in replicas:
+            assert replica.stop() == 0, replica.logs()
+
+
+def pooled(gateway: GatewayProcess) -> httpx.Response:
+    return httpx.post(
+        f"{gateway.base_url}/chat/completions",
+        headers={"Authorization": f"Bearer {KEY_FREE}"},
+        json={"model": "pooled", "messages": [{"role": "user", "content": "hi"}]},
+        timeout=10,
+    )
 
 
 def _until(check: object, timeout_s: float = 10) -> None:

@@ -15,7 +15,11 @@ so that failover moves to the next resource of the same provider before the next
   its bucket spent, or it fails), as any other failover;
 - a resource whose quota bucket (rpm, tpm) is spent for the current minute is skipped
   without a call. When that leaves nothing to try at all, the client gets 503
-  `resources_exhausted` with `Retry-After` (the seconds to the next minute).
+  `resources_exhausted` with `Retry-After` (the seconds to the next minute). The buckets
+  are counted in each process, and each of N replicas (the shared limiter's heartbeat
+  count, or `serve --workers N`) takes its floor share of a quota (at least 1 a minute),
+  so the replicas together never spend more than the quota (as a limit is divided when it
+  cannot be shared: limits/base.py `Scope.shared`).
 
 Health is not kept here: each variant is judged by the breaker keyed by its resource
 (`ResourceSnap.breaker_key`), shared by every route to that provider, with the half-open
@@ -64,6 +68,8 @@ class ResourcePicker:
     ) -> None:
         self._rng = rng or random.Random()
         self._clock = clock
+        #: How many processes share each quota (stack.py sets it from the limiter).
+        self.share: Callable[[], int] = _alone
         self._buckets: dict[str, _Bucket] = {}
         self._turns: dict[str, int] = {}
 
@@ -119,12 +125,14 @@ class ResourcePicker:
 
     def _take(self, resource: ResourceSnap) -> bool:
         """Whether the resource's buckets have room; takes one request if so."""
-        if resource.rpm is None and resource.tpm is None:
+        rpm, tpm = resource.rpm, resource.tpm
+        if rpm is None and tpm is None:
             return True
+        share = self.share()
         bucket = self._bucket(resource.id)
-        if resource.rpm is not None and bucket.requests >= resource.rpm:
+        if rpm is not None and bucket.requests >= _part(rpm, share):
             return False
-        if resource.tpm is not None and bucket.tokens >= resource.tpm:
+        if tpm is not None and bucket.tokens >= _part(tpm, share):
             return False
         bucket.requests += 1
         return True
@@ -180,6 +188,15 @@ class ResourcePicker:
         """Drop the buckets of resources no longer configured (after a reload)."""
         for resource_id in [r for r in self._buckets if r not in keep]:
             del self._buckets[resource_id]
+
+
+def _alone() -> int:
+    return 1
+
+
+def _part(quota: int, share: int) -> int:
+    """This process's part of a quota shared by `share` processes (at least 1)."""
+    return quota if share <= 1 else max(1, quota // share)
 
 
 def _bound_first(ordered: list[RouteSnap], bound: str) -> list[RouteSnap]:

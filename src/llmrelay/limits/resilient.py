@@ -99,6 +99,10 @@ class ResilientLimiter:
         self._metrics.limits_degraded_admissions.inc()
         return admission
 
+    def replicas(self) -> int:
+        """Replicas alive at the shared store's last heartbeat (this one included)."""
+        return self._shared.replicas()
+
     def settle(self, admission: Admission, tokens: int | None, cost_micros: int) -> None:
         """Back to whichever limiter took it."""
         admission.program.owner.settle(admission, tokens, cost_micros)
