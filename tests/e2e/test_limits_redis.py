@@ -4,6 +4,7 @@ test stops and starts again."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
@@ -56,14 +57,39 @@ def redis_server() -> Iterator[RedisServer]:
     server.stop()
 
 
-def chat(gateway: GatewayProcess, key: str, client: httpx.Client | None = None) -> httpx.Response:
+def chat(
+    gateway: GatewayProcess, key: str, client: httpx.Client | None = None, *, model: str = "chat"
+) -> httpx.Response:
     post = client.post if client is not None else httpx.post
     return post(
         f"{gateway.base_url}/chat/completions",
         headers={"Authorization": f"Bearer {key}"},
-        json={"model": "chat", "messages": [{"role": "user", "content": "hi"}]},
+        json={"model": model, "messages": [{"role": "user", "content": "hi"}]},
         timeout=10,
     )
+
+
+@contextlib.contextmanager
+def two_replicas(
+    tmp_path: Path, upstream: MockUpstream, redis_server: RedisServer, pg_url: str
+) -> Iterator[list[GatewayProcess]]:
+    """Two `serve` processes on one PostgreSQL database and the test's Redis; each must
+    stop cleanly (exit 0)."""
+    _migrate(pg_url)
+    env = {"LLMRELAY_REDIS_URL": redis_server.url}
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    replicas = [
+        GatewayProcess(tmp_path / name, config=config(upstream), env=env, database_url=pg_url)
+        for name in ("a", "b")
+    ]
+    for replica in replicas:
+        replica.start()
+    try:
+        yield replicas
+    finally:
+        for replica in replicas:
+            assert replica.stop() == 0, replica.logs()
 
 
 def _migrate(url: str) -> None:
@@ -80,17 +106,7 @@ def _migrate(url: str) -> None:
 def test_two_replicas_share_one_rpm_exactly_and_split_it_when_redis_fails(
     tmp_path: Path, upstream: MockUpstream, redis_server: RedisServer, pg_url: str
 ) -> None:
-    _migrate(pg_url)
-    env = {"LLMRELAY_REDIS_URL": redis_server.url}
-    for name in ("a", "b"):
-        (tmp_path / name).mkdir()
-    replicas = [
-        GatewayProcess(tmp_path / name, config=config(upstream), env=env, database_url=pg_url)
-        for name in ("a", "b")
-    ]
-    for replica in replicas:
-        replica.start()
-    try:
+    with two_replicas(tmp_path, upstream, redis_server, pg_url) as replicas:
         before = len(upstream.chat_requests())
         with ThreadPoolExecutor(50) as pool:
             answers = list(pool.map(lambda n: chat(replicas[n % 2], KEY_SHARED), range(200)))
@@ -110,9 +126,6 @@ def test_two_replicas_share_one_rpm_exactly_and_split_it_when_redis_fails(
         split = [chat(replicas[0], KEY_SPLIT) for _ in range(10)]
         assert [a.status_code for a in split].count(200) == 5
         assert all(a.headers.get("x-ratelimit-degraded") == "true" for a in split[:5])
-    finally:
-        for replica in replicas:
-            assert replica.stop() == 0, replica.logs()
 
 
 def test_a_resources_quota_holds_across_replicas(
@@ -121,17 +134,7 @@ def test_a_resources_quota_holds_across_replicas(
     """A resource's rpm bucket is kept in each process: once the replicas see each other
     (the limiter's heartbeat), each takes its half of the quota, so the two together serve
     at most POOL_RPM a minute (docs/configuration.md, "Provider resources")."""
-    _migrate(pg_url)
-    env = {"LLMRELAY_REDIS_URL": redis_server.url}
-    for name in ("a", "b"):
-        (tmp_path / name).mkdir()
-    replicas = [
-        GatewayProcess(tmp_path / name, config=config(upstream), env=env, database_url=pg_url)
-        for name in ("a", "b")
-    ]
-    for replica in replicas:
-        replica.start()
-    try:
+    with two_replicas(tmp_path, upstream, redis_server, pg_url) as replicas:
         for replica in replicas:
             _until(
                 lambda r=replica: (
@@ -142,7 +145,7 @@ def test_a_resources_quota_holds_across_replicas(
         # One minute's bucket for the whole burst: not across the turn of a minute.
         while time.time() % 60 > 50:
             time.sleep(0.5)
-        answers = [pooled(replicas[n % 2]) for n in range(4 * POOL_RPM)]
+        answers = [chat(replicas[n % 2], KEY_FREE, model="pooled") for n in range(4 * POOL_RPM)]
         served = [n % 2 for n, a in enumerate(answers) if a.status_code == 200]
         assert len(served) == POOL_RPM, [a.status_code for a in answers]
         assert served.count(0) == served.count(1) == POOL_RPM // 2
@@ -151,18 +154,6 @@ def test_a_resources_quota_holds_across_replicas(
             (503, "resources_exhausted")
         }
         assert all(0 < int(a.headers["retry-after"]) <= 60 for a in refused)
-    finally:
-        for replica in replicas:
-            assert replica.stop() == 0, replica.logs()
-
-
-def pooled(gateway: GatewayProcess) -> httpx.Response:
-    return httpx.post(
-        f"{gateway.base_url}/chat/completions",
-        headers={"Authorization": f"Bearer {KEY_FREE}"},
-        json={"model": "pooled", "messages": [{"role": "user", "content": "hi"}]},
-        timeout=10,
-    )
 
 
 def _until(check: object, timeout_s: float = 10) -> None:

@@ -115,7 +115,9 @@ class Pair:
 
         return asyncio.run(read())
 
-    def post(self, replica: GatewayProcess, path: str, body: dict[str, Any], **kw: Any) -> Any:
+    def post(
+        self, replica: GatewayProcess, path: str, body: dict[str, Any], **kw: Any
+    ) -> httpx.Response:
         return httpx.post(
             f"{replica.base_url}{path}",
             headers={"Authorization": f"Bearer {KEY}", **kw.pop("headers", {})},
@@ -204,17 +206,7 @@ def test_a_response_the_gateway_stored_is_read_continued_and_refused_cancel_on_a
     assert read.status_code == 200, read.text
     assert read.json() == made.json()
 
-    continued = pair.post(
-        pair.b,
-        "/responses",
-        {"model": "chat-only", "input": "and now?", "previous_response_id": response_id},
-    )
-    assert continued.status_code == 200, continued.text
-    # The provider got the whole conversation through chat: the first turn, its answer, the
-    # new input.
-    sent = pair.x.requests[-1].body["messages"]
-    assert [m["role"] for m in sent] == ["user", "assistant", "user"]
-    assert sent[0]["content"] == "remember tea" and sent[2]["content"] == "and now?"
+    continued = _continued_on_b(pair, response_id, "remember tea")
     assert continued.json()["output"][0]["content"][0]["text"].startswith("and now?")
     # The continuation is stored too: a third turn through A carries both before it.
     third = pair.post(
@@ -276,15 +268,7 @@ def test_a_streamed_response_the_gateway_stored_is_read_and_continued_on_another
     read = pair.get(pair.b, f"/responses/{response_id}").json()
     assert read["id"] == response_id and read["output"] == completed["output"]
 
-    continued = pair.post(
-        pair.b,
-        "/responses",
-        {"model": "chat-only", "input": "and now?", "previous_response_id": response_id},
-    )
-    assert continued.status_code == 200, continued.text
-    sent = pair.x.requests[-1].body["messages"]
-    assert [m["role"] for m in sent] == ["user", "assistant", "user"]
-    assert sent[0]["content"] == "remember coffee" and sent[2]["content"] == "and now?"
+    _continued_on_b(pair, response_id, "remember coffee")
 
     # store: false keeps nothing, streamed as not
     with httpx.stream(
@@ -297,6 +281,21 @@ def test_a_streamed_response_the_gateway_stored_is_read_and_continued_on_another
         body = unkept.read().decode()
     unkept_id = body.split('"id":"', 1)[1].split('"', 1)[0]
     assert pair.get(pair.a, f"/responses/{unkept_id}").status_code == 404
+
+
+def _continued_on_b(pair: Pair, response_id: str, first: str) -> httpx.Response:
+    """Continue a response the gateway stored through replica B: the provider gets the
+    whole conversation through chat (the first turn, its answer, the new input)."""
+    continued = pair.post(
+        pair.b,
+        "/responses",
+        {"model": "chat-only", "input": "and now?", "previous_response_id": response_id},
+    )
+    assert continued.status_code == 200, continued.text
+    sent = pair.x.requests[-1].body["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+    assert sent[0]["content"] == first and sent[2]["content"] == "and now?"
+    return continued
 
 
 def test_an_unknown_response_id_is_a_404_on_every_replica(pair: Pair) -> None:
