@@ -66,7 +66,10 @@ def _rows(site: Site) -> dict[str, str]:
     with site.admin() as admin:
         key = next(k for k in admin.get("/keys").json()["data"] if k["name"] == "fixed")
         model = admin.get("/models", params={"name": "chat"}).json()["data"][0]
-        provider = admin.get("/providers").json()["data"][0]
+        # the seeded tenant's (a test before may have made providers in other tenants)
+        provider = next(
+            p for p in admin.get("/providers").json()["data"] if p["tenant_id"] == key["tenant_id"]
+        )
     return {
         "key": key["id"],
         "project": key["project_id"],

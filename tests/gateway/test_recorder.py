@@ -359,14 +359,19 @@ async def test_sqlite_writes_a_large_batch_in_short_slices(engine: AsyncEngine) 
         return
     recorder.start()
     longest = 0.0
+    turns = 0
     for i in range(3000):
         recorder.record(_record(f"slice-{i}").row(1.0))
     while recorder.written < 3000:
         before = time.thread_time()
         await asyncio.sleep(0)
+        turns += 1
         longest = max(longest, time.thread_time() - before)
     await recorder.stop(timeout_s=10)
     assert recorder.written == 3000 and recorder.dropped == 0
-    # A slice is budgeted at 0.4 ms (record_writers.SLICE_S); 5 ms leaves room for a slow,
-    # busy machine and still fails a writer that converts or commits the batch in one go.
-    assert longest < 0.005, f"the loop was held for {longest * 1000:.1f} ms of CPU"
+    # The batch was written between many turns of the loop (a writer that converts or
+    # commits it in one go gives the loop a handful), and no turn took long: a slice is
+    # budgeted at 0.4 ms (record_writers.SLICE_S); the ceiling leaves room for a loaded
+    # machine, where CPU time stretches too (R16: 6.2 ms beside a whole suite).
+    assert turns >= 20, turns
+    assert longest < 0.01, f"the loop was held for {longest * 1000:.1f} ms of CPU"
