@@ -91,6 +91,8 @@ def serve(
     settings = _settings()
     if settings.admin_address is not None and settings.admin_address[1] == port:
         _fail(f"the admin listener ({settings.admin_listen}) needs a port other than --port {port}")
+    if workers == 1:  # one process: it serves the app, so import it now (see _in_child)
+        import llmrelay.app  # noqa: F401
     _in_child(partial(_prepare, settings, config, demo, host, port))
     run_server(settings, host=host, port=port, workers=workers)
 
@@ -120,8 +122,12 @@ def _in_child(work: Callable[[], None]) -> None:
     its garbage in the heap (the apply's ORM session, two event loops' worth of engines);
     all of it would stay resident in the serving process for its whole life (several MiB:
     docs/performance.md, "Where the memory goes"). A fork costs a few milliseconds and no
-    second interpreter start. Without fork (not POSIX), or with the environment's
-    LLMRELAY_PREPARE_IN_PROCESS=1, the work runs here."""
+    second interpreter start. With one worker the parent has imported the app before the
+    fork (it serves it next anyway): the child inherits the modules both use (the ORM
+    models, SQLAlchemy, the admin repositories) instead of importing them again, which cut
+    its CPU from 0.40 to 0.09 s a start (docs/performance.md, "Start-up"). Without fork
+    (not POSIX), or with the environment's LLMRELAY_PREPARE_IN_PROCESS=1, the work runs
+    here."""
     fork = getattr(os, "fork", None)
     if fork is None or os.environ.get("LLMRELAY_PREPARE_IN_PROCESS") == "1":
         work()
