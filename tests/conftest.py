@@ -28,6 +28,7 @@ from tests.support.services import (
     redis_available,
     skipped_services,
 )
+from tests.support.shared_tls import share_default_contexts
 from tests.support.webhook_receiver import WebhookReceiver
 
 #: The agent matrix's outcomes, for docs/agents.md (tests/agents/results.py).
@@ -58,6 +59,7 @@ def _generous_http_timeouts() -> None:
 
 
 _generous_http_timeouts()
+share_default_contexts()
 
 
 def need_postgres() -> None:

@@ -75,16 +75,17 @@ class GatewayProcess:
             umask=self.umask,
         )
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                code = self.stop()
-                raise RuntimeError(f"gateway exited with {code}:\n{self.logs()}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=1.0).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
+        with httpx.Client(timeout=1.0) as client:  # one client for the whole poll
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    code = self.stop()
+                    raise RuntimeError(f"gateway exited with {code}:\n{self.logs()}")
+                try:
+                    if client.get(f"{self.url}/readyz").status_code == 200:
+                        return self
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"gateway not ready within {timeout_s}s:\n{self.logs()}")
 
