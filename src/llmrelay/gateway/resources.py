@@ -41,6 +41,7 @@ from typing import Final
 
 from llmrelay.gateway.call import CallRecord
 from llmrelay.gateway.errors import NoCandidate
+from llmrelay.limits.base import floor_share
 from llmrelay.snapshot.model import ResourceSnap, RouteSnap
 
 _WINDOW_S: Final = 60.0
@@ -130,9 +131,9 @@ class ResourcePicker:
             return True
         share = self.share()
         bucket = self._bucket(resource.id)
-        if rpm is not None and bucket.requests >= _part(rpm, share):
+        if rpm is not None and bucket.requests >= floor_share(rpm, share):
             return False
-        if tpm is not None and bucket.tokens >= _part(tpm, share):
+        if tpm is not None and bucket.tokens >= floor_share(tpm, share):
             return False
         bucket.requests += 1
         return True
@@ -192,11 +193,6 @@ class ResourcePicker:
 
 def _alone() -> int:
     return 1
-
-
-def _part(quota: int, share: int) -> int:
-    """This process's part of a quota shared by `share` processes (at least 1)."""
-    return quota if share <= 1 else max(1, quota // share)
 
 
 def _bound_first(ordered: list[RouteSnap], bound: str) -> list[RouteSnap]:

@@ -52,6 +52,13 @@ class LimitKind(StrEnum):
     BUDGET = "budget"
 
 
+def floor_share(quota: int, share: int) -> int:
+    """One process's part of a quota divided among `share` processes: the floor of the
+    division, at least 1 (a quota that does not divide loses its remainder, never goes
+    over). The limits' scopes and the provider resources' buckets divide the same way."""
+    return quota if share <= 1 else max(1, quota // share)
+
+
 class ScopeKind(StrEnum):
     KEY = "key"
     PROJECT = "project"
@@ -89,7 +96,7 @@ class Scope:
             return self
 
         def part(value: int | None) -> int | None:
-            return None if value is None else max(1, value // share)
+            return None if value is None else floor_share(value, share)
 
         return Scope(
             self.kind,
