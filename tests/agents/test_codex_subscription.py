@@ -22,8 +22,8 @@ import httpx
 import pytest
 
 from tests.agents.cells import RECALL_PROMPT
-from tests.e2e.test_codex import ADMIN, admin_sign_in, until
 from tests.support.agent_clients import CODEX, Endpoint, need, run
+from tests.support.codex_flow import ADMIN, admin_sign_in, codex_server, until
 from tests.support.gateway_process import GatewayProcess
 from tests.support.mock_codex import MockCodex
 
@@ -35,9 +35,7 @@ ACCOUNT = ("acct-codex-cli", "codex-cli@example.com")
 
 @pytest.fixture(scope="module")
 def codex() -> Iterator[MockCodex]:
-    server = MockCodex(account_id=ACCOUNT[0], email=ACCOUNT[1], scripted=True).start()
-    yield server
-    server.stop()
+    yield from codex_server(account_id=ACCOUNT[0], email=ACCOUNT[1], scripted=True)
 
 
 @pytest.fixture(scope="module")

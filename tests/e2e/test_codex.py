@@ -7,24 +7,30 @@ and an account at its usage limit skipped until its reset."""
 from __future__ import annotations
 
 import base64
-import re
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import openai
 import pytest
 
-from tests.support.gateway_process import GatewayProcess, serving
+from tests.support.codex_flow import (
+    CEILING_S,
+    admin_client,
+    admin_sign_in,
+    cli,
+    codex_gateway,
+    codex_server,
+    finished,
+    line_matching,
+    openai_client,
+    provider_id,
+    until,
+)
+from tests.support.gateway_process import GatewayProcess
 from tests.support.mock_codex import PNG, MockCodex
 
 KEY = "e2e-codex-key-0123456789"
-ADMIN = "e2e-codex-admin-token-0123456789"
-#: Generous: a CLI process takes a minute or more to start on a loaded machine.
-CEILING_S = 240.0
 
 
 def codex_config(codex: MockCodex) -> str:
@@ -49,62 +55,22 @@ projects:
 
 @pytest.fixture(scope="module")
 def codex() -> Iterator[MockCodex]:
-    server = MockCodex().start()
-    yield server
-    server.stop()
+    yield from codex_server()
 
 
 @pytest.fixture(scope="module")
 def gateway(codex: MockCodex, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    env = {"LLMRELAY_CODEX_ISSUER": codex.issuer, "LLMRELAY_ADMIN_TOKEN": ADMIN}
-    yield from serving(tmp_path_factory.mktemp("codex"), codex_config(codex), env)
+    yield from codex_gateway(codex, tmp_path_factory.mktemp("codex"), codex_config(codex))
 
 
 @pytest.fixture(scope="module")
 def client(gateway: GatewayProcess) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(api_key=KEY, base_url=gateway.base_url, max_retries=0, timeout=120) as c:
-        yield c
+    yield from openai_client(gateway, KEY)
 
 
 @pytest.fixture(scope="module")
 def admin(gateway: GatewayProcess) -> Iterator[httpx.Client]:
-    headers = {"authorization": f"Bearer {ADMIN}"}
-    with httpx.Client(base_url=f"{gateway.url}/api/admin", headers=headers, timeout=120) as c:
-        yield c
-
-
-def cli(gateway: GatewayProcess, *args: str) -> subprocess.Popen[str]:
-    """`llmrelay codex ARGS` on the gateway's database, its output readable line by line."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "llmrelay", "codex", *args],
-        env={**gateway.env, "PYTHONUNBUFFERED": "1"},
-        cwd=gateway.folder,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
-def line_matching(process: subprocess.Popen[str], pattern: str) -> re.Match[str]:
-    assert process.stdout is not None
-    seen = []
-    deadline = time.monotonic() + CEILING_S
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        seen.append(line)
-        found = re.search(pattern, line)
-        if found:
-            return found
-    process.kill()
-    raise AssertionError(f"no line matching {pattern!r} in:\n{''.join(seen)}")
-
-
-def finished(process: subprocess.Popen[str]) -> str:
-    out, _ = process.communicate(timeout=CEILING_S)
-    assert process.returncode == 0, out
-    return out
+    yield from admin_client(gateway)
 
 
 def device_login(gateway: GatewayProcess, codex: MockCodex) -> None:
@@ -112,20 +78,6 @@ def device_login(gateway: GatewayProcess, codex: MockCodex) -> None:
     code = line_matching(process, r"enter the code (\S+)").group(1)
     codex.approve(code)
     assert "signed in for provider 'codex'" in finished(process)
-
-
-def admin_sign_in(admin: httpx.Client, codex: MockCodex) -> dict[str, Any]:
-    """The console's device code flow, through the admin API: the account it signed in."""
-    provider = provider_id(admin)
-    started = admin.post(f"/providers/{provider}/codex/device")
-    assert started.status_code == 200, started.text
-    code = started.json()
-    poll = {"device_auth_id": code["device_auth_id"], "user_code": code["user_code"]}
-    codex.approve(code["user_code"])
-    done = admin.post(f"/providers/{provider}/codex/device/poll", json=poll)
-    assert done.status_code == 200, done.text
-    account: dict[str, Any] = done.json()["account"]
-    return account
 
 
 @pytest.fixture
@@ -144,17 +96,6 @@ def signed_in(admin: httpx.Client, codex: MockCodex, client: openai.OpenAI) -> N
             return False
 
     until(served, "the signed-in account served")
-
-
-def until(check: Any, what: str) -> Any:
-    """`check()` once it is truthy (the gateway reads a new config within a poll)."""
-    deadline = time.monotonic() + CEILING_S
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.2)
-    raise AssertionError(f"not within {CEILING_S}s: {what}")
 
 
 def test_without_an_account_the_route_is_unavailable(
@@ -392,13 +333,6 @@ def test_an_exhausted_account_is_skipped_until_its_reset(
         assert shown["exhausted_until"] is not None
     finally:
         codex.used_percent = 12.5
-
-
-def provider_id(admin: httpx.Client) -> str:
-    found: list[dict[str, Any]] = admin.get("/providers", params={"type": "openai_codex"}).json()[
-        "data"
-    ]
-    return str(found[0]["id"])
 
 
 def test_console_device_flow_through_the_admin_api(

@@ -12,14 +12,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import openai
 import pytest
 
-from tests.e2e.test_codex import ADMIN, cli, finished, line_matching, until
-from tests.support.gateway_process import GatewayProcess, serving
+from tests.support.codex_flow import (
+    admin_client,
+    admin_sign_in,
+    cli,
+    codex_gateway,
+    codex_server,
+    finished,
+    line_matching,
+    openai_client,
+    provider_id,
+    until,
+)
+from tests.support.gateway_process import GatewayProcess
 from tests.support.mock_codex import MockCodex
 
 KEY = "e2e-codex-accounts-key-0123456789"
@@ -47,52 +57,28 @@ projects:
 
 @pytest.fixture(scope="module")
 def codex() -> Iterator[MockCodex]:
-    server = MockCodex().start()
-    yield server
-    server.stop()
+    yield from codex_server()
 
 
 @pytest.fixture(scope="module")
 def gateway(codex: MockCodex, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    env = {"LLMRELAY_CODEX_ISSUER": codex.issuer, "LLMRELAY_ADMIN_TOKEN": ADMIN}
-    yield from serving(tmp_path_factory.mktemp("codex-accounts"), config(codex), env)
+    yield from codex_gateway(codex, tmp_path_factory.mktemp("codex-accounts"), config(codex))
 
 
 @pytest.fixture(scope="module")
 def client(gateway: GatewayProcess) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(api_key=KEY, base_url=gateway.base_url, max_retries=0, timeout=120) as c:
-        yield c
+    yield from openai_client(gateway, KEY)
 
 
 @pytest.fixture(scope="module")
 def admin(gateway: GatewayProcess) -> Iterator[httpx.Client]:
-    headers = {"authorization": f"Bearer {ADMIN}"}
-    with httpx.Client(base_url=f"{gateway.url}/api/admin", headers=headers, timeout=120) as c:
-        yield c
-
-
-def provider_id(admin: httpx.Client) -> str:
-    found = admin.get("/providers", params={"type": "openai_codex"}).json()["data"]
-    return str(found[0]["id"])
+    yield from admin_client(gateway)
 
 
 def cli_sign_in(gateway: GatewayProcess, codex: MockCodex, resource: str) -> str:
     process = cli(gateway, "login", "--provider", "codex", "--device", "--resource", resource)
     codex.approve(line_matching(process, r"enter the code (\S+)").group(1))
     return finished(process)
-
-
-def admin_sign_in(admin: httpx.Client, codex: MockCodex, resource: str | None) -> dict[str, Any]:
-    provider = provider_id(admin)
-    code = admin.post(f"/providers/{provider}/codex/device").json()
-    poll = {"device_auth_id": code["device_auth_id"], "user_code": code["user_code"]}
-    if resource is not None:
-        poll["resource"] = resource
-    codex.approve(code["user_code"])
-    done = admin.post(f"/providers/{provider}/codex/device/poll", json=poll)
-    assert done.status_code == 200, done.text
-    account: dict[str, Any] = done.json()["account"]
-    return account
 
 
 def served_by(codex: MockCodex, before: int) -> list[str]:
