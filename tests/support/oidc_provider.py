@@ -16,6 +16,7 @@ import json
 import secrets
 import time
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 from urllib.parse import urlencode
 
@@ -33,6 +34,17 @@ def b64url(data: bytes) -> str:
 
 def _int(value: int) -> str:
     return b64url(value.to_bytes((value.bit_length() + 7) // 8, "big"))
+
+
+@cache
+def _signing_keys() -> tuple[rsa.RSAPrivateKey, rsa.RSAPrivateKey]:
+    """The provider's signing key and the other key a tampered token is signed with: made
+    once per test process (two RSA-2048 keys cost 0.1-0.5 s of CPU, seconds on a loaded
+    machine); each provider has its own issuer and port, so sharing them mixes nothing up."""
+    return (
+        rsa.generate_private_key(public_exponent=65537, key_size=2048),
+        rsa.generate_private_key(public_exponent=65537, key_size=2048),
+    )
 
 
 @dataclass
@@ -62,8 +74,7 @@ class OidcProvider:
     _served: BackgroundApp = field(default_factory=lambda: BackgroundApp("oidc-provider"))
 
     def __post_init__(self) -> None:
-        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        self.other_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.key, self.other_key = _signing_keys()
         self.kid = "test-key-1"
 
     @property
