@@ -28,7 +28,7 @@ from llmrelay.jobs.probe import Prober
 from llmrelay.providers.codex.accounts import CodexAccounts
 from llmrelay.providers.http import HttpTransport
 from llmrelay.providers.registry import ProviderRegistry
-from llmrelay.store import migrate, rollups
+from llmrelay.store import rollups
 from llmrelay.store.db import create_engine, session_factory
 from llmrelay.store.models import RequestRecord, UsageRollupDirty
 from llmrelay.store.models_access import AuditEntry, Membership, User
@@ -46,8 +46,8 @@ from tests.admin.route_table import (
     queue_job,
 )
 from tests.conftest import need_postgres
-from tests.support.databases import postgres_database, sqlite_url
 from tests.support.fake_stripe import FakeStripe, stripe_config
+from tests.support.migrated import migrated_postgres_database, migrated_sqlite_url
 from tests.support.mock_codex import MockCodex
 from tests.support.oidc_provider import OidcProvider
 
@@ -277,13 +277,12 @@ async def world(
     """The world on the backend the test is parametrized with (SQLite unless it is)."""
     async with AsyncExitStack() as stack:
         if getattr(request, "param", SQLITE) == SQLITE:
-            url = sqlite_url(tmp_path_factory.mktemp("matrix"))
+            url = await migrated_sqlite_url(tmp_path_factory.mktemp("matrix"))
         else:
             need_postgres()
-            url = await stack.enter_async_context(postgres_database())
+            url = await stack.enter_async_context(migrated_postgres_database())
         engine = create_engine(url)
         stack.push_async_callback(engine.dispose)
-        await migrate.upgrade(engine)
         yield await stack.enter_async_context(build_world(engine))
 
 

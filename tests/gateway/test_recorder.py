@@ -19,11 +19,10 @@ from llmrelay.gateway.call import RECORD_COLUMNS, CallRecord
 from llmrelay.gateway.record_writers import SQLITE_STATEMENT_ROWS, SqliteWriter
 from llmrelay.gateway.recorder import Recorder
 from llmrelay.observability.metrics import Metrics
-from llmrelay.store import migrate
 from llmrelay.store.db import create_engine, session_factory
 from llmrelay.store.models import RequestAttempt, RequestPayload, RequestRecord
 from tests.gateway.test_capture import captured_record, payload_row
-from tests.support.databases import sqlite_url
+from tests.support.migrated import migrated_sqlite_url
 
 
 def _record(request_id: str) -> CallRecord:
@@ -167,8 +166,7 @@ async def test_sqlite_checkpoints_the_wal_off_the_loop(engine: AsyncEngine, tmp_
 @pytest.fixture
 async def sqlite_engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
     """A migrated SQLite file: a write lock held on it makes the recorder's writes fail."""
-    engine = create_engine(sqlite_url(tmp_path))
-    await migrate.upgrade(engine)
+    engine = create_engine(await migrated_sqlite_url(tmp_path))
     try:
         yield engine
     finally:

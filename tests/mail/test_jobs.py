@@ -18,13 +18,12 @@ from llmrelay.jobs import queue
 from llmrelay.mail import outbox
 from llmrelay.mail.jobs import MAIL_SWEEP
 from llmrelay.settings import Settings
-from llmrelay.store import migrate
 from llmrelay.store.crypto import Sealer
 from llmrelay.store.db import create_engine
 from llmrelay.store.types import utcnow
-from tests.support.databases import sqlite_url
 from tests.support.mail import mail_settings, runner
 from tests.support.mail import outbox as stored
+from tests.support.migrated import migrated_sqlite_url
 from tests.support.smtp_sink import SmtpSink
 from tests.support.tls import Certificates, make_certificates
 
@@ -40,8 +39,7 @@ def certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
 @pytest.fixture
 async def sqlite_engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
     """For what does not depend on the database (the SMTP side alone)."""
-    engine = create_engine(sqlite_url(tmp_path))
-    await migrate.upgrade(engine)
+    engine = create_engine(await migrated_sqlite_url(tmp_path))
     yield engine
     await engine.dispose()
 
