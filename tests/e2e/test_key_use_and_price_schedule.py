@@ -101,6 +101,15 @@ def test_a_scheduled_price_takes_effect_at_its_moment(
     prices = f"/models/{model['id']}/prices"
     now_price = admin.post(prices, json={"input_per_mtok": 1.0, "output_per_mtok": 2.0})
     assert now_price.status_code == 201, now_price.text
+
+    def priced_now() -> bool:
+        """The gateway serves with the new price: it rebuilds after the admin API answered
+        (R18, under load, priced a request on the snapshot before it: no price version)."""
+        sent = chat(gateway)
+        record = gateway.records([sent], timeout_s=30)[sent]
+        return bool(record["price_version"] == now_price.json()["id"])
+
+    within(60, priced_now)
     starts = datetime.now(UTC) + timedelta(seconds=2)
     later = admin.post(
         prices,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -109,9 +110,15 @@ def test_concurrency_is_shared_and_leases_come_back(
             assert refused.status_code == 429, refused.text
             assert refused.json()["error"]["code"] == "concurrency_limit_exceeded"
         assert [f.result().status_code for f in slow] == [200, 200]
-    # Every lease was given back: either replica serves again.
-    assert chat(replicas[0], KEY_CONCURRENT).status_code == 200
-    assert chat(replicas[1], KEY_CONCURRENT).status_code == 200
+    # Every lease was given back: either replica serves again. A lease goes back when its
+    # answer ends, written off the request path (docs/limits.md): the client may see the
+    # end first (R18, under load, was refused once right after), so wait for the write.
+    for replica in replicas:
+        within(10, partial(_serves, replica))
+
+
+def _serves(replica: GatewayProcess) -> bool:
+    return chat(replica, KEY_CONCURRENT).status_code == 200
 
 
 def test_without_the_database_limiter_each_replica_counts_alone(

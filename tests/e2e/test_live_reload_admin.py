@@ -134,7 +134,9 @@ def test_a_key_revoked_through_a_is_refused_by_b_within_2s(pair: Pair) -> None:
     revoked = pair.changed(pair.admin.post(f"/keys/{pair.revoke_id}/revoke"))
     assert revoked["status"] == "revoked"
     within(PROPAGATION_S, lambda: chat(pair.b, pair.revoke) == 401)
-    assert chat(pair.a, pair.revoke) == 401
+    # A too: it began its own rebuild before it answered, but nothing orders it before B's
+    # (docs/operations.md, "Through the admin API"); R18 saw B refuse first under load.
+    within(PROPAGATION_S, lambda: chat(pair.a, pair.revoke) == 401)
     assert chat(pair.b, pair.keep) == 200
     pair.in_step()
 

@@ -264,7 +264,10 @@ def test_a_full_spool_disk_during_an_outage_fails_no_request_and_loses_only_past
 
             _until(lambda: sum(accounted()) == len(ids), "every record spooled, held or dropped")
             spooled, held, dropped = accounted()
-            assert spooled > 0 and 0 < held <= 150 and dropped > 0, accounted()
+            # The spool takes a batch whole or not at all (docs/operations.md): how much of
+            # the 32 KiB it took depends on how the writer's batches fell (R18, under load:
+            # the first batch was already too big, so none), never on whether it could.
+            assert 0 < held <= 150 and dropped > 0, accounted()
             assert _metric(gateway, "llmrelay_record_spool_write_failures_total") > 0
             assert httpx.get(f"{gateway.url}/livez", timeout=5).status_code == 200
             assert "No space left on device" in gateway.logs()
