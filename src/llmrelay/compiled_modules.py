@@ -63,6 +63,7 @@ COMPILED = (
     "llmrelay.limits.local",
     "llmrelay.limits.postgres",
     "llmrelay.limits.redis",
+    "llmrelay.limits.releases",
     "llmrelay.limits.replies",
     "llmrelay.limits.resilient",
     "llmrelay.limits.resp",

@@ -10,16 +10,12 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
-from redis.asyncio import Redis
 
 from llmrelay.limits.base import Admission, Limiter, LimitKind, Plan, Scope, ScopeKind
 from llmrelay.limits.errors import LimitExceeded
-from llmrelay.limits.local import LocalLimiter
 from llmrelay.limits.postgres import DatabaseLimiter
 from llmrelay.limits.redis import RedisLimiter
-from tests.conftest import need_postgres, need_redis
-from tests.support.migrated import migrated_postgres_database
-from tests.support.services import REDIS_URL
+from tests.support.limiters import started_limiter
 
 BUDGET = 1_000
 HOLD = 400
@@ -32,30 +28,8 @@ async def _flush(limiter: Limiter) -> None:
 
 @pytest.fixture(params=["local", "redis", pytest.param("database", marks=pytest.mark.postgres)])
 async def limiter(request: pytest.FixtureRequest) -> AsyncIterator[Limiter]:
-    made: Limiter
-    if request.param == "local":
-        made = LocalLimiter()
-    elif request.param == "redis":
-        need_redis()
-        prefix = f"test:holds:{uuid.uuid4().hex}:"
-        made = RedisLimiter(REDIS_URL, prefix=prefix, timeout_s=2.0)
-    else:
-        need_postgres()
-        async with migrated_postgres_database() as url:
-            made = DatabaseLimiter(url)
-            await made.start()
-            yield made
-            await made.close()
-        return
-    await made.start()
-    yield made
-    await made.close()
-    if request.param == "redis":
-        raw = Redis.from_url(REDIS_URL)
-        keys = [k async for k in raw.scan_iter(match=f"{prefix}*")]
-        if keys:
-            await raw.delete(*keys)
-        await raw.aclose()
+    async with started_limiter(request.param) as made:
+        yield made
 
 
 async def _admit(limiter: Limiter, plan: Plan, lease: str) -> Admission:

@@ -49,6 +49,7 @@ from llmrelay.limits.base import (
     seconds_to_next_month,
 )
 from llmrelay.limits.errors import BackendUnavailable, LimitExceeded
+from llmrelay.limits.releases import Releases
 from llmrelay.limits.replies import REPLY_FIGURES, admission_of, figures_of
 from llmrelay.store.db import async_url
 
@@ -147,6 +148,7 @@ class DatabaseLimiter:
         self._idle = asyncio.Event()
         self._idle.set()
         self._live: dict[str, tuple[str, ...]] = {}  # lease id -> scopes it sits in
+        self._releases = Releases()
         self._replicas = 1
         self._closing = False
         self._admit_conn: Any = None
@@ -161,6 +163,21 @@ class DatabaseLimiter:
 
     async def admit_plan(
         self, plan: Plan, tokens: int, now: float, lease: str | None = None, hold: int = 0
+    ) -> Admission:
+        releases = self._releases
+        queued = releases.queued  # what had ended before this admission was asked for
+        unwritten = releases.sent < queued
+        try:
+            return await self._admit_once(plan, tokens, now, lease, hold)
+        except LimitExceeded as refused:
+            # this process's own ended requests may still have held the leases (releases.py)
+            if not unwritten or refused.quota.kind is not LimitKind.CONCURRENCY:
+                raise
+        await releases.written(queued)
+        return await self._admit_once(plan, tokens, now, lease, hold)
+
+    async def _admit_once(
+        self, plan: Plan, tokens: int, now: float, lease: str | None, hold: int
     ) -> Admission:
         program = plan.database
         if program is None or program.owner is not self:
@@ -253,6 +270,7 @@ class DatabaseLimiter:
         )
         if program.leased or tpm_or_cost:
             self._work.append((admission, tokens, cost_micros))
+            self._releases.queued += 1
             self._idle.clear()
             self._wake.set()
 
@@ -296,7 +314,10 @@ class DatabaseLimiter:
             settles: list[_Settle] = []
             while self._work and len(settles) < SETTLE_BATCH:
                 settles.append(self._work.popleft())
-            await self._send_settles(settles)
+            try:
+                await self._send_settles(settles)
+            finally:
+                self._releases.mark_sent(len(settles))
 
     async def _send_settles(self, settles: list[_Settle]) -> None:
         batch: list[Any] = []
@@ -416,6 +437,7 @@ class DatabaseLimiter:
         self._work.clear()
         if left:
             self._give_up(left, "limits_settles_dropped", "closing")
+            self._releases.mark_sent(len(left))
         for conn in (self._admit_conn, self._settle_conn):
             if conn is not None:
                 with contextlib.suppress(Exception):

@@ -45,6 +45,7 @@ from llmrelay.limits.base import (
 )
 from llmrelay.limits.errors import BackendUnavailable, LimitExceeded
 from llmrelay.limits.redis_scripts import ADMIT, SETTLE
+from llmrelay.limits.releases import Releases
 from llmrelay.limits.replies import REPLY_FIGURES, admission_of, figures_of
 from llmrelay.limits.resp import (
     Arg,
@@ -179,6 +180,7 @@ class RedisLimiter:
         self._idle = asyncio.Event()
         self._idle.set()
         self._live: dict[str, tuple[str, ...]] = {}  # lease id -> leases keys it sits in
+        self._releases = Releases()
         self._holding: dict[str, tuple[str, ...]] = {}  # lease id -> holds keys it sits in
         self._keys: dict[str, _Keys] = {}
         self._months = Months()
@@ -201,6 +203,21 @@ class RedisLimiter:
 
     async def admit_plan(
         self, plan: Plan, tokens: int, now: float, lease: str | None = None, hold: int = 0
+    ) -> Admission:
+        releases = self._releases
+        queued = releases.queued  # what had ended before this admission was asked for
+        unwritten = releases.sent < queued
+        try:
+            return await self._admit_once(plan, tokens, now, lease, hold)
+        except LimitExceeded as refused:
+            # this process's own ended requests may still have held the leases (releases.py)
+            if not unwritten or refused.quota.kind is not LimitKind.CONCURRENCY:
+                raise
+        await releases.written(queued)
+        return await self._admit_once(plan, tokens, now, lease, hold)
+
+    async def _admit_once(
+        self, plan: Plan, tokens: int, now: float, lease: str | None, hold: int
     ) -> Admission:
         program = plan.shared
         if program is None or program.owner is not self:
@@ -249,6 +266,7 @@ class RedisLimiter:
             self._live.pop(admission.lease, None)  # type: ignore[arg-type]  # always set
         if admission.held:
             self._holding.pop(admission.lease, None)  # type: ignore[arg-type]  # always set
+        self._releases.queued += 1
         self._queue((admission, tokens, cost_micros))
 
     def seed_spend(self, month: str, spend: Mapping[str, int]) -> None:
@@ -295,7 +313,10 @@ class RedisLimiter:
             except BackendUnavailable as exc:
                 log.warning("limits_seed_failed", month=seed.month, error=str(exc))
         if settles:
-            await self._send_settles(settles)
+            try:
+                await self._send_settles(settles)
+            finally:
+                self._releases.mark_sent(len(settles))
 
     async def _send_settles(self, settles: list[_Settle]) -> None:
         keys: list[bytes] = []  # packed fragments
@@ -426,6 +447,7 @@ class RedisLimiter:
         self._work.clear()
         if left:
             self._give_up(left, "limits_settles_dropped", "closing")
+            self._releases.mark_sent(len(left))
         await self._redis.close()
 
 
