@@ -164,17 +164,8 @@ class DatabaseLimiter:
     async def admit_plan(
         self, plan: Plan, tokens: int, now: float, lease: str | None = None, hold: int = 0
     ) -> Admission:
-        releases = self._releases
-        queued = releases.queued  # what had ended before this admission was asked for
-        unwritten = releases.sent < queued
-        try:
-            return await self._admit_once(plan, tokens, now, lease, hold)
-        except LimitExceeded as refused:
-            # this process's own ended requests may still have held the leases (releases.py)
-            if not unwritten or refused.quota.kind is not LimitKind.CONCURRENCY:
-                raise
-        await releases.written(queued)
-        return await self._admit_once(plan, tokens, now, lease, hold)
+        # asked again when this process's own ended requests held the leases (releases.py)
+        return await self._releases.admit(self._admit_once, plan, tokens, now, lease, hold)
 
     async def _admit_once(
         self, plan: Plan, tokens: int, now: float, lease: str | None, hold: int

@@ -13,7 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from typing import Final
+
+from llmrelay.limits.base import Admission, LimitKind, Plan
+from llmrelay.limits.errors import LimitExceeded
+
+Ask = Callable[[Plan, int, float, "str | None", int], Awaitable[Admission]]
 
 #: The longest a concurrency refusal waits for this process's queued releases.
 RELEASE_WAIT_S: Final = 0.5
@@ -34,6 +40,21 @@ class Releases:
         self.sent += count
         event, self._sent_event = self._sent_event, asyncio.Event()
         event.set()
+
+    async def admit(
+        self, ask: Ask, plan: Plan, tokens: int, now: float, lease: str | None, hold: int
+    ) -> Admission:
+        """`ask(...)`, the limiter's one admission; asked again once if it was refused on
+        concurrency while settles this limiter had queued before it were still unwritten."""
+        queued = self.queued  # what had ended before this admission was asked for
+        unwritten = self.sent < queued
+        try:
+            return await ask(plan, tokens, now, lease, hold)
+        except LimitExceeded as refused:
+            if not unwritten or refused.quota.kind is not LimitKind.CONCURRENCY:
+                raise
+        await self.written(queued)
+        return await ask(plan, tokens, now, lease, hold)
 
     async def written(self, target: int) -> None:
         """Wait until the first `target` queued settles are sent (or RELEASE_WAIT_S passed)."""
