@@ -134,3 +134,20 @@ def test_deleting_a_rotated_key_deletes_its_old_secret(
         lambda: _status(gateway, new) == 401 and _status(gateway, old) == 401, RELOAD_WINDOW_S
     )
     assert _family(admin, key_id) == []
+
+
+def test_the_replica_that_made_a_change_serves_it_when_it_answers(
+    gateway: GatewayProcess, admin: httpx.Client
+) -> None:
+    """Read your writes on the replica of the admin API: a key created through it works on
+    the very next request, a revoked one is refused on the very next (the answer waits for
+    the replica's own rebuild; another replica follows within the window). Several rounds:
+    one request racing the rebuild would be enough to fail."""
+    (project,) = [p for p in admin.get("/projects").json()["data"] if p["name"] == "revocation"]
+    for n in range(5):
+        created = admin.post(f"/projects/{project['id']}/keys", json={"name": f"at-once-{n}"})
+        assert created.status_code in (200, 201), created.text
+        assert _status(gateway, created.json()["key"]) == 200
+        revoked = admin.post(f"/keys/{created.json()['id']}/revoke")
+        assert revoked.status_code == 200, revoked.text
+        assert _status(gateway, created.json()["key"]) == 401

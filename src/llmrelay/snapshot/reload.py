@@ -32,6 +32,8 @@ from llmrelay.snapshot.signals import ConfigPublisher
 #: A timer may fire a hair early (the loop's clock resolution); the rebuild it asks for must
 #: find the moment passed, or it would do nothing and arm no new timer.
 _REBUILD_MARGIN_S = 0.01
+#: The longest this process's admin API waits for its own rebuild after a change.
+OWN_CHANGE_WAIT_S = 2.0
 
 
 class LiveReload:
@@ -60,6 +62,7 @@ class LiveReload:
                 transport
             ).inc(),
             on_publish=lambda _generation: self.refresher.request(),  # this process's own
+            served=self._serving_own_change,
         )
         self._task: asyncio.Task[None] | None = None
         self._rebuild_timer: asyncio.TimerHandle | None = None
@@ -83,6 +86,16 @@ class LiveReload:
                 await self._task
         await self.refresher.close()
         await self.publisher.close()
+
+    async def _serving_own_change(self) -> None:
+        """Wait (at most OWN_CHANGE_WAIT_S) until the rebuild this process asked for after
+        its own change is done, so its admin API answers once it serves the change: a key
+        created through it works on the next request, a revoked one is refused. Without
+        this, a client could race the rebuild (401 for a key it was just given). A build
+        that fails or takes longer does not hold the answer past the bound; polling and
+        the next change retry it."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.refresher.idle()), OWN_CHANGE_WAIT_S)
 
     def describe(self) -> dict[str, object]:
         return self.listener.describe()

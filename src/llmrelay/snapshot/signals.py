@@ -69,7 +69,10 @@ class ConfigPublisher:
     in a metric); `publish_failures` counts them too, for processes without metrics.
     `on_publish(generation)` is called first, for the publishing process itself: a serving
     process rebuilds its own snapshot at once, whatever the transports (on SQLite there is
-    none, and its own signal would come back only by the round trip).
+    none, and its own signal would come back only by the round trip). `served()` is awaited
+    last: a serving process returns once it serves the change itself (bounded; see
+    reload.py), so whoever made the change through this process's admin API can use it at
+    once (a key created, then a request with it).
     """
 
     def __init__(
@@ -79,6 +82,7 @@ class ConfigPublisher:
         redis_url: str | None,
         on_failure: Callable[[str], None] | None = None,
         on_publish: Callable[[int], None] | None = None,
+        served: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._engine = engine
         self._postgres = engine.dialect.name == "postgresql"
@@ -86,6 +90,7 @@ class ConfigPublisher:
         self._redis: Redis | None = None
         self._on_failure = on_failure
         self._on_publish = on_publish
+        self._served = served
         self.publish_failures = 0
 
     @property
@@ -102,6 +107,8 @@ class ConfigPublisher:
             await self._guarded("redis", generation, self._publish_redis(generation))
         if self._postgres:
             await self._guarded("postgres", generation, self._publish_postgres(generation))
+        if self._served is not None:
+            await self._served()
 
     async def close(self) -> None:
         if self._redis is not None:
