@@ -249,3 +249,30 @@ async def test_a_client_request_id_still_reserves_with_its_own_transaction(
     assert [k[0] for k in kinds] == ["topup", "lease" if minted else "reserve"]
     assert prepaid.leases is not None and prepaid.lease_writer is not None
     await prepaid.lease_writer.stop()
+
+
+async def test_stopping_waits_for_a_grant_in_flight_and_leaves_no_lease_open(
+    engine: AsyncEngine,
+) -> None:
+    """A grant made ahead of need (a background task) may still be in flight when the
+    process stops: stop waits for it, then closes the lease it made. Otherwise the grant
+    opens a lease after the close (its money held until reclaimed) and its connection is
+    left to the garbage collector."""
+    tenant = await _wallet(engine, 10_000)
+    prepaid = _prepaid(engine)
+    assert prepaid.leases is not None and prepaid.lease_writer is not None
+    # The first grant takes half the wallet (5,000); 4,500 left is under 16 reservations
+    # of 500, so the admission starts a grant ahead of need and does not wait for it.
+    await prepaid.reserve(tenant, "ahead", 500, project_id=None, key_id=None, minted=True)
+    allowance = prepaid.leases.wallets[tenant]
+    assert allowance.granting is not None and not allowance.granting.done()
+    await prepaid.lease_writer.stop()
+    assert allowance.granting is None and allowance.lease_id is None
+    async with engine.connect() as conn:
+        still_open = (
+            await conn.execute(select(lease_table.c.id).where(lease_table.c.status == "open"))
+        ).all()
+    assert still_open == []
+    # Nothing is admitted in memory once stopped: a request after it waits for no grant.
+    assert not prepaid.leases.try_admit(tenant, "late", 500, None, None)
+    await _assert_balanced(engine, tenant)

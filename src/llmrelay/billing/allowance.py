@@ -127,6 +127,9 @@ class Leases:
         self.wake = asyncio.Event()
         #: Grants made (each one transaction), for the bench and the tests.
         self.grants = 0
+        #: Set when the process stops: no grant is started after it (one would open a lease
+        #: after the writer closed them all).
+        self.stopping = False
 
     # -- admission --------------------------------------------------------------------------
 
@@ -141,7 +144,7 @@ class Leases:
         """Admit against the wallet's allowance in memory; False when it cannot (no lease,
         too little left, not renewed lately): then `admit` waits for a grant."""
         allowance = self.wallets.get(tenant_id)
-        if allowance is None:
+        if allowance is None or self.stopping:
             return False
         lease_id = allowance.lease_id
         now = self.clock()
@@ -172,6 +175,8 @@ class Leases:
         for _ in range(_ROUNDS):
             if self.try_admit(tenant_id, request_id, amount, project_id, key_id):
                 return
+            if self.stopping:
+                raise LedgerUnavailable("the gateway is stopping; retry on another replica")
             granting = allowance.granting
             if granting is None:
                 granting = allowance.granting = asyncio.ensure_future(
@@ -180,6 +185,16 @@ class Leases:
             await asyncio.shield(granting)
         if not self.try_admit(tenant_id, request_id, amount, project_id, key_id):
             raise InsufficientBalance(amount, max(allowance.remaining, 0))
+
+    async def stop_granting(self) -> None:
+        """Start no more grants and wait for those in flight: a grant made ahead of need
+        runs in the background, and one still running when the writer closes the leases
+        would open a new lease after them (its money held until reclaimed)."""
+        self.stopping = True
+        while pending := [
+            g for a in self.wallets.values() if (g := a.granting) is not None and not g.done()
+        ]:
+            await asyncio.gather(*(asyncio.shield(g) for g in pending), return_exceptions=True)
 
     async def _grant_quietly(self, allowance: Allowance, need: int) -> None:
         """A grant ahead of need: a failure is only logged (the next request that does not

@@ -66,6 +66,7 @@ class LeaseWriter:
         return len(self.leases.ended)
 
     def start(self) -> None:
+        self.leases.stopping = False
         self._task = asyncio.create_task(self._run())
 
     async def _run(self) -> None:
@@ -199,6 +200,7 @@ class LeaseWriter:
         leases = self.leases
         with contextlib.suppress(TimeoutError, SQLAlchemyError, *TRANSIENT):
             async with asyncio.timeout(timeout_s):
+                await leases.stop_granting()
                 for allowance in list(leases.wallets.values()):
                     lease_id, allowance.lease_id, allowance.remaining = (
                         allowance.lease_id, None, 0
