@@ -430,6 +430,11 @@ replicas() {
   check "replicas: the background job is run by the worker" test "${owner%%:*}" = "$worker_host"
   check "replicas: the background response completes" within 60 bash -c \
     "curl -fsS $url/v1/responses/$id -H 'Authorization: Bearer $key' | grep -q '\"status\":\"completed\"'"
+  if failed_since "$failures"; then
+    note "the response now: $(curl -sS --max-time 10 "$url/v1/responses/$id" -H "Authorization: Bearer $key" | head -c 600)"
+    note "its job: $(podman exec "$pg" psql -U llmrelay -d llmrelay -Atc \
+      "SELECT status, attempts, lease_owner, started_at, finished_at, left(coalesce(error, ''), 400) FROM jobs WHERE kind = 'background_response'")"
+  fi
 
   # Killed (not stopped): the restart policy brings the replica back.
   local pid before
