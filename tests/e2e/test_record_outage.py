@@ -289,4 +289,8 @@ def test_a_full_spool_disk_during_an_outage_fails_no_request_and_loses_only_past
         finally:
             assert gateway.stop() == 0, gateway.logs()
     logs = gateway.logs()
-    assert "record_spool_write_failed" in logs and "record_batch_lost" in logs
+    assert "record_spool_write_failed" in logs
+    # A record past the bound is dropped where it waits: by the writer, a batch neither the
+    # spool nor memory took (`record_batch_lost`), or at the queue, while the writer was
+    # busy with its batches (`record_queue_full`: R24, beside a CPU hog).
+    assert "record_batch_lost" in logs or "record_queue_full" in logs

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import func, select
@@ -31,6 +32,11 @@ async def _add(engine: AsyncEngine, kind: str, payload: dict[str, Any] | None = 
 async def _job(engine: AsyncEngine, job_id: str) -> Any:
     async with engine.connect() as conn:
         return (await conn.execute(select(Job.__table__).where(Job.id == job_id))).one()
+
+
+def _epoch(at: datetime) -> float:
+    """A stored time as a timestamp (SQLite gives it back without its zone, UTC)."""
+    return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
 
 
 async def _wait_for(engine: AsyncEngine, job_id: str, status: str, timeout_s: float = 10) -> Any:
@@ -124,15 +130,24 @@ async def test_cancel_and_graceful_stop(engine: AsyncEngine) -> None:
     runner = JobRunner(
         engine,
         [JobKind("forever", forever)],
-        options=RunnerOptions(concurrency=4, lease_s=0.6, poll_s=0.05, housekeeping_s=0.2),
+        # A lease of 2 s: a heartbeat every 0.67 s, so a process starved of CPU for well
+        # over a second (a loaded CI machine) still keeps its jobs.
+        options=RunnerOptions(concurrency=4, lease_s=2.0, poll_s=0.05, housekeeping_s=0.2),
     )
     started.update(doomed=asyncio.Event(), kept=asyncio.Event())
     doomed = await _add(engine, "forever", {"name": "doomed"})
     kept = await _add(engine, "forever", {"name": "kept"})
     runner.start()
     await asyncio.wait_for(asyncio.gather(*(e.wait() for e in started.values())), 10)
-    await asyncio.sleep(1.0)  # past the lease: heartbeats kept it
-    assert (await _job(engine, kept)).status == "running"
+    first_lease = _epoch((await _job(engine, kept)).lease_until)
+    # Past the first lease, with housekeeping running all along: heartbeats kept it.
+    deadline = time.monotonic() + 30
+    while _epoch((row := await _job(engine, kept)).lease_until) <= first_lease or (
+        time.time() <= first_lease
+    ):
+        assert time.monotonic() < deadline, "the kept job's lease was never renewed"
+        await asyncio.sleep(0.05)
+    assert row.status == "running"
     async with engine.begin() as conn:
         assert await queue.request_cancel(conn, doomed, now=time.time()) == "running"
     await _wait_for(engine, doomed, "cancelled")

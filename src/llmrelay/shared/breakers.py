@@ -43,8 +43,15 @@ REDIS_CHANNEL: Final = "llmrelay:breakers"
 #: How often the database's openings are read without Redis, and with it.
 POLL_S: Final = 0.5
 POLL_WITH_REDIS_S: Final = 5.0
-#: After a failure, the Redis subscription is tried again after this.
+#: After a failure, the Redis subscription is tried again after this, doubled after each
+#: failure in a row up to RESUBSCRIBE_MAX_S: while a name does not resolve, each attempt's
+#: lookup holds a thread of the loop's default executor for the resolver's whole timeout
+#: (the connect timeout gives up on it, the thread does not), and attempts every 2 s filled
+#: the executor so every other lookup and connect of the process waited behind them (a
+#: replica started 40 s late in the smoke test while podman's DNS was reloading). The
+#: database poll covers the openings meanwhile.
 RESUBSCRIBE_S: Final = 1.0
+RESUBSCRIBE_MAX_S: Final = 15.0
 #: How long a closing stays in the database for the replicas that poll it.
 CLOSED_KEPT_S: Final = 30.0
 #: Redis keys of trial claims start with this.
@@ -196,12 +203,14 @@ class SharedBreakers:
         from redis.asyncio import Redis
 
         assert self._redis_url is not None
+        pause = RESUBSCRIBE_S
         while True:
             client = Redis.from_url(self._redis_url, socket_connect_timeout=1.0)
             try:
                 pubsub = client.pubsub(ignore_subscribe_messages=True)
                 await pubsub.subscribe(REDIS_CHANNEL)
                 self.listening.set()
+                pause = RESUBSCRIBE_S
                 while True:
                     got = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
                     if got is not None and got.get("type") == "message":
@@ -209,11 +218,12 @@ class SharedBreakers:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - Redis down: the database poll covers
-                log.warning("breaker_subscription_lost", error=repr(exc))
+                log.warning("breaker_subscription_lost", error=repr(exc), retry_in_s=pause)
             finally:
                 with contextlib.suppress(Exception):
                     await client.aclose()
-            await asyncio.sleep(RESUBSCRIBE_S)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, RESUBSCRIBE_MAX_S)
 
     async def _poll_loop(self) -> None:
         assert self._database is not None
