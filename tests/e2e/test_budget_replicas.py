@@ -165,7 +165,11 @@ def test_a_budget_is_a_hard_cap_across_three_replicas(
             break
         assert time.monotonic() < deadline, (summary, spend, served)
         time.sleep(0.5)
-    assert budget <= spend <= budget + REPLICAS * hold, (spend, budget, hold)
+    # A request is admitted while the spend plus its hold fits the budget: the sequential
+    # spending above stops once less than a hold is left (R26, beside a CPU hog: the burst
+    # had not reached the budget, and 160,000 of it was left under a hold of 260,000), and
+    # the burst's concurrent admissions may overshoot by one hold per replica.
+    assert budget - hold <= spend <= budget + REPLICAS * hold, (spend, budget, hold)
     # The month's budget is spent: every replica refuses.
     for replica in replicas:
         assert chat(replica).status_code == 429
