@@ -57,6 +57,13 @@ def _chat(gateway: GatewayProcess, model: str = "chat") -> httpx.Response:
     )
 
 
+def _refused_as_unavailable(answer: httpx.Response) -> httpx.Response | None:
+    """The answer if it is the 503 of a provider left out of routing, else None."""
+    if answer.status_code != 503:
+        return None
+    return answer if answer.json()["error"]["code"] == "providers_unavailable" else None
+
+
 def _denied(gateway: GatewayProcess) -> float:
     text = httpx.get(f"{gateway.url}/metrics", timeout=5).text
     line = next(line for line in text.splitlines() if line.startswith("llmrelay_providers_denied "))
@@ -93,8 +100,11 @@ def test_a_refused_credential_takes_the_provider_out_until_it_is_fixed(
         assert health("backup")["status"] == "online"
 
         # Left out of routing: pinned requests get 503, the others go to the backup untried.
-        pinned = _until(5, lambda: (r := _chat(gateway, "chat:flaky")).status_code == 503 and r)
-        assert pinned.json()["error"]["code"] == "providers_unavailable"
+        # Until the gateway's snapshot has the health row (a poll or signal away, seconds on
+        # a loaded machine), flaky is still routed and its breaker, opened by the refusal,
+        # answers 503 routes_cooling_down: wait for the state this test is about.
+        pinned = _until(15, lambda: _refused_as_unavailable(_chat(gateway, "chat:flaky")))
+        assert pinned.status_code == 503
         assert _denied(gateway) == 1.0
         refusals = upstream.refusals
         for _ in range(10):

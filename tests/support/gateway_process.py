@@ -16,6 +16,7 @@ import httpx
 
 from tests.support.migrated import copy_migrated_sqlite
 from tests.support.ports import free_port
+from tests.support.zygote import ZygoteChild, popen_llmrelay
 
 
 class GatewayProcess:
@@ -52,7 +53,7 @@ class GatewayProcess:
             "LLMRELAY_SNAPSHOT_POLL_S": "0.5",
             **(env or {}),
         }
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: subprocess.Popen[bytes] | ZygoteChild | None = None
         self._log: IO[bytes] | None = None
 
     @property
@@ -66,14 +67,7 @@ class GatewayProcess:
     def start(self, timeout_s: float = 180.0) -> GatewayProcess:
         self._premigrate()
         self._log = self.log_path.open("ab")  # a restart (after kill()) keeps what was logged
-        self.process = subprocess.Popen(
-            self.args,
-            env=self.env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            cwd=self.folder,
-            umask=self.umask,
-        )
+        self.process = popen_llmrelay(self.args, self.env, self.folder, self._log, self.umask)
         deadline = time.monotonic() + timeout_s
         with httpx.Client(timeout=1.0) as client:  # one client for the whole poll
             while time.monotonic() < deadline:
@@ -143,7 +137,7 @@ class GatewayProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        code = self.process.returncode
+        code = self.process.wait()
         self.process = None
         if self._log is not None:
             self._log.close()

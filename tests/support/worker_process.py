@@ -11,13 +11,15 @@ import time
 from pathlib import Path
 from typing import IO
 
+from tests.support.zygote import ZygoteChild, popen_llmrelay
+
 
 class WorkerProcess:
     def __init__(self, folder: Path, name: str, env: dict[str, str]) -> None:
         self.folder = folder
         self.log_path = folder / f"worker-{name}.log"
         self.env = {**os.environ, **env}
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: subprocess.Popen[bytes] | ZygoteChild | None = None
         self._log: IO[bytes] | None = None
 
     def start(self, timeout_s: float = 60.0) -> WorkerProcess:
@@ -26,12 +28,8 @@ class WorkerProcess:
     def launch(self) -> WorkerProcess:
         """Start the process without waiting for it (start several at once, then wait)."""
         self._log = self.log_path.open("wb")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "llmrelay", "worker"],
-            env=self.env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            cwd=self.folder,
+        self.process = popen_llmrelay(
+            [sys.executable, "-m", "llmrelay", "worker"], self.env, self.folder, self._log
         )
         return self
 
@@ -66,7 +64,7 @@ class WorkerProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        code = self.process.returncode
+        code = self.process.wait()
         self._close()
         return code
 
