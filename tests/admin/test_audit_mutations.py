@@ -21,7 +21,7 @@ from starlette.routing import Mount
 from llmrelay.admin.access import Role
 from llmrelay.gateway.ingress import IngressMiddleware
 from tests.admin.access_support import PASSWORD, audit_rows
-from tests.admin.matrix_world import BACKENDS, add_account, callers, world
+from tests.admin.matrix_world import BACKENDS, add_account, callers, world, worlds
 from tests.admin.route_table import (
     PLANTED,
     ROUTES,
@@ -29,7 +29,7 @@ from tests.admin.route_table import (
     World,
 )
 
-__all__ = ["callers", "world"]  # module-scoped fixtures
+__all__ = ["callers", "world", "worlds"]  # fixtures
 
 MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")
 CLIENT_IP = "203.0.113.7"

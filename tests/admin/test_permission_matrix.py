@@ -26,6 +26,7 @@ from tests.admin.matrix_world import (
     caller_client,
     callers,
     world,
+    worlds,
 )
 from tests.admin.route_table import (
     ANONYMOUS,
@@ -38,7 +39,7 @@ from tests.admin.route_table import (
     app_routes,
 )
 
-__all__ = ["callers", "world"]  # module-scoped fixtures
+__all__ = ["callers", "world", "worlds"]  # fixtures
 
 MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")
 
