@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ from llmrelay.database_setup import migrate_database
 from tests.conftest import need_postgres
 from tests.support.databases import create_postgres_database, drop_postgres_database
 from tests.support.gateway_process import GatewayProcess
+from tests.support.kept import KeptPerParam, kept_per_param
 from tests.support.mock_upstream import MockUpstream
 from tests.support.redis_server import RedisServer
 from tests.support.replicas import Cluster, chat, ready, within
@@ -63,13 +65,10 @@ class Pair:
         assert watched["config_signal"]["received"] >= 1
 
 
-@pytest.fixture(scope="module", params=[pytest.param("redis", marks=pytest.mark.redis), "postgres"])
-def pair(
-    request: pytest.FixtureRequest,
-    tmp_path_factory: pytest.TempPathFactory,
-    upstream: MockUpstream,
+@contextmanager
+def _pair(
+    transport: str, tmp_path_factory: pytest.TempPathFactory, upstream: MockUpstream
 ) -> Iterator[Pair]:
-    transport: str = request.param
     need_postgres()
     redis = RedisServer().start() if transport == "redis" else None  # skips without one
     url = asyncio.run(create_postgres_database())
@@ -97,6 +96,19 @@ def pair(
             if redis is not None:
                 redis.stop()
             asyncio.run(drop_postgres_database(url))
+
+
+@pytest.fixture(scope="module")
+def pairs(
+    tmp_path_factory: pytest.TempPathFactory, upstream: MockUpstream
+) -> Iterator[KeptPerParam[Pair]]:
+    yield from kept_per_param(lambda transport: _pair(transport, tmp_path_factory, upstream))
+
+
+@pytest.fixture(params=[pytest.param("redis", marks=pytest.mark.redis), "postgres"])
+def pair(request: pytest.FixtureRequest, pairs: KeptPerParam[Pair]) -> Pair:
+    """The module's two replicas on the test's transport (tests/support/kept.py)."""
+    return pairs.get(request.param)
 
 
 def _configured(

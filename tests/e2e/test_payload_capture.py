@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from sqlalchemy import text
 
 from llmrelay.store.db import create_engine
 from tests.support.gateway_process import GatewayProcess
+from tests.support.kept import KeptPerParam, kept_per_param
 from tests.support.mock_upstream import MockUpstream
 
 ADMIN = "admin-token-for-capture-tests-0123456789"
@@ -68,17 +70,13 @@ def _migrate(process: GatewayProcess) -> None:
     assert migrated.returncode == 0, migrated.stderr
 
 
-@pytest.fixture(
-    scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-)
-def gateway(
-    request: pytest.FixtureRequest,
-    upstream: MockUpstream,
-    tmp_path_factory: pytest.TempPathFactory,
+@contextmanager
+def _gateway(
+    backend: str, upstream: MockUpstream, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
     folder = tmp_path_factory.mktemp("capture")
     database_url = None
-    if request.param == "postgres":
+    if backend == "postgres":
         from tests.conftest import need_postgres
         from tests.support.databases import create_postgres_database, drop_postgres_database
 
@@ -102,9 +100,24 @@ def gateway(
             asyncio.run(drop_postgres_database(database_url))
 
 
+@pytest.fixture(scope="module")
+def gateways(
+    upstream: MockUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KeptPerParam[GatewayProcess]]:
+    yield from kept_per_param(lambda backend: _gateway(backend, upstream, tmp_path_factory))
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def gateway(
+    request: pytest.FixtureRequest, gateways: KeptPerParam[GatewayProcess]
+) -> GatewayProcess:
+    """The module's gateway on the test's backend (kept for the module: tests/support/kept.py)."""
+    return gateways.get(request.param)
+
+
 def detail(gateway: GatewayProcess, request_id: str) -> dict[str, Any]:
     """The admin API's detail of one request, once the recorder has written it."""
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30  # records land in batches; generous for a loaded machine
     while True:
         answer = httpx.get(
             f"{gateway.url}/api/admin/requests/{request_id}",

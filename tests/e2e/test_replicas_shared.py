@@ -17,6 +17,7 @@ import json
 import re
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,7 @@ from llmrelay.database_setup import migrate_database
 from tests.conftest import need_postgres
 from tests.support.databases import create_postgres_database, drop_postgres_database
 from tests.support.gateway_process import GatewayProcess
+from tests.support.kept import KeptPerParam, kept_per_param
 from tests.support.mock_upstream import MockUpstream
 from tests.support.redis_server import RedisServer
 from tests.support.replicas import Cluster, within
@@ -131,12 +133,10 @@ class Pair:
         )
 
 
-@pytest.fixture(scope="module", params=["redis", "postgres-only"])
-def pair(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Pair]:
+@contextmanager
+def _pair(transport: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     need_postgres()
-    redis = RedisServer().start() if request.param == "redis" else None
+    redis = RedisServer().start() if transport == "redis" else None
     x, y = MockUpstream().start(), MockUpstream().start()
     url = asyncio.run(create_postgres_database())
     cluster = Cluster(
@@ -164,6 +164,17 @@ def pair(
             if redis is not None:
                 redis.stop()
             asyncio.run(drop_postgres_database(url))
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KeptPerParam[Pair]]:
+    yield from kept_per_param(lambda transport: _pair(transport, tmp_path_factory))
+
+
+@pytest.fixture(params=["redis", "postgres-only"])
+def pair(request: pytest.FixtureRequest, pairs: KeptPerParam[Pair]) -> Pair:
+    """The module's two replicas on the test's transport (tests/support/kept.py)."""
+    return pairs.get(request.param)
 
 
 def test_a_stored_response_made_on_one_replica_is_read_continued_and_cancelled_on_another(
