@@ -10,7 +10,7 @@ and a function-scoped fixture, parametrized as before, that asks it for its para
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack
 from typing import Generic, TypeVar
 
@@ -24,7 +24,7 @@ class KeptPerParam(Generic[T]):
     def __init__(self, build: Callable[[str], AbstractContextManager[T]]) -> None:
         self._build = build
         self._stack = ExitStack()
-        self._kept: dict[Hashable, T] = {}
+        self._kept: dict[str, T] = {}
 
     def get(self, param: str) -> T:
         if param not in self._kept:
