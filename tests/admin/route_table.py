@@ -21,6 +21,7 @@ from fastapi.routing import iter_route_contexts
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.admin.access import Role
+from llmrelay.admin.app import AdminApp
 from llmrelay.admin.identity import sessions
 from llmrelay.admin.state import AdminState
 from llmrelay.billing import ledger, orders
@@ -83,9 +84,8 @@ class World:
     admin: httpx.AsyncClient  # the admin token
     own: Side
     other: Side
-    #: the admin app every client of the world calls (one app: FastAPI prepares each route
-    #: on its first call, which costs more than the call)
-    app: FastAPI
+    #: the admin app every client of the world calls
+    app: AdminApp
     counter: itertools.count[int] = field(default_factory=itertools.count)
     #: the identity provider single sign-on signs in with (tests/support/oidc_provider.py)
     oidc: Any = None

@@ -28,7 +28,7 @@ from fastapi import Request
 
 from llmrelay.admin.errors import AdminError
 from llmrelay.admin.roles import Role as Role  # (re-exported: its home before roles.py)
-from llmrelay.admin.state import AdminState
+from llmrelay.admin.state import AdminState, state_of
 
 RESOURCES = (
     "tenants",
@@ -174,8 +174,7 @@ CSRF_HEADER = "x-csrf-token"
 
 
 def _state(request: Request) -> AdminState:
-    state: AdminState = request.app.state.admin
-    return state
+    return state_of(request.scope)
 
 
 def _bearer(request: Request) -> str | None:

@@ -16,12 +16,11 @@ from llmrelay.admin.outbox import endpoints as outbox
 from llmrelay.admin.preferences import endpoints as preferences
 from llmrelay.admin.signup import endpoints as signup
 from llmrelay.admin.sso import endpoints as sso
-from llmrelay.admin.state import AdminState
 from llmrelay.admin.tenants import endpoints as tenants
 from llmrelay.admin.users import endpoints as users
 
 
-def include(app: FastAPI, state: AdminState) -> None:
+def include(app: FastAPI) -> None:
     for router in (
         sso.router,  # before identity: /auth/sso is not an identity route
         identity.router,
@@ -39,4 +38,4 @@ def include(app: FastAPI, state: AdminState) -> None:
         app.include_router(router)
     # Inside FastAPI's error handling: it sees the status of every handled error (400, 403,
     # 409...); an unhandled one is written as 500 before it propagates.
-    app.add_middleware(AuditMiddleware, state=state)
+    app.add_middleware(AuditMiddleware)

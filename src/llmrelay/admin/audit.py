@@ -20,12 +20,12 @@ from sqlalchemy import insert
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from llmrelay.admin.state import state_of
 from llmrelay.store.models_access import AuditEntry
 from llmrelay.store.types import utcnow
 
 if TYPE_CHECKING:
     from llmrelay.admin.access import Actor
-    from llmrelay.admin.state import AdminState
 
 log = structlog.get_logger(__name__)
 
@@ -175,13 +175,12 @@ def note_anonymous(
 class AuditMiddleware:
     """Writes the audit row of each state-changing admin request (see the module doc)."""
 
-    def __init__(self, app: ASGIApp, state: AdminState) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or (
-            scope.get("method", "GET") in _SAFE_METHODS and not self.state.audit_reads
+            scope.get("method", "GET") in _SAFE_METHODS and not state_of(scope).audit_reads
         ):
             await self.app(scope, receive, send)
             return
@@ -208,7 +207,7 @@ class AuditMiddleware:
         actor = context.actor
         if actor is None and not context.force:
             return  # not authenticated: nobody to attribute the request to
-        engine = self.state.engine
+        engine = state_of(scope).engine
         if engine is None:
             return
         request = Request(scope)

@@ -3,7 +3,7 @@ exist only once the lifespan has run)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -136,3 +136,14 @@ class AdminState:
         if self.sealer is None:
             raise AdminError(503, "the secret key is not loaded yet", "unavailable")
         return self.sealer
+
+
+#: The key of the AdminState a request is served with, in its ASGI scope (admin/app.py).
+SCOPE_KEY = "llmrelay.admin_state"
+
+
+def state_of(scope: Mapping[str, Any]) -> AdminState:
+    """The AdminState the request is served with: the admin API is one app per process, each
+    AdminState's requests carry theirs (admin/app.py, `AdminApp`)."""
+    found: AdminState = scope[SCOPE_KEY]
+    return found

@@ -16,7 +16,7 @@ from llmrelay.admin import usage_query
 from llmrelay.admin.access import Actor, require
 from llmrelay.admin.errors import AdminError
 from llmrelay.admin.kit.params import When
-from llmrelay.admin.state import AdminState
+from llmrelay.admin.state import AdminState, state_of
 from llmrelay.admin.usage_schemas import RequestDetail, RequestPage, UsageFigures, UsageSeries
 
 router = APIRouter(tags=["usage"])
@@ -46,8 +46,7 @@ Filtered = Annotated[Filters, Depends()]
 
 
 def _state(request: Request) -> AdminState:
-    state: AdminState = request.app.state.admin
-    return state
+    return state_of(request.scope)
 
 
 async def _visible(conn: AsyncConnection, actor: Actor) -> frozenset[str] | None:

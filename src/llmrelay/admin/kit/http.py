@@ -25,7 +25,7 @@ from llmrelay.admin.kit.problems import (
     ServiceError,
     Stale,
 )
-from llmrelay.admin.state import AdminState
+from llmrelay.admin.state import AdminState, state_of
 from llmrelay.store.bootstrap import bump_generation, ensure_default_tenant
 from llmrelay.store.db import session_factory
 
@@ -46,8 +46,7 @@ Changes = Annotated[
 
 
 def state(request: Request) -> AdminState:
-    found: AdminState = request.app.state.admin
-    return found
+    return state_of(request.scope)
 
 
 async def _session(request: Request) -> AsyncIterator[AsyncSession]:
