@@ -3,8 +3,9 @@
 A gateway process spends about 1.5-2 s of CPU importing llmrelay, its app and their
 dependencies before it does anything of its own, and the suite starts some 250 of them: about
 a tenth of the suite's CPU on two cores. Each test process (each pytest-xdist worker) keeps one
-zygote: an interpreter that imported `llmrelay.cli` and `llmrelay.app` once and then forks a
-child per start. The child sets the start's environment, working directory, umask and output
+zygote: an interpreter that imported `llmrelay.cli`, `llmrelay.app` and what they import later
+(the admin API, the console, the migrations: `_PRELOADED`) once and then forks a child per
+start. The child sets the start's environment, working directory, umask and output
 file, and runs `llmrelay`'s `__main__` as `python -m llmrelay` would; it then exits through the
 interpreter's normal exit (atexit handlers, flushed files), as a new process does.
 
@@ -198,10 +199,34 @@ def _become(request: dict[str, Any]) -> None:
     sys.argv = ["-m", *request["argv"][1:]]  # run_module sets argv[0] to the module's file
 
 
+#: What a gateway or worker imports, at its start or later (the admin API and the console at
+#: their first request, the preparing child its migrations, the server and the jobs at the
+#: start; found with `python -X importtime`): each is about 0.2-2 s of CPU a process would
+#: spend again, and a child inherits it imported.
+_PRELOADED = (
+    "llmrelay.app",
+    "llmrelay.cli",
+    "llmrelay.admin.app",
+    "llmrelay.console.app",
+    "llmrelay.database_setup",
+    "llmrelay.server",
+    "llmrelay.worker",
+    "llmrelay.jobs.registry",
+    "llmrelay.jobs.submissions",
+    "alembic.command",
+    "alembic.config",
+    "aiosqlite",
+    "argon2",
+    "uvloop",
+)
+
+
 def _serve() -> dict[str, Any] | None:
     """Answer requests until stdin closes (None), or return the start a forked child runs."""
-    import llmrelay.app  # what every `serve` imports first
-    import llmrelay.cli  # noqa: F401
+    import importlib
+
+    for module in _PRELOADED:
+        importlib.import_module(module)
 
     if threading.active_count() != 1:  # a fork keeps only the thread that forked
         raise RuntimeError(f"the zygote runs threads: {threading.enumerate()}")
