@@ -86,16 +86,20 @@ def signed_in(admin: httpx.Client, codex: MockCodex, client: openai.OpenAI) -> N
     after a test that signed every account out, the gateway answers 503 until it has read
     the new account."""
     admin_sign_in(admin, codex)
+    until(lambda: served(client, "ready"), "the signed-in account served")
 
-    def served() -> bool:
-        try:
-            return client.responses.create(model="codex", input="ready").output_text == "ready"
-        except openai.APIStatusError as error:
-            if error.status_code != 503:
-                raise
-            return False
 
-    until(served, "the signed-in account served")
+def served(client: openai.OpenAI, text: str) -> bool:
+    """Whether the gateway answered `text` (the mock backend echoes it). False while it still
+    holds the account as it was before a sign-in, until it reads the new one: 503 when an
+    earlier test signed every account out, or left it resting at its usage limit (a sign-in
+    starts the limits afresh, but the gateway learns of it with its next snapshot)."""
+    try:
+        return client.responses.create(model="codex", input=text).output_text == text
+    except openai.APIStatusError as error:
+        if error.status_code != 503:
+            raise
+        return False
 
 
 def test_without_an_account_the_route_is_unavailable(
@@ -117,7 +121,7 @@ def test_device_code_sign_in_from_the_cli(
     device_login(gateway, codex)
     shown = finished(cli(gateway, "status", "--provider", "codex"))
     assert "codex@example.com (pro)" in shown
-    assert client.responses.create(model="codex", input="cli").output_text == "cli"
+    until(lambda: served(client, "cli"), "the account signed in from the CLI served")
 
 
 def test_a_response(signed_in: None, codex: MockCodex, client: openai.OpenAI) -> None:
@@ -266,8 +270,7 @@ def test_a_token_about_to_expire_is_refreshed_first(
     refreshes = codex.grants.count("refresh_token")
 
     def refreshed() -> bool:
-        assert client.responses.create(model="codex", input="fresh").output_text == "fresh"
-        return codex.grants.count("refresh_token") > refreshes
+        return served(client, "fresh") and codex.grants.count("refresh_token") > refreshes
 
     until(refreshed, "the short-lived tokens refreshed")
     assert codex.grants.count("refresh_token") == refreshes + 1
@@ -300,8 +303,8 @@ def test_a_refused_refresh_makes_the_route_unavailable(
         try:
             client.responses.create(model="codex", input="no")
         except openai.APIStatusError as error:
-            if error.status_code != 503 or "no ChatGPT account is signed in" in error.message:
-                return None  # no account yet (an earlier test signed out), until it is read
+            if error.status_code != 503 or "sign the account in again" not in error.message:
+                return None  # the account before (signed out, resting), until it is read
             return str(error.message)
         return None  # the account before, until the gateway reads the new one
 
@@ -351,18 +354,7 @@ def test_console_device_flow_through_the_admin_api(
     assert done.json()["status"] == "signed_in"
     assert done.json()["account"]["account_id"] == codex.account_id
 
-    # The account is served once the gateway has read it (an earlier test may have signed
-    # every account out: until then, 503 with no account).
-    def served() -> bool:
-        try:
-            answer = client.responses.create(model="codex", input="console")
-        except openai.APIStatusError as error:
-            if error.status_code != 503:
-                raise
-            return False
-        return answer.output_text == "console"
-
-    until(served, "the account signed in through the console served")
+    until(lambda: served(client, "console"), "the account signed in through the console served")
 
 
 def test_logout_from_the_cli(
