@@ -10,7 +10,8 @@ would otherwise export traces to OpenAI). The conversation is written to the fil
 the run (the SDK's own serialisation); with `--continue` the run starts from it, as a second turn
 of the same conversation. It runs as its own process, through
 tests.support.agent_clients, so that it gets the same clean environment and timeout as the
-node clients, and imports nothing from the repository.
+node clients, and imports nothing from the repository (the harness forks it from a process
+that imported the SDKs once, in a clean environment: tests/support/zygote.py, `agents`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from tests.support.gateway_process import GatewayProcess
-from tests.support.zygote import ZygoteChild, popen_llmrelay
+from tests.support.zygote import ZygoteChild, popen_llmrelay, the_zygote
 
 
 def test_a_one_shot_command_is_forked_unless_it_would_import_otherwise(tmp_path: Path) -> None:
@@ -47,3 +47,30 @@ def test_a_gateway_keeps_its_environment_folder_and_exit_codes(tmp_path: Path) -
     assert "Uvicorn running" in gateway.logs()  # its output went to its log
     gateway.start()
     assert gateway.kill() == -signal.SIGKILL
+
+
+def test_a_script_runs_forked_with_its_own_output_session_and_exit_code(tmp_path: Path) -> None:
+    """The `agents` zygote's way (tests/support/agent_clients.py): `python SCRIPT ...` with
+    stdout and stderr to files of their own, in a session of its own, in the environment
+    given and not the zygote's."""
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import os, sys\n"
+        "print(sys.argv[1:], os.environ.get('ONLY_THE_RUN'), 'HOME' in os.environ)\n"
+        "print(os.getsid(0) == os.getpid(), os.getcwd(), sys.path[0], file=sys.stderr)\n"
+        "sys.exit(3)\n"
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    out, err = tmp_path / "run.out", tmp_path / "run.err"
+    forked = the_zygote("agents", {"PATH": os.environ["PATH"], "HOME": str(tmp_path)})
+    child = forked.spawn(
+        [sys.executable, str(script), "a", "b"],
+        {"PATH": os.environ["PATH"], "ONLY_THE_RUN": "yes"},
+        work,
+        (str(out), str(err)),
+        session=True,
+    )
+    assert child.wait(60) == 3
+    assert out.read_text() == "['a', 'b'] yes False\n"
+    assert err.read_text() == f"True {work} {tmp_path}\n"

@@ -73,16 +73,17 @@ class ZygoteChild:
 
 
 class _Zygote:
-    """The test process's side: requests over the zygote's stdin, answers on its stdout."""
+    """The test process's side: requests over the zygote's stdin, answers on its stdout.
+    `kind` names what it imports (`_PRELOADED`); `environ` is the environment it imports in."""
 
-    def __init__(self) -> None:
+    def __init__(self, kind: str, environ: dict[str, str]) -> None:
         self._process = subprocess.Popen(
-            [sys.executable, str(_ZYGOTE_SCRIPT)],
+            [sys.executable, str(_ZYGOTE_SCRIPT), kind],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            env=os.environ.copy(),
+            env=environ,
         )
-        self.environ = dict(os.environ)
+        self.environ = environ
         self._lock = threading.Lock()  # one request at a time (tests start replicas in threads)
         self._ask({"op": "ready"})
 
@@ -98,17 +99,27 @@ class _Zygote:
         return answer
 
     def spawn(
-        self, args: list[str], env: dict[str, str], cwd: Path, log: IO[bytes], umask: int
+        self,
+        args: list[str],
+        env: dict[str, str],
+        cwd: Path,
+        output: tuple[str, str],
+        *,
+        umask: int = -1,
+        session: bool = False,
     ) -> ZygoteChild:
-        log.flush()
+        """`args` is `python -m MODULE ...` or `python SCRIPT ...`; `output` the files its
+        stdout and stderr go to (appended); `session`: its own session and process group, as
+        Popen's start_new_session."""
         answer = self._ask(
             {
                 "op": "spawn",
-                "argv": args[2:],  # after `python -m`: the module and its arguments
+                "argv": args[1:],  # after `python`
                 "env": env,
                 "cwd": str(cwd),
-                "log": log.name,
+                "output": output,
                 "umask": umask,
+                "session": session,
             }
         )
         return ZygoteChild(self, int(answer["pid"]))
@@ -125,22 +136,27 @@ class _Zygote:
         except subprocess.TimeoutExpired:
             self._process.kill()
             self._process.wait()
+        if self._process.stdout is not None:
+            self._process.stdout.close()
 
 
-_zygote: _Zygote | None = None
+_zygotes: dict[str, _Zygote] = {}
 _zygote_lock = threading.Lock()
 
 
-def _the_zygote() -> _Zygote:
-    global _zygote
+def the_zygote(kind: str = "llmrelay", environ: dict[str, str] | None = None) -> _Zygote:
+    """The test process's zygote of `kind`, started (in `environ`, else this process's
+    environment) at its first use."""
     with _zygote_lock:
-        if _zygote is None:
-            _zygote = _Zygote()
-            atexit.register(_zygote.close)
-        return _zygote
+        zygote = _zygotes.get(kind)
+        if zygote is None:
+            zygote = _Zygote(kind, dict(os.environ if environ is None else environ))
+            _zygotes[kind] = zygote
+            atexit.register(zygote.close)
+        return zygote
 
 
-def _disabled(env: dict[str, str]) -> bool:
+def disabled(env: dict[str, str]) -> bool:
     return "0" in (os.environ.get("LLMRELAY_TEST_ZYGOTE"), env.get("LLMRELAY_TEST_ZYGOTE"))
 
 
@@ -157,10 +173,11 @@ def popen_llmrelay(
 ) -> subprocess.Popen[bytes] | ZygoteChild:
     """`subprocess.Popen(args, ...)` with its output to `log`, forked from the zygote when it
     can be (see the module's docstring)."""
-    if args[:3] == [sys.executable, "-m", "llmrelay"] and not _disabled(env):
-        zygote = _the_zygote()
+    if args[:3] == [sys.executable, "-m", "llmrelay"] and not disabled(env):
+        zygote = the_zygote()
         if _imports_alike(env, zygote.environ):
-            return zygote.spawn(args, env, cwd, log, umask)
+            log.flush()
+            return zygote.spawn(args, env, cwd, (log.name, log.name), umask=umask)
     return subprocess.Popen(
         args, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, umask=umask
     )
@@ -183,27 +200,39 @@ def _reap(exited: dict[int, int]) -> None:
 def _become(request: dict[str, Any]) -> None:
     """In the forked child: the process `python -m llmrelay ...` would have been."""
     os.chdir(request["cwd"])
+    if request["session"]:
+        os.setsid()
     if request["umask"] >= 0:
         os.umask(request["umask"])
     os.environ.clear()
     os.environ.update(request["env"])
-    log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    stdout_path, stderr_path = request["output"]
+    stdout = os.open(stdout_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    stderr = stdout
+    if stderr_path != stdout_path:
+        stderr = os.open(stderr_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
+    os.dup2(stdout, 1)
+    os.dup2(stderr, 2)
     os.closerange(3, 65536)  # as Popen's close_fds: nothing of the zygote's stays open
     # sys.stdin, stdout and stderr stay the objects they are, on fds 0-2 now (new ones would
     # leave the old ones to close those fds when collected)
-    sys.path[0] = request["cwd"]  # as `python -m`: the working directory first
-    sys.argv = ["-m", *request["argv"][1:]]  # run_module sets argv[0] to the module's file
+    argv = request["argv"]
+    if argv[0] == "-m":
+        sys.path[0] = request["cwd"]  # as `python -m`: the working directory first
+        sys.argv = ["-m", *argv[2:]]  # run_module sets argv[0] to the module's file
+    else:
+        sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))  # as `python SCRIPT`
+        sys.argv = list(argv)
 
 
-#: What a gateway or worker imports, at its start or later (the admin API and the console at
-#: their first request, the preparing child its migrations, the server and the jobs at the
-#: start; found with `python -X importtime`): each is about 0.2-2 s of CPU a process would
-#: spend again, and a child inherits it imported.
-_PRELOADED = (
+#: What each kind of zygote imports. `llmrelay`: what a gateway or worker imports, at its start
+#: or later (the admin API and the console at their first request, the preparing child its
+#: migrations, the server and the jobs at the start; found with `python -X importtime`): each
+#: is about 0.2-2 s of CPU a process would spend again, and a child inherits it imported.
+#: `agents`: the agent SDKs tests/agents/sdk_agents.py runs (3-3.5 s of CPU a run).
+_LLMRELAY = (
     "llmrelay.app",
     "llmrelay.cli",
     "llmrelay.admin.app",
@@ -219,13 +248,22 @@ _PRELOADED = (
     "argon2",
     "uvloop",
 )
+_AGENTS = (
+    "openai",
+    "agents",
+    "pydantic_ai",
+    "pydantic_ai.messages",
+    "pydantic_ai.models.openai",
+    "pydantic_ai.providers.openai",
+)
+_PRELOADED = {"llmrelay": _LLMRELAY, "agents": _AGENTS}
 
 
-def _serve() -> dict[str, Any] | None:
+def _serve(kind: str) -> dict[str, Any] | None:
     """Answer requests until stdin closes (None), or return the start a forked child runs."""
     import importlib
 
-    for module in _PRELOADED:
+    for module in _PRELOADED[kind]:
         importlib.import_module(module)
 
     if threading.active_count() != 1:  # a fork keeps only the thread that forked
@@ -254,9 +292,12 @@ def _serve() -> dict[str, Any] | None:
 
 
 if __name__ == "__main__":
-    start = _serve()
+    start = _serve(sys.argv[1])
     if start is not None:
         import runpy
 
         _become(start)
-        runpy.run_module(start["argv"][0], run_name="__main__", alter_sys=True)
+        if start["argv"][0] == "-m":
+            runpy.run_module(start["argv"][1], run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(start["argv"][0], run_name="__main__")
