@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sqlite3
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import httpx
 
 from tests.support.gateway_process import GatewayProcess
 from tests.support.mock_upstream import MockUpstream
+from tests.support.zygote import run_llmrelay
 
 KEY = "backup-key-0123456789abcdef"
 
@@ -26,13 +26,10 @@ projects: [{{name: p, keys: [{{name: k, key: {KEY}}}]}}]
 
 
 def _llmrelay(gateway: GatewayProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "llmrelay", *args],
+    return run_llmrelay(
+        list(args),
         env=gateway.env,
         cwd=gateway.folder,
-        capture_output=True,
-        text=True,
-        check=False,
     )
 
 

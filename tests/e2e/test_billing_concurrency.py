@@ -10,8 +10,6 @@ gateway mints (admitted against the wallet's lease in memory, billing/allowance.
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ import pytest
 from tests.support.billing import ADMIN_TOKEN, BillingDb, admin, eventually, make_prepaid
 from tests.support.gateway_process import GatewayProcess
 from tests.support.mock_upstream import MockUpstream
+from tests.support.zygote import run_llmrelay
 
 pytestmark = pytest.mark.postgres
 KEY = "billing-race-key-0123456789"
@@ -75,12 +74,9 @@ def test_100_requests_on_a_wallet_that_covers_10(
         database_url=pg_url,
         env={"LLMRELAY_ADMIN_TOKEN": ADMIN_TOKEN},
     )
-    migrated = subprocess.run(
-        [sys.executable, "-m", "llmrelay", "migrate"],
+    migrated = run_llmrelay(
+        ["migrate"],
         env=process.env,
-        capture_output=True,
-        text=True,
-        check=False,
     )
     assert migrated.returncode == 0, migrated.stderr
     process.start()

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import re
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 
 from tests.support.gateway_process import GatewayProcess
+from tests.support.zygote import run_llmrelay
 
 #: A permissive umask, as a shell's default: without the narrowing, files would be 0644.
 OPEN_UMASK = 0o022
@@ -52,13 +51,10 @@ def test_files_the_gateway_creates_are_not_group_or_world_readable(tmp_path: Pat
         )
         assert answer.status_code == 200, answer.text
         assert gateway.records([answer.headers["x-request-id"]])  # written: the WAL is there
-        backup = subprocess.run(
-            [sys.executable, "-m", "llmrelay", "backup", str(data / "backup.db")],
+        backup = run_llmrelay(
+            ["backup", str(data / "backup.db")],
             env=gateway.env,
             cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            check=False,
             umask=OPEN_UMASK,
         )
         assert backup.returncode == 0, backup.stderr

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -14,6 +12,7 @@ import openai
 from tests.support.closing import Closing
 from tests.support.gateway_process import GatewayProcess
 from tests.support.mock_upstream import MockUpstream
+from tests.support.zygote import run_llmrelay
 
 KEY = "lifecycle-key-0123456789"
 
@@ -59,12 +58,9 @@ def test_apply_from_another_process_reaches_the_running_gateway(
         new_key = "lifecycle-new-key-0123456789"
         config = tmp_path / "more.yaml"
         config.write_text(_config(upstream, f"      - {{name: k2, key: {new_key}}}\n"))
-        applied = subprocess.run(
-            [sys.executable, "-m", "llmrelay", "apply", str(config)],
+        applied = run_llmrelay(
+            ["apply", str(config)],
             env=process.env,
-            capture_output=True,
-            text=True,
-            check=False,
         )
         assert applied.returncode == 0, applied.stderr
         assert "created key p/k2" in applied.stdout
@@ -125,12 +121,9 @@ def test_sigterm_lets_a_running_stream_finish_flushes_records_and_exits_0(
 def test_cli_apply_reports_invalid_config_with_path(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("models:\n  - name: m\n    routes: [{provider: ghost, upstream_model: x}]\n")
-    result = subprocess.run(
-        [sys.executable, "-m", "llmrelay", "apply", str(bad)],
+    result = run_llmrelay(
+        ["apply", str(bad)],
         env={"LLMRELAY_DATABASE_URL": f"sqlite:///{tmp_path}/x.db", "PATH": ""},
-        capture_output=True,
-        text=True,
-        check=False,
     )
     assert result.returncode == 2
     assert f"{bad}: models[0].routes[0].provider: unknown provider 'ghost'" in result.stderr
@@ -142,19 +135,15 @@ def test_cli_apply_prints_a_generated_key_once(tmp_path: Path, upstream: MockUps
         _config(upstream).replace(f"      - {{name: k, key: {KEY}}}", "      - {name: gen}")
     )
     env = {"LLMRELAY_DATABASE_URL": f"sqlite:///{tmp_path}/gen.db", "PATH": ""}
-    first = subprocess.run(
-        [sys.executable, "-m", "llmrelay", "apply", str(config)],
+    first = run_llmrelay(
+        ["apply", str(config)],
         env=env,
-        capture_output=True,
-        text=True,
         check=True,
     )
     assert first.stdout.count("new API key for project 'p', key 'gen'") == 1
-    second = subprocess.run(
-        [sys.executable, "-m", "llmrelay", "apply", str(config)],
+    second = run_llmrelay(
+        ["apply", str(config)],
         env=env,
-        capture_output=True,
-        text=True,
         check=True,
     )
     assert "no changes" in second.stdout and "new API key" not in second.stdout

@@ -5,8 +5,6 @@ test stops and starts again."""
 from __future__ import annotations
 
 import contextlib
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +16,7 @@ import pytest
 from tests.support.gateway_process import GatewayProcess
 from tests.support.mock_upstream import MockUpstream
 from tests.support.redis_server import RedisServer
+from tests.support.zygote import run_llmrelay
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres]
 
@@ -93,12 +92,9 @@ def two_replicas(
 
 
 def _migrate(url: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "llmrelay", "migrate"],
+    done = run_llmrelay(
+        ["migrate"],
         env={**GatewayProcess(Path("/tmp")).env, "LLMRELAY_DATABASE_URL": url},
-        capture_output=True,
-        text=True,
-        check=False,
     )
     assert done.returncode == 0, done.stderr
 

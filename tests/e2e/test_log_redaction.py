@@ -7,8 +7,6 @@ the marker, and lines logged while a request was handled carry its id."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ import pytest
 from tests.support.gateway_process import GatewayProcess
 from tests.support.mock_upstream import MockUpstream
 from tests.support.ports import free_port
+from tests.support.zygote import run_llmrelay
 
 CLIENT_KEY = "planted-client-key-Q7vX2mLr9TnB4wKc"
 WRONG_CLIENT_KEY = "sk-planted-wrong-client-key-H3pZ8sYd"
@@ -108,12 +107,11 @@ def gateway(upstream: MockUpstream, tmp_path_factory: pytest.TempPathFactory) ->
     # stdout for the person who ran it, and the log under test is the server's alone.
     config_path = folder / "config.yaml"
     config_path.write_text(_config(upstream))
-    subprocess.run(
-        [sys.executable, "-m", "llmrelay", "apply", str(config_path)],
+    run_llmrelay(
+        ["apply", str(config_path)],
         env=process.env,
         cwd=folder,
         check=True,
-        capture_output=True,
         timeout=60,
     )
     process.start()

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +18,7 @@ import pytest
 
 from tests.support.counting_server import ThreadedCountingServer
 from tests.support.gateway_process import GatewayProcess
+from tests.support.zygote import run_llmrelay
 
 KEY = "e2e-outbound-key-0123456789"
 ADMIN_TOKEN = "e2e-outbound-admin-token-0123456789"
@@ -60,12 +59,11 @@ def gateway(
     path = folder / "outbound.yaml"
     path.write_text(config(server))
     for command in (["migrate"], ["apply", str(path)]):
-        subprocess.run(
-            [sys.executable, "-m", "llmrelay", *command],
+        run_llmrelay(
+            command,
             env={**os.environ, **process.env},
             cwd=folder,
             check=True,
-            capture_output=True,
             timeout=120,
         )
     with sqlite3.connect(process.database_url.removeprefix("sqlite:///")) as conn:

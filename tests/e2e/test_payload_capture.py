@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,6 +26,7 @@ from llmrelay.store.db import create_engine
 from tests.support.gateway_process import GatewayProcess
 from tests.support.kept import KeptPerParam, kept_per_param
 from tests.support.mock_upstream import MockUpstream
+from tests.support.zygote import run_llmrelay
 
 ADMIN = "admin-token-for-capture-tests-0123456789"
 CAPTURED = "capture-full-key-0123456789"
@@ -60,12 +59,9 @@ projects:
 
 
 def _migrate(process: GatewayProcess) -> None:
-    migrated = subprocess.run(
-        [sys.executable, "-m", "llmrelay", "migrate"],
+    migrated = run_llmrelay(
+        ["migrate"],
         env={**process.env},
-        capture_output=True,
-        text=True,
-        check=False,
     )
     assert migrated.returncode == 0, migrated.stderr
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,6 +13,7 @@ import pytest
 from tests.support.closing import Closing
 from tests.support.gateway_process import GatewayProcess
 from tests.support.mock_upstream import MockUpstream
+from tests.support.zygote import run_llmrelay
 
 pytestmark = pytest.mark.postgres
 KEY = "postgres-e2e-key-0123456789"
@@ -36,12 +35,9 @@ projects: [{{name: p, keys: [{{name: k, key: {KEY}}}]}}]
     with pytest.raises(RuntimeError, match="llmrelay migrate"):
         refused.start()  # PostgreSQL is never migrated implicitly by serve
 
-    migrated = subprocess.run(
-        [sys.executable, "-m", "llmrelay", "migrate"],
+    migrated = run_llmrelay(
+        ["migrate"],
         env={**refused.env, **env_db},
-        capture_output=True,
-        text=True,
-        check=False,
     )
     assert migrated.returncode == 0, migrated.stderr
     process = GatewayProcess(tmp_path, config=config, database_url=pg_url).start()

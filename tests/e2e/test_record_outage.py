@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +24,7 @@ from tests.support.gateway_process import GatewayProcess
 from tests.support.mock_upstream import MockUpstream
 from tests.support.postgres_server import PostgresServer
 from tests.support.services import skipped_services
+from tests.support.zygote import run_llmrelay
 
 pytestmark = pytest.mark.e2e
 KEY = "outage-e2e-key-0123456789"
@@ -59,12 +59,9 @@ projects: [{{name: p, keys: [{{name: k, key: {KEY}}}]}}]
 
 
 def _migrate(gateway: GatewayProcess) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "llmrelay", "migrate"],
+    done = run_llmrelay(
+        ["migrate"],
         env=gateway.env,
-        capture_output=True,
-        text=True,
-        check=False,
     )
     assert done.returncode == 0, done.stderr
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import sqlite3
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -12,6 +10,7 @@ import httpx
 
 from tests.support.gateway_process import GatewayProcess
 from tests.support.mock_upstream import MockUpstream
+from tests.support.zygote import run_llmrelay
 
 KEY = "retention-key-0123456789"
 
@@ -24,11 +23,9 @@ projects: [{{name: p, keys: [{{name: k, key: {KEY}}}]}}]
 """
     env = {"LLMRELAY_RECORD_RETENTION_DAYS": "30", "LLMRELAY_RETENTION_INTERVAL_S": "0.2"}
     gateway = GatewayProcess(tmp_path, config=config, env=env)
-    migrated = subprocess.run(
-        [sys.executable, "-m", "llmrelay", "migrate"],
+    migrated = run_llmrelay(
+        ["migrate"],
         env=gateway.env,
-        capture_output=True,
-        check=False,
     )
     assert migrated.returncode == 0, migrated.stderr
     path = gateway.database_url.removeprefix("sqlite:///")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from sqlalchemy import text
 
 from llmrelay.store.crypto import Sealer
 from llmrelay.store.db import create_engine
+from tests.support.zygote import run_llmrelay
 
 pytestmark = pytest.mark.e2e
 
@@ -38,8 +38,8 @@ providers:
 def _run(
     database_url: str, secret_key: str, *args: str, **env: str
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "llmrelay", *args],
+    return run_llmrelay(
+        list(args),
         env={
             "PATH": os.environ.get("PATH", ""),
             "LLMRELAY_DATABASE_URL": database_url,
@@ -47,9 +47,6 @@ def _run(
             "LLMRELAY_ENV": "production",
             **env,
         },
-        capture_output=True,
-        text=True,
-        check=False,
         timeout=60,
     )
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import asyncpg
@@ -19,6 +17,7 @@ import pytest
 from tests.support.gateway_process import GatewayProcess
 from tests.support.mail import token_in
 from tests.support.smtp_sink import SmtpSink
+from tests.support.zygote import run_llmrelay
 
 pytestmark = [pytest.mark.postgres, pytest.mark.e2e]
 PASSWORD = "a long enough password"
@@ -91,12 +90,9 @@ def test_sign_up_on_postgres(pg_url: str, tmp_path: Path) -> None:
         "LLMRELAY_JOBS_POLL_S": "0.2",
     }
     process = GatewayProcess(tmp_path, database_url=pg_url, env=env)
-    migrated = subprocess.run(
-        [sys.executable, "-m", "llmrelay", "migrate"],
+    migrated = run_llmrelay(
+        ["migrate"],
         env=process.env,
-        capture_output=True,
-        text=True,
-        check=False,
     )
     assert migrated.returncode == 0, migrated.stderr
     asyncio.run(

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -15,6 +13,7 @@ import pytest
 
 from tests.support.gateway_process import GatewayProcess
 from tests.support.ports import free_port
+from tests.support.zygote import run_llmrelay
 
 pytestmark = pytest.mark.e2e
 
@@ -49,8 +48,8 @@ def test_production_refuses_to_serve_naming_the_variable(
     tmp_path: Path, env: dict[str, str], variable: str, problem: str
 ) -> None:
     port = free_port()
-    result = subprocess.run(
-        [sys.executable, "-m", "llmrelay", "serve", "--port", str(port)],
+    result = run_llmrelay(
+        ["serve", "--port", str(port)],
         env={
             "PATH": os.environ.get("PATH", ""),
             "LLMRELAY_DATABASE_URL": f"sqlite:///{tmp_path}/gw.db",
@@ -58,9 +57,6 @@ def test_production_refuses_to_serve_naming_the_variable(
             "LLMRELAY_SECRET_KEY": GOOD_KEY,
             **env,
         },
-        capture_output=True,
-        text=True,
-        check=False,
         timeout=60,
         cwd=tmp_path,
     )

@@ -4,8 +4,6 @@ request list must match what the mock upstream reported, exactly. On SQLite and 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -20,6 +18,7 @@ import pytest
 
 from tests.support.gateway_process import GatewayProcess
 from tests.support.mock_upstream import MockUpstream
+from tests.support.zygote import run_llmrelay
 
 ADMIN = "admin-token-for-usage-tests-0123456789"
 KEYS = {"alpha": "usage-alpha-key-0123456789", "beta": "usage-beta-key-0123456789"}
@@ -58,12 +57,9 @@ def gateway(database_url: str, upstream: MockUpstream, tmp_path: Path) -> Iterat
         env={"LLMRELAY_ADMIN_TOKEN": ADMIN},
     )
     if database_url.startswith("postgresql"):
-        migrated = subprocess.run(
-            [sys.executable, "-m", "llmrelay", "migrate"],
+        migrated = run_llmrelay(
+            ["migrate"],
             env={**process.env},
-            capture_output=True,
-            text=True,
-            check=False,
         )
         assert migrated.returncode == 0, migrated.stderr
     process.start()

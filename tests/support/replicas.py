@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +13,7 @@ from typing import Any
 import httpx
 
 from tests.support.gateway_process import GatewayProcess
+from tests.support.zygote import run_llmrelay
 
 
 class Cluster:
@@ -40,12 +39,9 @@ class Cluster:
         self.replicas: list[GatewayProcess] = []
 
     def command(self, *args: str, secret: str | None = None) -> str:
-        done = subprocess.run(
-            [sys.executable, "-m", "llmrelay", *args],
+        done = run_llmrelay(
+            list(args),
             env={**self.replica_env(), "LLMRELAY_SECRET_KEY": secret or self.secret},
-            capture_output=True,
-            text=True,
-            check=False,
             cwd=self.folder,
         )
         assert done.returncode == 0, done.stdout + done.stderr

@@ -27,6 +27,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -181,6 +182,45 @@ def popen_llmrelay(
     return subprocess.Popen(
         args, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, umask=umask
     )
+
+
+def run_llmrelay(
+    args: list[str],
+    env: dict[str, str],
+    *,
+    cwd: Path | None = None,
+    timeout: float = 300.0,
+    umask: int = -1,
+    check: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """`subprocess.run([python, "-m", "llmrelay", *args], capture_output=True, text=True)`
+    (a one-shot command: migrate, apply, backup...), forked from the zygote when it can be."""
+    argv = [sys.executable, "-m", "llmrelay", *args]
+    folder = cwd or Path.cwd()
+    if disabled(env) or not _imports_alike(env, the_zygote().environ):
+        return subprocess.run(
+            argv,
+            env=env,
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=timeout,
+            umask=umask,
+        )
+    with tempfile.TemporaryDirectory(prefix="llmrelay-run-") as output:
+        out, err = Path(output, "stdout"), Path(output, "stderr")
+        child = the_zygote().spawn(argv, env, folder, (str(out), str(err)), umask=umask)
+        try:
+            code = child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+            raise
+        done = subprocess.CompletedProcess(argv, code, out.read_text(), err.read_text())
+    if check:
+        done.check_returncode()
+    return done
 
 
 # The zygote's side: run as a script (`python tests/support/zygote.py`), not imported.
