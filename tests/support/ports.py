@@ -7,7 +7,8 @@ it ("address already in use", seen in CI). So the ports come from below that ran
 kernel never assigns one by itself, and each pytest-xdist worker has a block of its own, so
 two workers of one run never pick the same port. A port is handed out only after a bind of
 it succeeded (something else, a service or a concurrent run, may hold one of ours), and
-each process walks its block from a random place, so that two runs at once rarely meet.
+each process walks its block from a random place, so that two runs at once rarely meet. A
+port the clients under test refuse to connect to (`REFUSED_BY_CLIENTS`) is never handed out.
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ import socket
 FIRST_PORT = 10_000
 LAST_PORT = 32_000
 BLOCK = 2_000
+#: The "bad ports" of the Fetch standard that fall in that range: browsers (Chromium) and
+#: fetch() (Node's undici, under Gemini CLI and the other node clients) refuse to connect
+#: to them ("fetch failed", cause "bad port"). R34: a stand-in upstream on 10080 and every
+#: Gemini CLI run against it retried until killed. The rest of the list is below 10,000.
+REFUSED_BY_CLIENTS = frozenset({10080})
 
 
 def _worker_number() -> int:
@@ -34,6 +40,7 @@ def _candidates() -> itertools.cycle[int]:
     start = FIRST_PORT + (_worker_number() % blocks) * BLOCK
     offset = random.randrange(BLOCK)
     ports = [start + (offset + i) % BLOCK for i in range(BLOCK)]
+    ports = [port for port in ports if port not in REFUSED_BY_CLIENTS]
     return itertools.cycle(ports)
 
 
