@@ -7,7 +7,13 @@ zygote: an interpreter that imported `llmrelay.cli`, `llmrelay.app` and what the
 (the admin API, the console, the migrations: `_PRELOADED`) once and then forks a child per
 start. The child sets the start's environment, working directory, umask and output
 file, and runs `llmrelay`'s `__main__` as `python -m llmrelay` would; it then exits through the
-interpreter's normal exit (atexit handlers, flushed files), as a new process does.
+interpreter's normal exit (atexit handlers, flushed files), as a new process does. One-shot
+commands (`migrate`, `apply`...) go through `run_llmrelay`, the zygote's `subprocess.run`.
+
+A second kind of zygote, `agents`, imports the Python agent SDKs in a clean environment of its
+own and forks `python tests/agents/sdk_agents.py ...` runs (tests/support/agent_clients.py):
+`python SCRIPT ...` as the interpreter would run it, in a session of its own if asked, its
+stdout and stderr to files.
 
 What a child cannot inherit, it does not get: a start whose interpreter would import
 differently (another `PYTHON*` variable, `LLMRELAY_PURE_PYTHON`), or whose command is not
