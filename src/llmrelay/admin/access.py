@@ -28,7 +28,7 @@ from fastapi import Request
 
 from llmrelay.admin.errors import AdminError
 from llmrelay.admin.roles import Role as Role  # (re-exported: its home before roles.py)
-from llmrelay.admin.state import AdminState, state_of
+from llmrelay.admin.state import state_of
 
 RESOURCES = (
     "tenants",
@@ -173,10 +173,6 @@ SESSION_COOKIE = "llmrelay_session"
 CSRF_HEADER = "x-csrf-token"
 
 
-def _state(request: Request) -> AdminState:
-    return state_of(request.scope)
-
-
 def _bearer(request: Request) -> str | None:
     scheme, _, value = request.headers.get("authorization", "").partition(" ")
     return value.strip() if scheme.lower() == "bearer" and value.strip() else None
@@ -188,7 +184,7 @@ async def authenticate(request: Request) -> Actor:
     from llmrelay.admin import audit
     from llmrelay.admin.identity import sessions  # the session store needs the models
 
-    state = _state(request)
+    state = state_of(request.scope)
     presented = _bearer(request)
     if presented is not None:
         token = state.admin_token

@@ -16,7 +16,7 @@ from llmrelay.admin import usage_query
 from llmrelay.admin.access import Actor, require
 from llmrelay.admin.errors import AdminError
 from llmrelay.admin.kit.params import When
-from llmrelay.admin.state import AdminState, state_of
+from llmrelay.admin.state import state_of
 from llmrelay.admin.usage_schemas import RequestDetail, RequestPage, UsageFigures, UsageSeries
 
 router = APIRouter(tags=["usage"])
@@ -45,10 +45,6 @@ class Filters:
 Filtered = Annotated[Filters, Depends()]
 
 
-def _state(request: Request) -> AdminState:
-    return state_of(request.scope)
-
-
 async def _visible(conn: AsyncConnection, actor: Actor) -> frozenset[str] | None:
     tenants = actor.tenants_for("usage:read")
     limited = {t: actor.project_scope(t) for t in tenants or ()}
@@ -62,7 +58,7 @@ async def _visible(conn: AsyncConnection, actor: Actor) -> frozenset[str] | None
 @router.get("/usage/summary", response_model=UsageFigures)
 async def usage_summary(request: Request, filters: Filtered, actor: Reader) -> dict[str, Any]:
     """Requests, tokens and cost over the filtered records."""
-    async with _state(request).database().connect() as conn:
+    async with state_of(request.scope).database().connect() as conn:
         where = await usage_query.resolve(
             conn, **vars(filters), visible=await _visible(conn, actor)
         )
@@ -79,7 +75,7 @@ async def usage_timeseries(
 ) -> dict[str, Any]:
     """Per bucket (and group): requests, error rate, tokens, cost, p50/p95 latency and time
     to first byte."""
-    async with _state(request).database().connect() as conn:
+    async with state_of(request.scope).database().connect() as conn:
         where = await usage_query.resolve(
             conn, **vars(filters), visible=await _visible(conn, actor)
         )
@@ -114,7 +110,7 @@ async def list_requests(
 ) -> dict[str, Any]:
     """Request records, newest first; `next_cursor` fetches the next page."""
     after = _after(cursor)
-    async with _state(request).database().connect() as conn:
+    async with state_of(request.scope).database().connect() as conn:
         where = await usage_query.resolve(
             conn, **vars(filters), visible=await _visible(conn, actor)
         )
@@ -128,7 +124,7 @@ async def get_request(request: Request, request_id: str, actor: Reader) -> dict[
     `payload` when its key captures them (else `payload` is null)."""
     if not 1 <= len(request_id) <= 64:
         raise AdminError(400, "request_id: 1 to 64 characters", field="request_id")
-    async with _state(request).database().connect() as conn:
+    async with state_of(request.scope).database().connect() as conn:
         record = await usage_query.one(conn, request_id, await _visible(conn, actor))
     if record is None:
         raise AdminError(404, f"no request {request_id!r}", "not_found")
