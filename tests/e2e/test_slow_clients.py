@@ -232,8 +232,12 @@ def test_a_body_nobody_reads_does_not_keep_the_connection(gateway: GatewayProces
 
 
 def test_a_trickled_body_on_a_control_plane_route_is_cut(gateway: GatewayProcess) -> None:
-    """Routes outside the data plane (here the admin API's sign-in) have the backstop."""
-    payload = json.dumps({"email": "a@example.com", "password": "x" * 40}).encode()
+    """Routes outside the data plane (here the admin API's sign-in) have the backstop. The
+    body is long enough that trickling all of it takes longer than the time allowed for the
+    cut (at 0.1 s a byte): the assertion on the time decides, not the length (with 40 bytes
+    of password, a cut more than 4 s late on a loaded machine let the whole body through)."""
+    password = "x" * int((BODY_TIMEOUT_S + 1 + SLACK_S) / 0.1)
+    payload = json.dumps({"email": "a@example.com", "password": password}).encode()
     head = (
         f"POST /api/admin/auth/login HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(payload)}\r\n\r\n"
