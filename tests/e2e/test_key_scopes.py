@@ -221,7 +221,12 @@ def admin(gateway: GatewayProcess) -> Iterator[httpx.Client]:
         yield client
 
 
-def _wait_for(done: Callable[[], bool], within_s: float) -> None:
+#: The reload window is 2 s (LLMRELAY_SNAPSHOT_POLL_S); the ceiling for seeing a change is
+#: generous, since a loaded two-core machine can take seconds for each request of the poll.
+RELOADED_WITHIN_S = 30.0
+
+
+def _wait_for(done: Callable[[], bool], within_s: float = RELOADED_WITHIN_S) -> None:
     deadline = time.monotonic() + within_s
     while not done():
         assert time.monotonic() < deadline, "not within the reload window"
@@ -250,14 +255,14 @@ def test_scopes_changed_through_the_admin_api_apply_within_the_reload_window(
     created = admin.post(url, json={"name": "changing", "scopes": ["embeddings"]})
     assert created.status_code == 201, created.text
     key_id, secret = created.json()["id"], created.json()["key"]
-    _wait_for(lambda: _chat_status(gateway, secret) == 403, 10)
+    _wait_for(lambda: _chat_status(gateway, secret) == 403)
 
     current = admin.get(f"/keys/{key_id}")
     changed = admin.patch(
         f"/keys/{key_id}", json={"scopes": ["chat"]}, headers={"If-Match": current.headers["ETag"]}
     )
     assert changed.status_code == 200, changed.text
-    _wait_for(lambda: _chat_status(gateway, secret) == 200, 10)
+    _wait_for(lambda: _chat_status(gateway, secret) == 200)
 
     current = admin.get(f"/keys/{key_id}")
     narrowed = admin.patch(
@@ -266,7 +271,7 @@ def test_scopes_changed_through_the_admin_api_apply_within_the_reload_window(
         headers={"If-Match": current.headers["ETag"]},
     )
     assert narrowed.status_code == 200, narrowed.text
-    _wait_for(lambda: _chat_status(gateway, secret) == 403, 10)
+    _wait_for(lambda: _chat_status(gateway, secret) == 403)
 
 
 def test_a_queued_job_of_a_key_whose_scopes_were_narrowed_does_not_run(
@@ -314,7 +319,7 @@ projects:
         worker = WorkerProcess(tmp_path, "scopes", worker_env).start()
         try:
             request_id = raw.headers["x-request-id"]
-            record = gateway.records([request_id], timeout_s=30)[request_id]
+            record = gateway.records([request_id], timeout_s=90)[request_id]
         finally:
             assert worker.stop() == 0, worker.logs()
         assert (record["status_code"], record["error_code"]) == (403, "scope_not_allowed")
