@@ -235,7 +235,8 @@ def test_a_trickled_body_on_a_control_plane_route_is_cut(gateway: GatewayProcess
     """Routes outside the data plane (here the admin API's sign-in) have the backstop. The
     body is long enough that trickling all of it takes longer than the time allowed for the
     cut (at 0.1 s a byte): the assertion on the time decides, not the length (with 40 bytes
-    of password, a cut more than 4 s late on a loaded machine let the whole body through)."""
+    of password, a cut more than 4 s late on a loaded machine would let the whole body through
+    and fail the test before the bound on time could decide)."""
     password = "x" * int((BODY_TIMEOUT_S + 1 + SLACK_S) / 0.1)
     payload = json.dumps({"email": "a@example.com", "password": password}).encode()
     head = (
