@@ -1,6 +1,8 @@
 """Recording cost: two llmrelay processes on the same config and upstream, one writing a
 request record per request (the default) and one with LLMRELAY_RECORD_REQUESTS=false,
-measured in alternating windows (`python -m bench.run --recording [--quick]`).
+measured in alternating windows (`python -m bench.run --recording [--quick]`). With
+`BENCH_RECORDING_BASE=journal` the base process writes records but no journal
+(LLMRELAY_JOURNAL=false, gateway/journal.py): the ratio is then the journal's cost.
 
 The metering issue's target: "Recording on vs off at concurrency 64, as a ratio in one run
 (target >= 0.9)": throughput with records over throughput without, at c=64 where core 1 is the
@@ -12,6 +14,7 @@ part of the measured CPU.
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -25,7 +28,15 @@ MODES = ("plain", "sse")
 ARMS = ("off", "on")  # system names: recording off is the base
 
 
+#: The base arm's settings, by BENCH_RECORDING_BASE.
+BASES = {
+    "records": {"LLMRELAY_RECORD_REQUESTS": "false"},
+    "journal": {"LLMRELAY_JOURNAL": "false"},
+}
+
+
 def compare_recording(folder: Path, quick: bool) -> dict[str, Any]:
+    base = os.environ.get("BENCH_RECORDING_BASE", "records")
     levels = [1, 64]
     duration = 3.0 if quick else 6.0
     rounds = 3 if quick else 4
@@ -33,14 +44,8 @@ def compare_recording(folder: Path, quick: bool) -> dict[str, Any]:
     systems: list[System] = []
     with upstream(folder, MODES) as nginx:
         try:
-            print("starting llmrelay with and without request records on core 1 ...", flush=True)
-            off = start_llmrelay(
-                folder / "off",
-                nginx.port,
-                MODES,
-                env={"LLMRELAY_RECORD_REQUESTS": "false"},
-                name="off",
-            )
+            print(f"starting llmrelay with and without {base} on core 1 ...", flush=True)
+            off = start_llmrelay(folder / "off", nginx.port, MODES, env=BASES[base], name="off")
             on = start_llmrelay(folder / "on", nginx.port, MODES, name="on")
             systems += [off, on]
             driver = Driver(folder, nginx)
@@ -92,6 +97,7 @@ def compare_recording(folder: Path, quick: bool) -> dict[str, Any]:
         print(t.line())
     return {
         "kind": "recording",
+        "base": base,
         "quick": quick,
         "machine": info,
         "modes": list(MODES),

@@ -86,6 +86,10 @@ class Settings(BaseSettings):
     record_queue_size: int = Field(default=50_000, gt=0)
     #: Where request records wait while the database is unreachable (see `spool_path`).
     spool_dir: Path | None = None
+    #: Each ended request's record and wallet-lease settle written to a local file in the
+    #: spool directory until their batches commit (gateway/journal.py), so a killed process
+    #: loses neither; false: they wait in memory only (about a second's worth at risk).
+    journal: bool = True
     #: Output tokens a tpm reservation assumes for a request that sets no max tokens.
     tpm_default_output_tokens: int = Field(default=512, ge=0)
     #: On PostgreSQL without Redis, share the limits through the database (exact across

@@ -28,6 +28,7 @@ from llmrelay.deadlines import Deadlines
 from llmrelay.gateway.dispatch import Dispatcher, Runtime
 from llmrelay.gateway.durable import DurableJobs
 from llmrelay.gateway.executor import Executor
+from llmrelay.gateway.journal import ROTATE_S, Journal, Marks
 from llmrelay.gateway.recorder import Recorder
 from llmrelay.gateway.trials import BreakerTrials
 from llmrelay.gateway.watch import ClientWatches
@@ -84,6 +85,8 @@ class Stack:
     probe_trigger: ProbeTrigger | None = None
     #: What the replicas share (None: one process on SQLite without Redis, all in memory).
     shared: SharedState | None = None
+    #: Deletes the journal's files as their rows become durable (gateway/journal.py).
+    journal_tidy: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(
@@ -120,9 +123,12 @@ class Stack:
         except BaseException:
             await engine.dispose()
             raise
-        recorder.start()
         prepaid = _prepaid(settings, metrics, engine)
+        if recorder.spool is not None:  # a dead process's journal holds lease settles too
+            recorder.spool.write_settles = prepaid.write_journaled
+        recorder.start()
         prepaid.start()
+        journal = _journal(settings, recorder, prepaid)
         limiter = _limiter(settings, metrics, engine)
         tracing = tracing_from_environment()
         await limiter.start()
@@ -144,6 +150,7 @@ class Stack:
             prepaid=prepaid,
             guard_max_chars=settings.guardrails_max_chars,
             body_timeout_s=settings.body_timeout_s,
+            journal=journal,
         )
         dispatcher.runtime = runtime
         runtime.executor.resources.share = _share_of(limiter, settings.workers)
@@ -170,6 +177,8 @@ class Stack:
         )
         if settings.sqlite_path is not None:
             stack.in_use = hold_in_use(settings.sqlite_path)
+        if journal is not None:
+            stack.journal_tidy = asyncio.create_task(_tidy(journal), name="llmrelay-journal")
         if jobs:
             stack.runner = _runner(stack, dispatcher, metrics)
             stack.runner.start()
@@ -207,6 +216,11 @@ class Stack:
             await self.shared.close()
         await self.recorder.stop(timeout_s=left())
         await self.prepaid.stop(timeout_s=left())
+        if self.journal_tidy is not None:
+            self.journal_tidy.cancel()
+        journal = self.runtime.journal
+        if journal is not None:
+            journal.close()
         await self.limiter.close()
         if self.tracing is not None:
             await self.tracing.close(timeout_s=5)
@@ -287,6 +301,31 @@ def _prepaid(settings: Settings, metrics: Metrics, engine: AsyncEngine) -> Prepa
         reserve_timeout_s=settings.billing_reserve_timeout_s,
         leases=leases,
     )
+
+
+def _journal(settings: Settings, recorder: Recorder, prepaid: Prepaid) -> Journal | None:
+    """The journal of ended requests (gateway/journal.py), beside the spool that replays it."""
+    directory = settings.spool_path
+    if not settings.journal or directory is None:
+        return None
+    leases = prepaid.leases
+    writer = prepaid.lease_writer
+    marks = Marks(
+        queued_records=lambda: recorder.queued_total,
+        durable_records=lambda: recorder.durable_total,
+        queued_settles=(lambda: 0) if leases is None else (lambda: leases.ended_total),
+        durable_settles=(lambda: 0) if writer is None else (lambda: writer.durable_total),
+    )
+    return Journal(directory, marks)
+
+
+async def _tidy(journal: Journal) -> None:
+    while True:
+        await asyncio.sleep(ROTATE_S)
+        try:
+            journal.tidy()
+        except OSError as exc:  # a failing disk: the files stay, for a replay
+            log.warning("journal_tidy_failed", error=str(exc))
 
 
 def _limiter(settings: Settings, metrics: Metrics, engine: AsyncEngine) -> Limiter:

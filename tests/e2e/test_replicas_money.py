@@ -9,9 +9,11 @@ charge of its record's cost; nothing is left `held`; what stays reserved is exac
 `metering_failed` reservations):
 
 (a) 1,000 concurrent requests over the ten wallets, two of them covering only 25 requests;
-(b) kill -9 of a replica under load, then its restart: the reconciliation job (every second
-    here, horizon 15 s: the models' deadline, no margin) settles from their records or marks
-    `metering_failed` what the dead process held; an operator then reconciles those;
+(b) kill -9 of a replica under load, then its restart: the restarted replica replays the
+    dead one's journal (the records of the 200s it had sent), and the reconciliation job
+    (every second here, horizon 15 s: the models' deadline, no margin) settles from their
+    records what the dead process held, or marks `metering_failed` the calls the kill cut
+    (no record); an operator then reconciles those;
 (c) a Redis restart under load;
 (d) a 30 s PostgreSQL outage under load: requests that could not reserve get 503
     `billing_unavailable` (never served unbilled); those in flight when it began are served,
@@ -23,13 +25,12 @@ One cluster for the module; each test leaves every service running, so they hold
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -74,9 +75,6 @@ class Money:
     tenants: list[str]
     #: What one request reserves (its prompt and max_tokens are the same for all).
     hold: int
-    #: 200s of a killed replica that have no record (test b), for every later audit of
-    #: the same wallets.
-    lost: set[str] = field(default_factory=set)
 
     @property
     def url(self) -> str:
@@ -98,12 +96,8 @@ class Money:
             if str(r.body["messages"][-1]["content"]).startswith(mark)
         )
 
-    def settled(
-        self, answers: dict[str, Answer], timeout_s: float, *, lost: list[str] | None = None
-    ) -> Counter[str]:
-        """Wait until nothing is held and every 200 has its record and its settle; then audit.
-        With `lost`, a 200 whose reservation the reconciliation job found without a record
-        (its replica was killed before writing it) is put there instead of failing the wait."""
+    def settled(self, answers: dict[str, Answer], timeout_s: float) -> Counter[str]:
+        """Wait until nothing is held and every 200 has its record and its settle; then audit."""
 
         def closed() -> bool:
             return unsettled(self.url, self.tenants) == 0
@@ -115,18 +109,9 @@ class Money:
             found = books(self.url, self.tenants)
             return [r for r in served if r not in found.records]
 
-        if lost is None:
-            wait_for(lambda: not missing(), 60, "every 200's record")
-        else:
-            # A killed replica's unwritten records never come, and no event says so: the
-            # survivors' records come within a second or two of their answers; what is still
-            # missing after this ceiling is lost (whether its settle was written or not).
-            with contextlib.suppress(AssertionError):
-                wait_for(lambda: not missing(), 30, "every 200's record")
-            lost += missing()
-            self.lost.update(lost)
+        wait_for(lambda: not missing(), 60, "every 200's record")
         wait_for(closed, timeout_s, "every served request's reservation settled")
-        return audit(self.url, self.tenants, answers, lost=self.lost)
+        return audit(self.url, self.tenants, answers)
 
 
 def _admin(url: str) -> httpx.Client:
@@ -315,19 +300,28 @@ def test_b_a_replica_killed_under_load_leaves_nothing_held(money: Money) -> None
     # cut answer, a client error (0).
     assert set(statuses) <= {SERVED, *REFUSED, (502, None), CUT}, statuses
     assert statuses[(502, None)] > 0 and statuses[SERVED] > 0
-    # The reconciliation job (in the replicas, every second) closes what the dead one held
-    # once the horizon (DEADLINE_S) is past.
-    lost: list[str] = []
-    ended = money.settled(answers, DEADLINE_S + 180, lost=lost)
+    # The restarted replica replays the dead one's journal (gateway/journal.py): the records
+    # of the 200s it had sent but not yet written. The reconciliation job (in the replicas,
+    # every second) closes what the dead one held once the horizon (DEADLINE_S) is past: as
+    # `metering_failed` while a record is missing, then settled from the record once it
+    # lands. Wait for that last step before the audit.
+    served = [r for r, a in answers.items() if a.status == 200]
+
+    def charged() -> bool:
+        found = books(money.url, money.tenants)
+        return all(
+            r in found.records and found.reservations[r]["status"] == "settled" for r in served
+        )
+
+    wait_for(charged, DEADLINE_S + 180, "every 200 recorded and charged")
+    ended = money.settled(answers, DEADLINE_S + 180)
     waiting = [
         r["request_id"]
         for r in books(money.url, money.tenants).reservations.values()
         if r["status"] == "metering_failed"
     ]
     assert ended["metering_failed"] == len(waiting) > 0, ended  # calls cut by the kill
-    # Every 200 kept reserved is one of the lost (a lost one may also have been charged:
-    # with wallet leases its settle can be written before the kill, its record not).
-    assert {r for r in waiting if answers[r].status not in (502, CUT[0])} <= set(lost)
+    assert all(answers[r].status in (502, CUT[0]) for r in waiting), waiting
     # An operator reconciles those (the provider may have billed them): nothing stays reserved.
     with money.admin() as api:
         for request_id in waiting:
@@ -336,18 +330,8 @@ def test_b_a_replica_killed_under_load_leaves_nothing_held(money: Money) -> None
                 f"/billing/{tenant}/reservations/{request_id}/reconcile", json={"cost_micros": 0}
             )
             assert done.status_code == 200, done.text
-    audit(money.url, money.tenants, answers, lost=set(lost))
+    audit(money.url, money.tenants, answers)
     assert all(reserved == 0 for _, reserved in books(money.url, money.tenants).wallets.values())
-    if lost:
-        # Known gap (issue 32 item 4): a record is written in a batch after its answer, and
-        # its settle batched in memory beside it; kill -9 in between loses the record, and
-        # the settle too or not: the reconciliation finds no record and keeps the reservation
-        # as metering_failed (as docs/billing.md says), or the charge stands without its
-        # record. Either way a 200 has no usage record.
-        pytest.xfail(
-            f"{len(lost)} of {statuses[SERVED]} 200s answered by the killed replica have no "
-            f"record (charged, or metering_failed until an operator reconciles): {lost[:5]}"
-        )
 
 
 def test_c_a_redis_restart_under_load(money: Money) -> None:

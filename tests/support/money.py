@@ -17,7 +17,7 @@ import asyncio
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -207,12 +207,8 @@ def unsettled(url: str, tenants: list[str]) -> int:
     )
 
 
-def audit(
-    url: str, tenants: list[str], answers: dict[str, Answer], *, lost: Collection[str] = ()
-) -> Counter[str]:
-    """Check the money (module docstring); what the reservations of `answers` ended as.
-    `lost`: 200s known to have no record (the caller reports them), checked only as
-    reservations (charged exactly once, or kept reserved as metering_failed)."""
+def audit(url: str, tenants: list[str], answers: dict[str, Answer]) -> Counter[str]:
+    """Check the money (module docstring); what the reservations of `answers` ended as."""
     found = books(url, tenants)
     by_request: dict[str, list[dict[str, Any]]] = {}
     for tenant in tenants:
@@ -250,7 +246,7 @@ def audit(
             continue
         assert kinds["charge"] + kinds["release"] == 1, (request_id, kinds)
         assert (moved, still) == (-int(reservation["charged_micros"]), 0), request_id
-        if reservation["status"] == "settled" and request_id not in lost:
+        if reservation["status"] == "settled":
             record = found.records.get(request_id)
             assert record is not None, f"{request_id} was charged without a record"
             assert reservation["charged_micros"] == record["cost_micros"] > 0, request_id
@@ -260,7 +256,7 @@ def audit(
     for request_id, answer in answers.items():
         ending = found.reservations.get(request_id)
         ended[ending["status"] if ending else "none"] += 1
-        if answer.status != 200 or request_id in lost:
+        if answer.status != 200:
             continue
         record = found.records.get(request_id)
         assert record is not None and record["status_code"] == 200, (request_id, record)

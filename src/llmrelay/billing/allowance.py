@@ -124,6 +124,8 @@ class Leases:
         self.recent: deque[tuple[float, str]] = deque()
         #: Ended requests' settles for the writer: (tenant, lease, settle).
         self.ended: list[tuple[str, str, Settle]] = []
+        #: Settles ever queued in `ended` (the journal's mark, gateway/journal.py).
+        self.ended_total = 0
         self.wake = asyncio.Event()
         #: Grants made (each one transaction), for the bench and the tests.
         self.grants = 0
@@ -262,12 +264,13 @@ class Leases:
 
     # -- the end of a request ---------------------------------------------------------------
 
-    def end(self, request_id: str, charge: int | None) -> bool:
+    def end(self, request_id: str, charge: int | None) -> tuple[str, str, Settle] | None:
         """A request ended: the unused part of its reservation back to the allowance, its
-        settle queued. False when it was not admitted here (its own transaction reserved)."""
+        settle queued, and returned as (tenant, lease, settle). None when it was not
+        admitted here (its own transaction reserved)."""
         admitted = self.admitted.pop(request_id, None)
         if admitted is None:
-            return False
+            return None
         allowance = admitted.allowance
         allowance.inflight -= 1
         over = 0
@@ -290,10 +293,12 @@ class Leases:
             admitted.project_id,
             admitted.key_id,
         )
-        self.ended.append((allowance.tenant_id, admitted.lease_id, settle))
+        ended = (allowance.tenant_id, admitted.lease_id, settle)
+        self.ended.append(ended)
+        self.ended_total += 1
         if not self.wake.is_set():
             self.wake.set()
-        return True
+        return ended
 
     def take_ended(self) -> list[tuple[str, str, Settle]]:
         taken, self.ended = self.ended, []

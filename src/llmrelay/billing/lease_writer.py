@@ -60,6 +60,9 @@ class LeaseWriter:
         #: Settles written, and transactions they took (for the bench and the tests).
         self.settled = 0
         self.rounds = 0
+        #: How many of the settles ever queued (`Leases.ended_total`, oldest first) are
+        #: written: the journal's mark (gateway/journal.py).
+        self.durable_total = 0
 
     @property
     def depth(self) -> int:
@@ -101,10 +104,12 @@ class LeaseWriter:
         database failure what is not written goes back to the queue and the error is
         raised."""
         leases = self.leases
+        through = leases.ended_total  # take_ended takes every one queued so far
         settles = leases.take_ended()
         before = float("inf") if every_hold else leases.clock() - HOLD_AFTER_S
         holds = leases.due_holds(before)
         if not settles and not holds:
+            self.durable_total = max(self.durable_total, through)
             return
         groups: dict[Group, tuple[list[Settle], list[Settle]]] = defaultdict(lambda: ([], []))
         for tenant, lease_id, item in settles:
@@ -127,6 +132,11 @@ class LeaseWriter:
                 log.exception("billing_lease_write_failed", lease_id=lease_id, count=len(ended))
                 self._count("failed", len(ended))
             pending.pop(0)
+        self.durable_total = max(self.durable_total, through)
+
+    async def write(self, tenant: str, lease_id: str, ended: list[Settle]) -> None:
+        """Settles of another process's lease (its journal, replayed): one transaction."""
+        await self._write(tenant, lease_id, ended, [])
 
     async def _write(
         self, tenant: str, lease_id: str, ended: list[Settle], held: list[Settle]

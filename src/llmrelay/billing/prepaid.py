@@ -37,6 +37,7 @@ from llmrelay.billing.allowance import Leases
 from llmrelay.billing.charge import charge_of_row
 from llmrelay.billing.errors import LedgerUnavailable, RequestIdUsed
 from llmrelay.billing.estimate import ReservePolicy
+from llmrelay.billing.lease_store import Settle
 from llmrelay.billing.lease_writer import LeaseWriter
 from llmrelay.billing.settle import AUTO_TOPUP_KIND, SETTLE_RETRY_PAUSES_S, settle_one
 from llmrelay.gateway.row_queue import RowQueue
@@ -176,12 +177,20 @@ class Prepaid:
 
     # -- settle: queued when the request ends ------------------------------------------------
 
-    def settle(self, row: tuple[Any, ...]) -> None:
-        """Queue the settle of a finished request, from its record row (RECORD_COLUMNS)."""
+    def settle(self, row: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        """Queue the settle of a finished request, from its record row (RECORD_COLUMNS).
+        A settle under a wallet lease is returned as the journal keeps it (spool.py
+        SETTLE_COLUMNS): it has no row in the database until the lease writer's next round.
+        (A reservation made by its own transaction has its held row: reconciliation settles
+        it from the record.)"""
         request_id, tenant_id, charge = charge_of_row(row)
         leases = self.leases
-        if leases is not None and leases.end(request_id, charge):
-            return
+        if leases is not None:
+            ended = leases.end(request_id, charge)
+            if ended is not None:
+                tenant, lease_id, item = ended
+                return (tenant, lease_id, item.request_id, item.amount, item.charge, item.over,
+                        item.project_id, item.key_id)  # fmt: skip
         if self._queue.put((request_id, tenant_id, charge)):
             self._drained.clear()
         else:
@@ -189,6 +198,22 @@ class Prepaid:
             self._count_settle("dropped")
             if self.dropped == 1 or self.dropped % 1000 == 0:
                 log.error("billing_settle_queue_full", dropped=self.dropped)
+        return None
+
+    async def write_journaled(self, rows: list[tuple[Any, ...]]) -> None:
+        """Lease settles a dead process's journal kept (gateway/journal.py), written as its
+        lease writer would have: one transaction per lease, idempotent by request id.
+        Raises when the database did not take them (the journal file stays)."""
+        writer = self.lease_writer
+        if writer is None:  # leases off here now: the same transactions, by a writer made for it
+            writer = LeaseWriter(Leases(self.engine, owner="journal"))
+        groups: dict[tuple[str, str], list[Settle]] = {}
+        for tenant, lease_id, rid, amount, charge, over, project, key in rows:
+            item = Settle(rid, amount, charge, over, False, project, key)
+            groups.setdefault((tenant, lease_id), []).append(item)
+        for (tenant, lease_id), items in groups.items():
+            await writer.write(tenant, lease_id, items)
+        log.info("journal_settles_written", settles=len(rows), leases=len(groups))
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())

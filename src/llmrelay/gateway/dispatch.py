@@ -36,6 +36,7 @@ from llmrelay.gateway.executor import Executor, Finisher, candidates
 from llmrelay.gateway.gemini_relay import GeminiStreamRelay
 from llmrelay.gateway.guard import screen_answer, screen_request
 from llmrelay.gateway.ingress import RequestContext
+from llmrelay.gateway.journal import Journal
 from llmrelay.gateway.messages_relay import MessagesStreamRelay
 from llmrelay.gateway.planner import serve
 from llmrelay.gateway.prepaid import budget_hold, reserve
@@ -103,6 +104,8 @@ class Runtime:
     guard_max_chars: int = 1_000_000
     #: The longest a request body may take to arrive (LLMRELAY_BODY_TIMEOUT_S).
     body_timeout_s: float = 60.0
+    #: Each ended request's record and lease settle until they are durable (LLMRELAY_JOURNAL).
+    journal: Journal | None = None
 
 
 class ModelCall:

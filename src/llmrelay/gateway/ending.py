@@ -1,7 +1,7 @@
 """The end of a data-plane call, however it ended (an answer, a stream's last event, an
 error, a client gone): its record queued, its limits settled, its prepaid reservation's
-settle queued, its metrics counted, its spans exported. Everything a finished request costs
-happens here, once."""
+settle queued, both kept in the journal (gateway/journal.py), its metrics counted, its spans
+exported. Everything a finished request costs happens here, once."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ def end_call(runtime: Runtime, record: CallRecord) -> None:
         runtime.executor.router.in_flight.end(record.counted_route)
     latency_ms = record.latency_ms()
     row = record.row(latency_ms)  # settles the usage and prices it, once
-    if runtime.record_requests:
+    recorded = runtime.record_requests
+    if recorded:
         capture = record.capture
         payload = None if capture is None else capture.row(record.request_id, record.created)
         runtime.recorder.record(row, record.attempt_log, payload, record.guard_hits)
@@ -32,10 +33,14 @@ def end_call(runtime: Runtime, record: CallRecord) -> None:
         program = admission.program  # its owner took it, and settles it
         tokens = record.used_tokens() if program.reconciles else None  # for tpm only
         program.owner.settle(admission, tokens, cost)
+    settle = None
     if record.reserved:
         prepaid = runtime.prepaid
         if prepaid is not None:
-            prepaid.settle(row)  # charged from the priced record, off the request path
+            settle = prepaid.settle(row)  # charged from the priced record, off the request path
+    journal = runtime.journal
+    if journal is not None:  # both, in a local file until their batches commit
+        journal.keep(row if recorded else None, record.attempt_log, record.guard_hits, settle)
     stats = runtime.metrics.request_stats
     model, provider = record.virtual_model or "", record.provider or ""
     ttfb = record.ttfb_ms

@@ -146,6 +146,11 @@ class Recorder:
         self._spool_failures = 0
         if metrics is not None:
             metrics.watch(metrics.records_held, lambda: self._held_rows)
+        #: Rows queued, and how many of them (oldest first) the database or the spool holds
+        #: (the journal's marks, gateway/journal.py).
+        self.queued_total = 0
+        self.durable_total = 0
+        self._taken_total = 0
         self.written = 0
         self.spooled = 0
         self.dropped = 0
@@ -163,6 +168,7 @@ class Recorder:
             if self.dropped == 1 or self.dropped % 1000 == 0:
                 log.error("record_queue_full", dropped=self.dropped)
             return
+        self.queued_total += 1
         if attempts:
             self._attempts.extend(attempts)
         if payload is not None:
@@ -226,12 +232,15 @@ class Recorder:
                     # row, is what keeps the writer's CPU per request small under load.
                     await asyncio.sleep(self._gather_s)
                 batch = self._queue.take(self._batch_size)
+                self._taken_total += len(batch)
                 attempts, self._attempts = self._attempts, []
                 payloads, self._payloads, self._payload_bytes = self._payloads, [], 0
                 hits, self._hits = self._hits, []
                 self._inflight = (batch, attempts, payloads, hits)
                 await self._write(batch, attempts, payloads, hits)
                 self._inflight = None  # not reached when stop() cancels the write
+                if not self._held:  # a held batch is only in memory: not durable yet
+                    self.durable_total = self._taken_total
             finally:
                 self._writing = False
 
@@ -430,11 +439,14 @@ class Recorder:
             payloads += held[2]
             hits += held[3]
         self._held, self._held_rows = [], 0
-        batch.extend(self._queue.take(len(self._queue)))
+        leftovers = self._queue.take(len(self._queue))
+        self._taken_total += len(leftovers)
+        batch.extend(leftovers)
         attempts, self._attempts = attempts + self._attempts, []
         payloads, self._payloads, self._payload_bytes = payloads + self._payloads, [], 0
         hits, self._hits = hits + self._hits, []
         if not batch and not attempts and not payloads and not hits:
+            self.durable_total = self._taken_total
             return
         failure: Exception | None = None
         if self.spool is not None:
@@ -444,6 +456,8 @@ class Recorder:
                 failure = exc
         error = failure or "shut down before the database took them"
         self._account(len(batch), error, lost=self.spool is None or failure is not None)
+        if self.spool is not None and failure is None:
+            self.durable_total = self._taken_total
 
     def _account(self, rows: int, error: Exception | str, *, lost: bool) -> None:
         if lost:

@@ -11,7 +11,8 @@ so a file replayed twice, after a crash between writing and deleting, costs noth
 
 Format: a header line naming the columns, then one JSON array per row, `["r", [...]]` for a
 record, `["a", [...]]` for an attempt row, `["p", [...]]` for a payload row (captured
-bodies) and `["h", [...]]` for a guardrail hit row, with the values of the tuples
+bodies), `["h", [...]]` for a guardrail hit row and `["s", [...]]` for a wallet lease's
+settle (written by the journal, gateway/journal.py), with the values of the tuples
 (`created_at` a Unix timestamp; a body, which is bytes, as `{"b64": "..."}`). The header
 lets a newer version replay an older version's files: values are matched to columns by name,
 and a column the file lacks is None (a file without payload columns has no payload rows). A
@@ -44,12 +45,26 @@ Row = tuple[Any, ...]
 #: Writes record rows, attempt rows, payload rows and hit rows in one transaction; raises
 #: when it could not.
 WriteRows = Callable[[list[Row], list[Row], list[Row], list[Row]], Awaitable[None]]
+#: Writes lease settle rows (SETTLE_COLUMNS), after the file's records; raises when it could not.
+WriteSettles = Callable[[list[Row]], Awaitable[None]]
+#: A wallet lease's settle as the journal keeps it (billing/lease_store.Settle and its lease).
+SETTLE_COLUMNS = (
+    "tenant_id",
+    "lease_id",
+    "request_id",
+    "amount",
+    "charge",
+    "over",
+    "project_id",
+    "key_id",
+)
 
 _RECORD = "r"
 _ATTEMPT = "a"
 _PAYLOAD = "p"
 _HIT = "h"
-_KINDS = (_RECORD, _ATTEMPT, _PAYLOAD, _HIT)
+_SETTLE = "s"
+_KINDS = (_RECORD, _ATTEMPT, _PAYLOAD, _HIT, _SETTLE)
 #: Past this size a file is closed and the next append begins another: replay reads a whole
 #: file into memory, so this bounds what one replay holds (about 20,000 records of some 400
 #: bytes, about 30 MB as Python tuples).
@@ -81,16 +96,12 @@ class Spool:
             _ATTEMPT: tuple(attempt_columns),
             _PAYLOAD: tuple(payload_columns),
             _HIT: tuple(hit_columns),
+            _SETTLE: SETTLE_COLUMNS,
         }
-        self._header = orjson.dumps(
-            {
-                "records": self._columns[_RECORD],
-                "attempts": self._columns[_ATTEMPT],
-                "payloads": self._columns[_PAYLOAD],
-                "hits": self._columns[_HIT],
-            },
-            option=orjson.OPT_APPEND_NEWLINE,
-        )
+        self.header = file_header(record_columns, attempt_columns, payload_columns, hit_columns)
+        #: Writes the lease settles a journal file holds (none when billing is off here:
+        #: then they are logged and left to reconciliation).
+        self.write_settles: WriteSettles | None = None
         self._lock = threading.Lock()
         self._seq = 0
         self._fd: int | None = None
@@ -164,7 +175,7 @@ class Spool:
                 os.close(fd)
                 continue
             try:
-                _write_all(fd, self._header)
+                _write_all(fd, self.header)
                 _fsync_directory(self.directory)  # the new name survives a crash too
             except OSError:
                 os.close(fd)
@@ -172,8 +183,8 @@ class Spool:
                 with contextlib.suppress(OSError):
                     os.unlink(self.directory / name)
                 raise
-            self._fd, self._name, self._size = fd, name, len(self._header)
-            self._count(name, 0, len(self._header))
+            self._fd, self._name, self._size = fd, name, len(self.header)
+            self._count(name, 0, len(self.header))
             return fd
 
     def _close(self) -> None:
@@ -222,6 +233,7 @@ class Spool:
             try:
                 for chunk in self._chunks(rows):
                     await write(*chunk)
+                await self._settle(name, rows[_SETTLE])
                 os.unlink(self.directory / name)  # still under our lock: no one else reads it
             finally:
                 os.close(fd)
@@ -282,6 +294,7 @@ class Spool:
                         # an older version's file: no payload columns, and no payload rows
                         _PAYLOAD: self._converter(_PAYLOAD, item.get("payloads", [])),
                         _HIT: self._converter(_HIT, item.get("hits", [])),
+                        _SETTLE: self._converter(_SETTLE, item.get("settles", [])),
                     }
                 else:
                     kind, values = item
@@ -316,6 +329,16 @@ class Spool:
 
         return convert_payload
 
+    async def _settle(self, name: str, settles: list[Row]) -> None:
+        """A journal file's lease settles, once its records are written (so reconciliation
+        can settle from them a reservation the settle finds already closed)."""
+        if not settles:
+            return
+        if self.write_settles is None:
+            log.warning("journal_settles_not_written", file=name, settles=len(settles))
+            return
+        await self.write_settles(settles)
+
     def _chunks(
         self, rows: dict[str, list[Row]]
     ) -> Iterator[tuple[list[Row], list[Row], list[Row], list[Row]]]:
@@ -326,6 +349,25 @@ class Spool:
         for start in range(0, longest, size):
             end = start + size
             yield records[start:end], attempts[start:end], payloads[start:end], hits[start:end]
+
+
+def file_header(
+    record_columns: Sequence[str] = RECORD_COLUMNS,
+    attempt_columns: Sequence[str] = ATTEMPT_COLUMNS,
+    payload_columns: Sequence[str] = PAYLOAD_COLUMNS,
+    hit_columns: Sequence[str] = HIT_COLUMNS,
+) -> bytes:
+    """A spool or journal file's first line: the columns of each kind of row."""
+    return orjson.dumps(
+        {
+            "records": tuple(record_columns),
+            "attempts": tuple(attempt_columns),
+            "payloads": tuple(payload_columns),
+            "hits": tuple(hit_columns),
+            "settles": SETTLE_COLUMNS,
+        },
+        option=orjson.OPT_APPEND_NEWLINE,
+    )
 
 
 def _bytes_out(value: Any) -> Any:
