@@ -54,6 +54,7 @@ from bench.instructions import markdown as instructions_markdown
 from bench.limits import compare_limits
 from bench.limits import markdown as limits_markdown
 from bench.load import Driver, Window
+from bench.prepaid_rate import bench_prepaid_rate, prepaid_rate_markdown
 from bench.procs import settle
 from bench.recording import compare_recording
 from bench.recording import markdown as recording_markdown
@@ -84,6 +85,7 @@ MARKDOWN = {
     "limits": limits_markdown,
     "usage-api": usage_markdown,
     "recording": recording_markdown,
+    "prepaid-rate": prepaid_rate_markdown,
     "instructions": instructions_markdown,
 }
 
@@ -378,6 +380,12 @@ def main() -> None:
         action="store_true",
         help="prepaid billing: its transactions, and a request prepaid against not (SQLite, PG)",
     )
+    parser.add_argument(
+        "--prepaid-rate",
+        action="store_true",
+        help="one prepaid wallet under wrk at c=64 against the same key unbilled, in one run"
+        " (SQLite; PostgreSQL + Redis): req/s, CPU per request, settle backlog",
+    )
     parser.add_argument("--rows", type=int, default=2_000_000, help="--usage-api: records")
     parser.add_argument(
         "--modes", help=f"comma-separated subset of {','.join(ALL_MODES)} (not --translation)"
@@ -444,6 +452,10 @@ def main() -> None:
             cells = frozenset(args.cells.split(",")) if args.cells else None
             data = count_instructions(folder, 6.0 if args.quick else 12.0, cells)
             kind = "instructions"
+        elif args.prepaid_rate:
+            data = bench_prepaid_rate(folder)
+            print("\n" + prepaid_rate_markdown(data))
+            kind = "prepaid-rate"
         elif args.recording:
             data = compare_recording(folder, args.quick)
             kind = "recording-quick" if args.quick else "recording"

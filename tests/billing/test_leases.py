@@ -276,3 +276,52 @@ async def test_stopping_waits_for_a_grant_in_flight_and_leaves_no_lease_open(
     # Nothing is admitted in memory once stopped: a request after it waits for no grant.
     assert not prepaid.leases.try_admit(tenant, "late", 500, None, None)
     await _assert_balanced(engine, tenant)
+
+
+async def test_a_busy_wallet_gets_larger_grants_and_a_quiet_one_smaller(
+    engine: AsyncEngine,
+) -> None:
+    """Grants asked within a second of the last double the chunk (up to 32 times); one
+    asked after ten seconds halves it. Each is one `lease` entry of the granted amount."""
+    tenant = await _wallet(engine, 10**12)
+    now = [1_000.0]
+    prepaid = _prepaid(engine, chunk_requests=4, clock=lambda: now[0])
+    leases = prepaid.leases
+    assert leases is not None
+    prepaid.start()
+    try:
+        served = 0
+
+        async def drain(step_s: float) -> None:
+            """Admit and end requests of 100 until one needs a grant, `step_s` apart."""
+            nonlocal served
+            grants = leases.grants
+            while leases.grants == grants:
+                assert await _reserve(prepaid, tenant, f"g{served}", 100)
+                prepaid.settle(row(f"g{served}", tenant, cost_micros=100))
+                served += 1
+                now[0] += step_s
+
+        for _ in range(7):  # busy: a grant every few hundredths of a second
+            await drain(0.001)
+        now[0] += 11.0  # quiet, then one more grant
+        await drain(0.001)
+    finally:
+        await prepaid.stop(timeout_s=10)
+    async with engine.connect() as conn:
+        granted = [
+            -int(r[0])
+            for r in await conn.execute(
+                text(
+                    "SELECT amount_micros FROM ledger_entries WHERE tenant_id = :t"
+                    " AND kind = 'lease' ORDER BY id"
+                ),
+                {"t": tenant},
+            )
+        ]
+    chunk = 4 * 100
+    # ... 32 times at most; after the quiet spell 16 times, and the admission that took it
+    # found the remainder under the low water (16 reservations times the scale): one more,
+    # ahead of need, quick again.
+    assert granted == [chunk * s for s in (1, 2, 4, 8, 16, 32, 32, 16, 32)], str(granted)
+    await _assert_balanced(engine, tenant)

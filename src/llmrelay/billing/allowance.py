@@ -45,18 +45,28 @@ _LOW_WATER_REQUESTS: Final = 16
 #: Slow-path rounds before a request is refused (each one a grant that fell short because
 #: concurrent requests took it first).
 _ROUNDS: Final = 8
+#: A busy wallet's grants grow: each grant asked within _QUICK_S of the last doubles the
+#: chunk (and its low water), up to _MAX_SCALE times LLMRELAY_BILLING_LEASE_REQUESTS; one
+#: asked after _SLOW_S halves it. At 2,000 requests a second a transaction per 64 would be
+#: 30 grants a second; so it is about one. A scaled grant still takes at most half of a
+#: short wallet (lease_store.grant), and an idle lease goes back after 2 s.
+_QUICK_S: Final = 1.0
+_SLOW_S: Final = 10.0
+_MAX_SCALE: Final = 32
 
 
 class Allowance:
     """One wallet's lease in this process: what can still be admitted, in memory."""
 
     __slots__ = (
+        "granted_at",
         "granting",
         "inflight",
         "last_admit",
         "lease_id",
         "low_water",
         "remaining",
+        "scale",
         "tenant_id",
         "usable_until",
     )
@@ -74,6 +84,9 @@ class Allowance:
         self.usable_until = 0.0
         self.low_water = 0
         self.granting: asyncio.Future[None] | None = None
+        #: The chunk's multiple (_MAX_SCALE), and when the last grant was asked (monotonic).
+        self.scale = 1
+        self.granted_at = float("-inf")
 
 
 class Admitted:
@@ -209,6 +222,12 @@ class Leases:
             log.warning("billing_lease_grant_failed", error=str(exc)[:300])
 
     async def _grant(self, allowance: Allowance, need: int) -> None:
+        now = self.clock()
+        if now - allowance.granted_at < _QUICK_S:
+            allowance.scale = min(allowance.scale * 2, _MAX_SCALE)
+        elif now - allowance.granted_at > _SLOW_S:
+            allowance.scale = max(allowance.scale // 2, 1)
+        allowance.granted_at = now
         try:
             grant = await self._grant_once(allowance, need)
         except InsufficientBalance:
@@ -232,14 +251,14 @@ class Leases:
         else:
             allowance.remaining += grant.amount
         allowance.usable_until = self.clock() + self.ttl_s / 2
-        allowance.low_water = need * _LOW_WATER_REQUESTS
+        allowance.low_water = need * _LOW_WATER_REQUESTS * allowance.scale
         self.grants += 1
 
     async def _grant_once(self, allowance: Allowance, need: int) -> lease_store.Grant:
         """One grant: about `chunk_requests` reservations of `need`, at least what `need`
         lacks beyond what the allowance still has (so a small wallet is used to its last
         micro-unit)."""
-        target = max(need * self.chunk_requests, need)
+        target = max(need * self.chunk_requests * allowance.scale, need)
         lacking = max(need - max(allowance.remaining, 0), 1)
         try:
             async with asyncio.timeout(self._timeout_s):

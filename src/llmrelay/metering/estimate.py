@@ -14,26 +14,31 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
-_PIECES: Final = re.compile(r"[A-Za-z]+|\d{1,3}|[^\sA-Za-z\d]|\s+", re.ASCII)
+#: The pieces of text that are one token each, whatever their length (a word, up to three
+#: digits, any other character that is not whitespace: Unicode's, as str.isspace), ...
+_PIECES: Final = re.compile(r"[A-Za-z]+|[0-9]{1,3}|[^\sA-Za-z0-9]")
+#: ... the words long enough to be cut into sub-words (each a whole run of letters: the
+#: scan meets a run at its first letter, and the match is greedy), and runs of whitespace
+#: that are a token of their own (a single space joins the next word's token).
+_LONG_WORDS: Final = re.compile(r"[A-Za-z]{7,}", re.ASCII)
+_SPACE_RUNS: Final = re.compile(r"\s{2,}", re.ASCII)
 #: Fields holding images or files (URLs, base64): their length says nothing about tokens.
 _SKIPPED: Final = frozenset({"data", "url", "image_url", "file_data", "source", "b64_json"})
 #: Per-message framing tokens (role and separators), as OpenAI documents for chat.
 _PER_MESSAGE: Final = 3
-#: Words up to this long are usually one token; longer ones split into ~5-character pieces.
-_WHOLE_WORD: Final = 6
+#: Words up to six letters are usually one token (_LONG_WORDS); longer ones split into
+#: pieces of about this many characters.
 _CHARS_PER_SUBWORD: Final = 5
 
 
 def count_tokens(text: str) -> int:
-    count = 0
-    for match in _PIECES.finditer(text):
-        piece = match.group()
-        if piece[0].isspace():
-            count += 1 if len(piece) > 1 else 0  # a single space joins the next word's token
-        elif len(piece) <= _WHOLE_WORD:
-            count += 1  # common words are one token; a character outside ASCII is one too
-        else:
-            count += -(-len(piece) // _CHARS_PER_SUBWORD)
+    """Common words are one token, a character outside ASCII is one too, a longer word one
+    per ~5 characters. Counted by the regex engine (`findall`), not piece by piece in Python:
+    five times cheaper on short prompts, which a prepaid reservation counts on the request
+    path."""
+    count = len(_PIECES.findall(text)) + len(_SPACE_RUNS.findall(text))
+    for word in _LONG_WORDS.findall(text):
+        count += -(-len(word) // _CHARS_PER_SUBWORD) - 1  # its first piece is counted above
     return count
 
 
