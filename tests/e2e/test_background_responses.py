@@ -268,8 +268,11 @@ def test_the_request_and_the_answer_are_sealed_at_rest(
     finished = done(client, client.responses.create(model="bg", input=text, background=True).id)
     assert finished.output_text == text
     stored = b""
+    # The database, its WAL, and the spool folder beside it (the journal of ended requests
+    # is there while the gateway runs: records, never bodies).
     for path in Path(gateway.database_url.removeprefix("sqlite:///")).parent.glob("gateway.db*"):
-        stored += path.read_bytes()
+        for file in path.rglob("*") if path.is_dir() else [path]:
+            stored += file.read_bytes() if file.is_file() else b""
     with sqlite3.connect(gateway.database_url.removeprefix("sqlite:///")) as conn:
         sealed = conn.execute(
             "SELECT payload_sealed, result_sealed FROM jobs WHERE id = ?", (finished.id[5:],)

@@ -1,6 +1,6 @@
 """What `llmrelay` writes is its user's alone, whatever umask it was started under: the SQLite
-database with its WAL, shared memory and lock file, the record spool, the generated secret and
-demo keys, and backups are 0600, the folders it makes 0700 (cli.private_files narrows the
+database with its WAL, shared memory and lock file, the record spool and journal, the
+generated secret and demo keys, and backups are 0600, the folders it makes 0700 (cli.private_files narrows the
 umask to 077, as the systemd units' UMask=0077 does; the image's folder is 0700 too)."""
 
 from __future__ import annotations
@@ -63,7 +63,14 @@ def test_files_the_gateway_creates_are_not_group_or_world_readable(tmp_path: Pat
         assert gateway.stop() == 0, gateway.logs()
     after = _modes(data)
 
-    for name in ("gateway.db", "gateway.db-wal", "gateway.db.lock", "backup.db"):
+    # (the spool folder holds the journal of ended requests while the gateway serves)
+    for name in (
+        "gateway.db",
+        "gateway.db-wal",
+        "gateway.db.lock",
+        "gateway.db.spool",
+        "backup.db",
+    ):
         assert name in while_serving, sorted(while_serving)
     assert "gateway.db.demo-key" in after
     exposed = _exposed(while_serving) + _exposed(after)

@@ -160,7 +160,8 @@ class Journal:
         self.directory.mkdir(parents=True, exist_ok=True)
         self._seq += 1
         name = f"journal-{os.getpid()}-{self._seq}-{self._token}.jsonl"
-        fd = os.open(self.directory / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
+        fd = os.open(self.directory / name, flags, 0o600)  # records: tenants, addresses
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             _write_all(fd, self._header)
