@@ -1,7 +1,8 @@
 """What `llmrelay` writes is its user's alone, whatever umask it was started under: the SQLite
 database with its WAL, shared memory and lock file, the record spool and journal, the
-generated secret and demo keys, and backups are 0600, the folders it makes 0700 (cli.private_files narrows the
-umask to 077, as the systemd units' UMask=0077 does; the image's folder is 0700 too)."""
+generated secret and demo keys, and backups are 0600, the folders it makes 0700
+(cli.private_files narrows the umask to 077, as the systemd units' UMask=0077 does; the
+image's folder is 0700 too)."""
 
 from __future__ import annotations
 
