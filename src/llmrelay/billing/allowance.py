@@ -48,11 +48,13 @@ _ROUNDS: Final = 8
 #: A busy wallet's grants grow: each grant asked within _QUICK_S of the last doubles the
 #: chunk (and its low water), up to _MAX_SCALE times LLMRELAY_BILLING_LEASE_REQUESTS; one
 #: asked after _SLOW_S halves it. At 2,000 requests a second a transaction per 64 would be
-#: 30 grants a second; so it is about one. A scaled grant still takes at most half of a
-#: short wallet (lease_store.grant), and an idle lease goes back after 2 s.
+#: 30 grants a second; so it is about one, and the remainder covers the second or more a
+#: grant can take on SQLite under load (waiting for the write lock). A scaled grant still
+#: takes at most half of a short wallet (lease_store.grant), and an idle lease goes back
+#: after 2 s.
 _QUICK_S: Final = 1.0
 _SLOW_S: Final = 10.0
-_MAX_SCALE: Final = 32
+_MAX_SCALE: Final = 128
 
 
 class Allowance:
@@ -251,7 +253,12 @@ class Leases:
         else:
             allowance.remaining += grant.amount
         allowance.usable_until = self.clock() + self.ttl_s / 2
-        allowance.low_water = need * _LOW_WATER_REQUESTS * allowance.scale
+        # A grown chunk's next grant starts when less than one such chunk is left: on SQLite
+        # it may wait hundreds of milliseconds for the write lock behind the record
+        # writer's and the lease writer's batches, and the requests still coming must not
+        # run the remainder dry meanwhile (they would all wait for it).
+        scaled = self.chunk_requests * allowance.scale
+        allowance.low_water = need * (_LOW_WATER_REQUESTS if allowance.scale == 1 else scaled)
         self.grants += 1
 
     async def _grant_once(self, allowance: Allowance, need: int) -> lease_store.Grant:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Final
 
 import structlog
@@ -151,10 +151,10 @@ class LeaseWriter:
                 done = await settle_closed(conn, tenant, lease_id, ended)
         self.rounds += 1
         self.settled += len(done)
-        if self._metrics is not None:
+        if self._metrics is not None:  # one increment per outcome, not per settle
             counter = self._metrics.billing_settlements
-            for _item, kind in done:
-                counter.labels(_OUTCOMES.get(kind, kind)).inc()
+            for kind, count in Counter(kind for _item, kind in done).items():
+                counter.labels(_OUTCOMES.get(kind, kind)).inc(count)
 
     async def upkeep(self) -> None:
         """Close the allowances unused for IDLE_CLOSE_S; renew the others every TTL/6."""
