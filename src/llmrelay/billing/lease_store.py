@@ -25,11 +25,50 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from llmrelay.billing import ledger
 from llmrelay.billing.errors import InsufficientBalance, NoWallet
+from llmrelay.billing.rows_sql import bind_time, insert_for
 from llmrelay.store.models import new_id
 from llmrelay.store.models_billing import WalletLease
 
 leases: Table = WalletLease.__table__  # type: ignore[assignment]
 wallets, entries, reservations = ledger.wallets, ledger.entries, ledger.reservations
+
+#: The columns of the rows a round writes per request, in their statements' order.
+_ENTRY_COLUMNS: Final = (
+    "tenant_id",
+    "kind",
+    "amount_micros",
+    "reserved_delta_micros",
+    "balance_after_micros",
+    "reserved_after_micros",
+    "request_id",
+    "order_id",
+    "idempotency_key",
+    "actor",
+    "note",
+    "created_at",
+)
+_RESERVATION_COLUMNS: Final = (
+    "request_id",
+    "tenant_id",
+    "project_id",
+    "key_id",
+    "amount_micros",
+    "charged_micros",
+    "status",
+    "created_at",
+    "settled_at",
+    "lease_id",
+)
+#: A request without a row gets its final one; one whose held row was written under this
+#: lease has it closed; any other row (a reused id, a request closed by someone else, a
+#: settle written before) is left alone, and RETURNING leaves it out: not charged twice.
+_SETTLE_UPSERT: Final = (
+    " ON CONFLICT (request_id) DO UPDATE SET status = excluded.status,"
+    " charged_micros = excluded.charged_micros, settled_at = excluded.settled_at"
+    f" WHERE reservations.status = '{ledger.HELD}'"
+    " AND reservations.lease_id = excluded.lease_id"
+    " RETURNING request_id"
+)
 
 OPEN: Final = "open"
 CLOSED: Final = "closed"
@@ -94,30 +133,30 @@ async def _entries(
     """Append entries whose total the wallet just moved to (`balance`, `held`)."""
     if not moves:
         return
-    now = _now()
+    now = bind_time(conn, entries, "created_at", _now())
     running_balance = balance - sum(e.available for e in moves)
     running_held = held - sum(e.reserved for e in moves)
-    rows: list[dict[str, Any]] = []
+    rows: list[tuple[Any, ...]] = []
     for e in moves:
         running_balance += e.available
         running_held += e.reserved
         rows.append(
-            {
-                "tenant_id": tenant_id,
-                "kind": e.kind,
-                "amount_micros": e.available,
-                "reserved_delta_micros": e.reserved,
-                "balance_after_micros": running_balance,
-                "reserved_after_micros": running_held,
-                "request_id": e.request_id,
-                "order_id": None,
-                "idempotency_key": e.key,
-                "actor": None,
-                "note": e.note,
-                "created_at": now,
-            }
+            (
+                tenant_id,
+                e.kind,
+                e.available,
+                e.reserved,
+                running_balance,
+                running_held,
+                e.request_id,
+                None,  # order_id
+                e.key,
+                None,  # actor
+                e.note,
+                now,
+            )
         )
-    await conn.execute(entries.insert(), rows)
+    await insert_for(conn, entries, _ENTRY_COLUMNS).run(conn, rows)
 
 
 async def lock_wallet(conn: AsyncConnection, tenant_id: str) -> tuple[int, int]:
@@ -321,34 +360,23 @@ async def settle_open(
     by someone else) is left alone and the request is not charged twice."""
     if not items:
         return [], 0
-    now = _now()
+    now = bind_time(conn, reservations, "created_at", _now())
     finals = {item.request_id: settle_entry(item) for item in items}
-    statement = ledger._insert(conn, reservations)
-    statement = statement.on_conflict_do_update(
-        index_elements=["request_id"],
-        set_={
-            "status": statement.excluded.status,
-            "charged_micros": statement.excluded.charged_micros,
-            "settled_at": statement.excluded.settled_at,
-        },
-        where=(reservations.c.status == ledger.HELD)
-        & (reservations.c.lease_id == statement.excluded.lease_id),
-    ).returning(reservations.c.request_id)
-    closed = await conn.execute(
-        statement,
+    closed = await insert_for(conn, reservations, _RESERVATION_COLUMNS, _SETTLE_UPSERT).run(
+        conn,
         [
-            {
-                "request_id": i.request_id,
-                "tenant_id": tenant_id,
-                "project_id": i.project_id,
-                "key_id": i.key_id,
-                "amount_micros": i.amount,
-                "charged_micros": i.charge,
-                "status": finals[i.request_id][0],
-                "created_at": now,
-                "settled_at": None if i.charge is None else now,
-                "lease_id": lease_id,
-            }
+            (
+                i.request_id,
+                tenant_id,
+                i.project_id,
+                i.key_id,
+                i.amount,
+                i.charge,
+                finals[i.request_id][0],
+                now,
+                None if i.charge is None else now,
+                lease_id,
+            )
             for i in items
         ],
     )
