@@ -8,6 +8,8 @@ import fcntl
 import os
 from pathlib import Path
 
+import pytest
+
 from llmrelay.gateway.call import ATTEMPT_COLUMNS, HIT_COLUMNS, RECORD_COLUMNS
 from llmrelay.gateway.journal import Journal, Marks
 from llmrelay.gateway.spool import SETTLE_COLUMNS, Row, Spool
@@ -181,3 +183,30 @@ def test_an_unwritable_directory_counts_failures_and_never_raises(tmp_path: Path
     _keep(journal, counts, 1)
     _keep(journal, counts, 2)
     assert journal.failures == 2
+
+
+def test_a_long_outage_keeps_its_files_but_not_their_descriptors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("llmrelay.gateway.journal.MAX_LOCKED", 3)
+    counts = Counts()
+    journal = Journal(tmp_path, counts.marks(), rotate_s=0.0)
+    for n in range(6):  # nothing durable: the settles wait for the database
+        _keep(journal, counts, n)
+        journal.tidy()
+    names = _journals(tmp_path)
+    assert len(names) == 6
+    locked = []
+    for name in names:
+        fd = os.open(tmp_path / name, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            locked.append(False)
+        except BlockingIOError:
+            locked.append(True)
+        finally:
+            os.close(fd)
+    assert locked.count(True) == 3 and locked.count(False) == 3
+    counts.durable_records = counts.durable_settles = 6
+    journal.close()
+    assert _journals(tmp_path) == []

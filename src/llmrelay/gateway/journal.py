@@ -43,6 +43,10 @@ Row = tuple[Any, ...]
 #: How long a file takes appends before the next one begins (so a file's rows are soon all
 #: durable and it can go).
 ROTATE_S: Final = 1.0
+#: Files kept locked at most (one a second while the database is away): past it the oldest
+#: are unlocked, not deleted, so a long outage cannot use up the descriptors. An unlocked
+#: file may be replayed by a spool meanwhile: harmless, every row of it is idempotent.
+MAX_LOCKED: Final = 64
 _NEWLINE: Final = orjson.OPT_APPEND_NEWLINE
 
 
@@ -140,6 +144,10 @@ class Journal:
             else:
                 kept.append(file)
         self._closed = kept
+        for file in kept[: max(len(kept) - MAX_LOCKED, 0)]:
+            if file.fd >= 0:
+                os.close(file.fd)
+                file.fd = -1
 
     def close(self) -> None:
         """At shutdown, after the writers stopped: what is durable goes, the rest stays for
@@ -148,7 +156,8 @@ class Journal:
             self._current.opened = float("-inf")
         self.tidy()
         for file in self._closed:
-            os.close(file.fd)
+            if file.fd >= 0:
+                os.close(file.fd)
             log.warning("journal_left_for_replay", file=file.name, lines=file.lines)
         self._closed = []
 
@@ -176,9 +185,10 @@ class Journal:
     def _remove(self, file: _File) -> None:
         """Unlink under the lock, then release it: a replayer that opened the name before
         finds it unlinked (spool.py checks st_nlink) and leaves it."""
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):  # gone already if a spool replayed it unlocked
             os.unlink(self.directory / file.name)
-        os.close(file.fd)
+        if file.fd >= 0:
+            os.close(file.fd)
 
 
 def _write_all(fd: int, data: bytes) -> None:
