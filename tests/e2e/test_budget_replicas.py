@@ -114,6 +114,25 @@ def _limiter_spend(url: str) -> int:
         client.close()
 
 
+def _no_holds_in_flight(url: str) -> None:
+    """Wait until every budget hold is released: a hold's release (and its settle) is
+    written to Redis off the request path, after the answer. An admission refuses when the
+    spend plus the holds in flight reach the budget, so a refusal seen while a release is
+    still on its way may be followed by an admission once it lands (R43)."""
+    client = redis.Redis.from_url(url, decode_responses=True)
+    deadline = time.monotonic() + 60
+    try:
+        while True:
+            keys = client.keys("llmrelay:limits:project:*:held")
+            held = sum(int(client.hget(key, "-1") or 0) for key in keys)
+            if held == 0:
+                return
+            assert time.monotonic() < deadline, f"holds still in flight: {held}"
+            time.sleep(0.02)
+    finally:
+        client.close()
+
+
 def _summary(replica: GatewayProcess) -> dict[str, float]:
     answer = httpx.get(
         f"{replica.url}/api/admin/usage/summary",
@@ -145,8 +164,10 @@ def test_a_budget_is_a_hard_cap_across_three_replicas(
         assert int(refused.headers["retry-after"]) >= 1
 
     # The burst may leave budget unspent (the holds are above the real costs): one replica
-    # after another spends the rest, until the budget refuses.
+    # after another spends the rest, until the budget refuses. Each request waits for the
+    # last one's hold to be released, so the refusal is the spend's alone, and final.
     for n in range(REQUESTS):
+        _no_holds_in_flight(redis_server.url)
         answer = chat(replicas[n % REPLICAS])
         if answer.status_code == 429:
             assert answer.json()["error"]["code"] == "budget_limit_exceeded"
@@ -171,5 +192,6 @@ def test_a_budget_is_a_hard_cap_across_three_replicas(
     # the burst's concurrent admissions may overshoot by one hold per replica.
     assert budget - hold <= spend <= budget + REPLICAS * hold, (spend, budget, hold)
     # The month's budget is spent: every replica refuses.
+    _no_holds_in_flight(redis_server.url)
     for replica in replicas:
         assert chat(replica).status_code == 429
