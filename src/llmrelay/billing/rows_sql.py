@@ -64,16 +64,17 @@ class MultiRowInsert:
             return self._group
         return _NUMBERED.sub(lambda m: f"${int(m.group(1)) + offset}", self._group)
 
-    async def run(self, conn: AsyncConnection, rows: Sequence[Row]) -> list[Row]:
-        """Insert `rows` (tuples in column order); what RETURNING gave, if the suffix asks."""
-        returned: list[Row] = []
+    async def run(self, conn: AsyncConnection, rows: Sequence[Row]) -> list[Any]:
+        """Insert `rows` (tuples in column order); the first column of what RETURNING gave,
+        if the suffix asks for it."""
+        returned: list[Any] = []
         for start in range(0, len(rows), CHUNK_ROWS):
             chunk = rows[start : start + CHUNK_ROWS]
             result = await conn.exec_driver_sql(
                 self.sql(len(chunk)), tuple(chain.from_iterable(chunk))
             )
             if result.returns_rows:
-                returned += [tuple(r) for r in result.all()]
+                returned += result.scalars().all()
         return returned
 
 
