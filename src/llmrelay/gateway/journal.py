@@ -161,10 +161,6 @@ class Journal:
             log.warning("journal_left_for_replay", file=file.name, lines=file.lines)
         self._closed = []
 
-    @property
-    def files(self) -> int:
-        return len(self._closed) + (self._current is not None)
-
     def _open(self) -> _File:
         self.directory.mkdir(parents=True, exist_ok=True)
         self._seq += 1
