@@ -10,7 +10,13 @@ from types import MappingProxyType
 import pytest
 
 from llmrelay.billing.errors import Unpriced
-from llmrelay.billing.estimate import ReservePolicy, input_tokens, reservation
+from llmrelay.billing.estimate import (
+    ReservePolicy,
+    input_bound,
+    input_tokens,
+    reservation,
+    route_cost,
+)
 from llmrelay.gateway.capabilities import price_for
 from llmrelay.metering.cost import Price
 from llmrelay.snapshot.model import ModelSnap, ProviderSnap, RouteSnap
@@ -77,3 +83,21 @@ def test_a_route_without_a_price_refuses_or_reserves_the_flat_amount() -> None:
     no_output_price = model(route("o", price=Price("v-in", input=1_000_000, output=None)))
     with pytest.raises(Unpriced):
         reservation(PAYLOAD, [(no_output_price, no_output_price.routes)], price_for, 0, POLICY)
+
+
+def test_a_route_costs_its_dearest_input_bucket_rounded_up() -> None:
+    assert route_cost(DEAR, 10, 2) == -(-(10 * 5_000_000 + 2 * 4_000_000) // 1_000_000)
+    cached = Price("v-c", input=2, output=3, cached_input=7)
+    assert route_cost(cached, 1_000_000, 0) == 7  # the dearest of three input prices
+    assert route_cost(cached, 1, 1) == 1  # (7 + 3) micro-units of a micro-USD: rounded up
+    no_input = Price("v-o", input=None, output=3, cache_write=9)
+    assert route_cost(no_input, 0, 1_000_000) == 3  # no prompt: no input price needed
+    assert route_cost(no_input, 1, 0) is None
+
+
+def test_the_bound_a_request_admitted_in_memory_reserves_covers_the_count() -> None:
+    """gateway/prepaid.reserve admits a minted request on input_bound (no regex walk): never
+    less than the counted input_tokens, for prose, code, other scripts and punctuation."""
+    for text in ("hello there", "x = f(a, b) ** 2  # 1234567", "日本語のテキスト", "!?.,;:" * 9):
+        payload = {"messages": [{"role": "user", "content": text}], "system": text}
+        assert input_bound(payload) >= input_tokens(payload)

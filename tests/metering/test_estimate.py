@@ -7,7 +7,13 @@ import re
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from llmrelay.metering.estimate import answer_tokens, count_tokens, prompt_chars, prompt_tokens
+from llmrelay.metering.estimate import (
+    answer_tokens,
+    count_tokens,
+    prompt_chars,
+    prompt_tokens,
+    text_of,
+)
 
 _ONE_BY_ONE = re.compile(r"[A-Za-z]+|\d{1,3}|[^\sA-Za-z\d]|\s+", re.ASCII)
 
@@ -80,3 +86,27 @@ def test_prompt_chars_bound_the_counted_prompt_from_above() -> None:
         }
         assert prompt_chars(payload) >= prompt_tokens(payload)
     assert prompt_chars({"messages": [{"role": "user", "content": "abcd"}]}) == 3 + len("user") + 4
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=40),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(st.sampled_from(["text", "content", "data", "url", "name"]), children)
+    ),
+    max_leaves=20,
+)
+
+
+@given(st.lists(_JSON, max_size=4), _JSON, _JSON)
+@settings(max_examples=300, deadline=None)
+def test_prompt_chars_is_the_length_of_the_counted_strings(
+    messages: list[object], system: object, tools: object
+) -> None:
+    """prompt_chars walks the payload without making the list of its strings (it runs for
+    every prepaid and budgeted request): the same strings as the count, so its bound holds."""
+    payload = {"messages": messages, "system": system, "tools": tools}
+    framed = sum(3 for m in messages)
+    strings = [*(s for m in messages for s in text_of(m)), *text_of(system), *text_of(tools)]
+    assert prompt_chars(payload) == framed + sum(map(len, strings))
+    assert prompt_chars(payload) >= prompt_tokens(payload)

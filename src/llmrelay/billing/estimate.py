@@ -32,7 +32,7 @@ from typing import Any, Final
 from llmrelay.billing.errors import Unpriced
 from llmrelay.metering.catalogue import bundled
 from llmrelay.metering.cost import Price
-from llmrelay.metering.estimate import prompt_tokens
+from llmrelay.metering.estimate import prompt_chars, prompt_tokens
 from llmrelay.snapshot.model import ModelSnap, RouteSnap
 
 #: The request fields that cap its output, in the order they are read.
@@ -56,6 +56,14 @@ class ReservePolicy:
 def input_tokens(payload: dict[str, Any]) -> int:
     counted = prompt_tokens(payload)
     return counted + -(-counted // 5)
+
+
+def input_bound(payload: dict[str, Any]) -> int:
+    """At least `input_tokens` (the prompt's characters bound its count from above), without
+    the count's regex walk: what a request admitted in memory reserves for its prompt
+    (gateway/prepaid.reserve)."""
+    chars = prompt_chars(payload)
+    return chars + -(-chars // 5)
 
 
 def requested_output(payload: dict[str, Any]) -> int | None:
@@ -86,12 +94,17 @@ def output_cap(route: RouteSnap, policy: ReservePolicy) -> int:
 def route_cost(price: Price, tokens_in: int, tokens_out: int) -> int | None:
     """The most `tokens_in` prompt and `tokens_out` answer tokens cost at `price`, rounded up;
     None when a bucket the request uses has no price."""
-    inputs = [p for p in (price.input, price.cached_input, price.cache_write) if p is not None]
-    if tokens_in and price.input is None:
-        return None
+    dearest = price.input
+    if dearest is None:
+        if tokens_in:
+            return None
+        dearest = 0
+    for other in (price.cached_input, price.cache_write):
+        if other is not None and other > dearest:
+            dearest = other
     if tokens_out and price.output is None:
         return None
-    micro_units = tokens_in * max(inputs, default=0) + tokens_out * (price.output or 0)
+    micro_units = tokens_in * dearest + tokens_out * (price.output or 0)
     return -(-micro_units // _PER_MTOK)
 
 

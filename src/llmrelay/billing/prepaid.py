@@ -50,7 +50,7 @@ __all__ = ["AUTO_TOPUP_KIND", "Prepaid", "settle_one"]
 #: Settles written per round of the task (each its own transaction).
 _BATCH: Final = 256
 #: Failures that mean "the database is away", worth retrying.
-_TRANSIENT = (DBAPIError, OSError, TimeoutError, ConnectionError)
+_TRANSIENT: Final = (DBAPIError, OSError, TimeoutError, ConnectionError)
 
 
 class Prepaid:
@@ -111,14 +111,14 @@ class Prepaid:
         process made the request id (it was never used): the wallet's allowance admits it."""
         leases = self.leases
         if minted and leases is not None:
-            if not leases.try_admit(tenant_id, request_id, amount_micros, project_id, key_id):
+            if not self.admit_quickly(tenant_id, request_id, amount_micros, project_id, key_id):
                 try:
                     await leases.admit(tenant_id, request_id, amount_micros, project_id, key_id)
                 except LedgerUnavailable:
                     self._count_reserve("unavailable")
                     raise
-            if self._metrics is not None:
-                self._reserved.inc()
+                if self._metrics is not None:
+                    self._reserved.inc()
             return
         try:
             async with asyncio.timeout(self._reserve_timeout_s):
@@ -142,6 +142,25 @@ class Prepaid:
             self._count_reserve("request_id_used")
             raise RequestIdUsed(request_id)
         self._count_reserve("reserved")
+
+    def admit_quickly(
+        self,
+        tenant_id: str,
+        request_id: str,
+        amount_micros: int,
+        project_id: str | None,
+        key_id: str | None,
+    ) -> bool:
+        """Admit a request whose id this process minted against its wallet's allowance in
+        memory, if the allowance has room now (else False: `reserve` waits for a grant)."""
+        leases = self.leases
+        if leases is None or not leases.try_admit(
+            tenant_id, request_id, amount_micros, project_id, key_id
+        ):
+            return False
+        if self._metrics is not None:
+            self._reserved.inc()
+        return True
 
     async def held(self, request_id: str) -> bool:
         """Whether the request has a reservation still held: a durable job's attempt finds

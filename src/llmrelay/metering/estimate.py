@@ -89,16 +89,34 @@ def prompt_tokens(payload: dict[str, Any]) -> int:
 
 def prompt_chars(payload: dict[str, Any]) -> int:
     """The prompt's characters plus the messages' framing: at least `prompt_tokens` (every
-    piece it counts is a character or more), for a fraction of its cost (no regex): what a
-    budget's hold bounds a prompt by on the request path (gateway/prepaid.budget_hold)."""
+    piece it counts is a character or more), for a fraction of its cost (no regex, no list of
+    the strings): what a budget's hold and a prepaid request admitted in memory bound a prompt
+    by on the request path (gateway/prepaid.py)."""
     count = 0
     messages = payload.get("messages")
     if type(messages) is list:
         for message in messages:
-            count += _PER_MESSAGE + sum(map(len, text_of(message)))
+            count += _PER_MESSAGE + chars_of(message, 0)
     for name in _PROMPT_FIELDS:
         if name in payload:
-            count += sum(map(len, text_of(payload[name])))
+            count += chars_of(payload[name], 0)
+    return count
+
+
+def chars_of(value: Any, depth: int) -> int:
+    """The length of the strings `text_of` would give, without making their list."""
+    if type(value) is str:
+        return len(value)
+    if depth > 12:
+        return 0
+    count = 0
+    if type(value) is list:
+        for item in value:
+            count += chars_of(item, depth + 1)
+    elif type(value) is dict:
+        for key, item in value.items():
+            if key not in _SKIPPED:
+                count += chars_of(item, depth + 1)
     return count
 
 
