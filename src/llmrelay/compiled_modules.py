@@ -25,6 +25,13 @@ import hashlib
 from pathlib import Path
 
 COMPILED = (
+    "llmrelay.billing.allowance",
+    "llmrelay.billing.charge",
+    "llmrelay.billing.estimate",
+    "llmrelay.billing.lease_store",
+    "llmrelay.billing.lease_writer",
+    "llmrelay.billing.prepaid",
+    "llmrelay.billing.rows_sql",
     "llmrelay.deadlines",
     "llmrelay.gateway.asgi",
     "llmrelay.gateway.auth",
@@ -42,6 +49,7 @@ COMPILED = (
     "llmrelay.gateway.messages",
     "llmrelay.gateway.messages_relay",
     "llmrelay.gateway.planner",
+    "llmrelay.gateway.prepaid",
     "llmrelay.gateway.record_writers",
     "llmrelay.gateway.recorder",
     "llmrelay.gateway.relay",
