@@ -12,6 +12,8 @@
                                          # without Redis (admission cost)
     python -m bench.run --instructions   # CPU instructions per request under callgrind (steady
                                          # on a busy machine: for comparing code)
+    python -m bench.run --prepaid-rate   # one prepaid wallet at c=64 against unbilled (SQLite, PG)
+    python -m bench.run --prepaid-rate --instructions   # the same under callgrind (SQLite)
     python -m bench.run --markdown bench/results/FILE.json  # a results file as Markdown tables
 
 What runs (docs/performance.md explains the figures):
@@ -54,6 +56,8 @@ from bench.instructions import markdown as instructions_markdown
 from bench.limits import compare_limits
 from bench.limits import markdown as limits_markdown
 from bench.load import Driver, Window
+from bench.prepaid_instructions import count_prepaid_instructions
+from bench.prepaid_instructions import markdown as prepaid_instructions_markdown
 from bench.prepaid_rate import bench_prepaid_rate, prepaid_rate_markdown
 from bench.procs import settle
 from bench.recording import compare_recording
@@ -86,6 +90,7 @@ MARKDOWN = {
     "usage-api": usage_markdown,
     "recording": recording_markdown,
     "prepaid-rate": prepaid_rate_markdown,
+    "prepaid-instructions": prepaid_instructions_markdown,
     "instructions": instructions_markdown,
 }
 
@@ -384,7 +389,8 @@ def main() -> None:
         "--prepaid-rate",
         action="store_true",
         help="one prepaid wallet under wrk at c=64 against the same key unbilled, in one run"
-        " (SQLite; PostgreSQL + Redis): req/s, CPU per request, settle backlog",
+        " (SQLite; PostgreSQL + Redis): req/s, CPU per request, settle backlog; with"
+        " --instructions: instructions per request under callgrind (SQLite)",
     )
     parser.add_argument("--rows", type=int, default=2_000_000, help="--usage-api: records")
     parser.add_argument(
@@ -448,6 +454,10 @@ def main() -> None:
             limiters = args.limiters.split(",") if args.limiters else None
             data = compare_limits(folder, args.quick, args.rounds, limiters)
             kind = "limits-quick" if args.quick else "limits"
+        elif args.prepaid_rate and args.instructions:
+            data = count_prepaid_instructions(folder, 6.0 if args.quick else 20.0)
+            print("\n" + prepaid_instructions_markdown(data))
+            kind = "prepaid-instructions"
         elif args.instructions:
             cells = frozenset(args.cells.split(",")) if args.cells else None
             data = count_instructions(folder, 6.0 if args.quick else 12.0, cells)
