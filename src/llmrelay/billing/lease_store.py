@@ -32,9 +32,7 @@ from llmrelay.store.models_billing import WalletLease
 leases: Table = WalletLease.__table__  # type: ignore[assignment]
 wallets, entries, reservations = ledger.wallets, ledger.entries, ledger.reservations
 
-#: The columns of the rows a round writes per request, in their statements' order (an
-#: entry's `order_id` and `actor` are NULL: left out). The shared ones take one value for the
-#: whole round (rows_sql.MultiRowInsert): a row's tuple holds the others, in this order.
+#: The columns of the rows a round writes per request, in their statements' order.
 _ENTRY_COLUMNS: Final = (
     "tenant_id",
     "kind",
@@ -43,11 +41,12 @@ _ENTRY_COLUMNS: Final = (
     "balance_after_micros",
     "reserved_after_micros",
     "request_id",
+    "order_id",
     "idempotency_key",
+    "actor",
     "note",
     "created_at",
 )
-_ENTRY_SHARED: Final = ("tenant_id", "created_at")
 _RESERVATION_COLUMNS: Final = (
     "request_id",
     "tenant_id",
@@ -60,7 +59,6 @@ _RESERVATION_COLUMNS: Final = (
     "settled_at",
     "lease_id",
 )
-_RESERVATION_SHARED: Final = ("tenant_id", "created_at", "lease_id")
 #: A request without a row gets its final one; one whose held row was written under this
 #: lease has it closed; any other row (a reused id, a request closed by someone else, a
 #: settle written before) is left alone, and RETURNING leaves it out: not charged twice.
@@ -143,11 +141,22 @@ async def _entries(
         running_balance += e.available
         running_held += e.reserved
         rows.append(
-            (e.kind, e.available, e.reserved, running_balance, running_held, e.request_id,
-             e.key, e.note)
-        )  # fmt: skip
-    insert = insert_for(conn, entries, _ENTRY_COLUMNS, shared=_ENTRY_SHARED)
-    await insert.run(conn, rows, (tenant_id, now))
+            (
+                tenant_id,
+                e.kind,
+                e.available,
+                e.reserved,
+                running_balance,
+                running_held,
+                e.request_id,
+                None,  # order_id
+                e.key,
+                None,  # actor
+                e.note,
+                now,
+            )
+        )
+    await insert_for(conn, entries, _ENTRY_COLUMNS).run(conn, rows)
 
 
 async def lock_wallet(conn: AsyncConnection, tenant_id: str) -> tuple[int, int]:
@@ -353,15 +362,24 @@ async def settle_open(
         return [], 0
     now = bind_time(conn, reservations, "created_at", _now())
     finals = {item.request_id: settle_entry(item) for item in items}
-    insert = insert_for(
-        conn, reservations, _RESERVATION_COLUMNS, _SETTLE_UPSERT, _RESERVATION_SHARED
+    closed = await insert_for(conn, reservations, _RESERVATION_COLUMNS, _SETTLE_UPSERT).run(
+        conn,
+        [
+            (
+                i.request_id,
+                tenant_id,
+                i.project_id,
+                i.key_id,
+                i.amount,
+                i.charge,
+                finals[i.request_id][0],
+                now,
+                None if i.charge is None else now,
+                lease_id,
+            )
+            for i in items
+        ],
     )
-    rows = [
-        (i.request_id, i.project_id, i.key_id, i.amount, i.charge, finals[i.request_id][0],
-         None if i.charge is None else now)
-        for i in items
-    ]  # fmt: skip
-    closed = await insert.run(conn, rows, (tenant_id, now, lease_id))
     done = {str(r) for r in closed}
     applied = [i for i in items if i.request_id in done]
     moves = [finals[i.request_id][1] for i in applied]

@@ -26,7 +26,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 CHUNK_ROWS: Final = 256
-_NUMBERED: Final = re.compile(r"\$\d+")
+_NUMBERED: Final = re.compile(r"\$(\d+)")
 #: One row's placeholders (their casts have no parentheses in these tables).
 _GROUP: Final = re.compile(r"\([^()]*\)")
 
@@ -34,20 +34,10 @@ Row = tuple[Any, ...]
 
 
 class MultiRowInsert:
-    """`INSERT INTO table (columns) VALUES (...), (...) <suffix>` for one dialect.
-
-    `shared` columns take one value for every row of a statement (a round's timestamp, its
-    tenant, its lease): one parameter that each row's group refers to by number (`$1` on
-    PostgreSQL, `?1` on SQLite), so it is encoded once, not once a row (asyncpg's encoding
-    of a timestamp cost more than the rest of the row)."""
+    """`INSERT INTO table (columns) VALUES (...), (...) <suffix>` for one dialect."""
 
     def __init__(
-        self,
-        table: Table,
-        columns: Sequence[str],
-        dialect: Dialect,
-        suffix: str = "",
-        shared: Sequence[str] = (),
+        self, table: Table, columns: Sequence[str], dialect: Dialect, suffix: str = ""
     ) -> None:
         compiled = table.insert().compile(dialect=dialect, column_keys=list(columns))
         assert tuple(compiled.positiontup or ()) == tuple(columns), compiled.positiontup
@@ -58,58 +48,34 @@ class MultiRowInsert:
         assert group is not None, values
         rest = values[group.end() :]
         assert not rest or rest.startswith(" RETURNING "), values
-        # One placeholder per column: "?" or "$N::TYPE" (with the cast PostgreSQL needs).
-        placeholders = group.group()[1:-1].split(", ")
-        assert len(placeholders) == len(columns), placeholders
         self._head = head + " VALUES "
+        self._group = group.group()  # "(?, ?, ...)" or "($1::VARCHAR, $2::BIGINT, ...)"
         self._suffix = suffix
-        numbered = dialect.paramstyle == "numeric_dollar"
-        #: Per column: the placeholder with "{}" where its number goes, and the number
-        #: itself for a shared column (else None: numbered per row, after the shared ones).
-        self._slots: list[tuple[str, int | None]] = []
-        own = 0
-        for column, placeholder in zip(columns, placeholders, strict=True):
-            template = _NUMBERED.sub("${}", placeholder) if numbered else "?{}"
-            if column in shared:
-                self._slots.append((template, shared.index(column) + 1))
-            else:
-                self._slots.append((template, None))
-                own += 1
-        #: Values a row brings (its columns but the shared ones) and the shared count.
-        self.width = own
-        self._shared = len(shared)
+        self._width = len(columns)
+        self._numbered = dialect.paramstyle == "numeric_dollar"
         self._sql: dict[int, str] = {}
 
     def sql(self, rows: int) -> str:
         found = self._sql.get(rows)
         if found is None:
-            groups = [self._group_at(n) for n in range(rows)]
+            groups = [self._group_at(n * self._width) for n in range(rows)]
             found = self._sql[rows] = self._head + ", ".join(groups) + self._suffix
         return found
 
-    def _group_at(self, row: int) -> str:
-        number = self._shared + row * self.width
-        parts: list[str] = []
-        for template, fixed in self._slots:
-            if fixed is None:
-                number += 1
-                parts.append(template.format(number))
-            else:
-                parts.append(template.format(fixed))
-        return "(" + ", ".join(parts) + ")"
+    def _group_at(self, offset: int) -> str:
+        if not self._numbered or not offset:
+            return self._group
+        return _NUMBERED.sub(lambda m: f"${int(m.group(1)) + offset}", self._group)
 
-    async def run(self, conn: AsyncConnection, rows: Sequence[Row], shared: Row = ()) -> list[Any]:
-        """Insert `rows` (tuples of the columns but the shared ones, in column order), each
-        with the `shared` values (in the order `shared` named them); the first column of what
-        RETURNING gave, if the suffix asks for it."""
-        assert len(shared) == self._shared, shared
+    async def run(self, conn: AsyncConnection, rows: Sequence[Row]) -> list[Any]:
+        """Insert `rows` (tuples in column order); the first column of what RETURNING gave,
+        if the suffix asks for it."""
         returned: list[Any] = []
         start = 0
         for size in chunk_sizes(len(rows)):
             chunk = rows[start : start + size]
             start += size
-            params = (*shared, *chain.from_iterable(chunk))
-            result = await conn.exec_driver_sql(self.sql(size), params)
+            result = await conn.exec_driver_sql(self.sql(size), tuple(chain.from_iterable(chunk)))
             if result.returns_rows:
                 returned += result.scalars().all()
         return returned
@@ -128,22 +94,18 @@ def chunk_sizes(rows: int) -> list[int]:
     return sizes
 
 
-_CACHE: Final[dict[tuple[Any, ...], MultiRowInsert]] = {}
+_CACHE: Final[dict[tuple[str, str, str], MultiRowInsert]] = {}
 
 
 def insert_for(
-    conn: AsyncConnection,
-    table: Table,
-    columns: Sequence[str],
-    suffix: str = "",
-    shared: Sequence[str] = (),
+    conn: AsyncConnection, table: Table, columns: Sequence[str], suffix: str = ""
 ) -> MultiRowInsert:
-    """The statement for this connection's dialect, made once (a round asks for it once)."""
+    """The statement for this connection's dialect, made once."""
     dialect = conn.dialect
-    key = (dialect.name, table.name, suffix, tuple(columns), tuple(shared))
+    key = (dialect.name, table.name, suffix)
     found = _CACHE.get(key)
     if found is None:
-        found = _CACHE[key] = MultiRowInsert(table, columns, dialect, suffix, shared)
+        found = _CACHE[key] = MultiRowInsert(table, columns, dialect, suffix)
     return found
 
 
