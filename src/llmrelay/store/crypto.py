@@ -1,6 +1,7 @@
 """Sealing secrets at rest (provider credentials, ...) with AES-GCM under LLMRELAY_SECRET_KEY.
 
-A sealed value is `v1.<key_id>.<base64url(nonce || ciphertext)>`. The key id (a short hash
+AES-GCM and HKDF come from the interpreter's own libcrypto (store/aead.py: why). A sealed
+value is `v1.<key_id>.<base64url(nonce || ciphertext)>`. The key id (a short hash
 of the derived key) travels with each value, so a Sealer that knows several keys can tell
 which one sealed it: during a rotation (`llmrelay rotate-secret`, store/rotation.py) values
 sealed under the previous key still open, while every new value is sealed under the current
@@ -15,12 +16,8 @@ import hashlib
 import os
 from collections.abc import Iterable
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-
 from llmrelay.settings import Settings, resolve_secret_key
+from llmrelay.store.aead import Aead, InvalidTagError, aes_gcm, hkdf_sha256
 
 _NONCE_BYTES = 12
 _VERSION = "v1"
@@ -42,14 +39,9 @@ class UnknownKeyError(CredentialError):
         )
 
 
-def _derive(secret_key: str) -> tuple[str, AESGCM]:
-    key = HKDF(
-        algorithm=hashes.SHA256(),
-        length=32,
-        salt=b"llmrelay",
-        info=b"llmrelay credentials v1",
-    ).derive(secret_key.encode())
-    return hashlib.sha256(key).hexdigest()[:12], AESGCM(key)
+def _derive(secret_key: str) -> tuple[str, Aead]:
+    key = hkdf_sha256(secret_key.encode(), salt=b"llmrelay", info=b"llmrelay credentials v1")
+    return hashlib.sha256(key).hexdigest()[:12], aes_gcm(key)
 
 
 def key_id_of(sealed: str) -> str:
@@ -72,7 +64,7 @@ class Sealer:
 
     def __init__(self, secret_key: str, previous_keys: Iterable[str] = ()) -> None:
         self.key_id, self._aead = _derive(secret_key)
-        self._keys: dict[str, AESGCM] = {self.key_id: self._aead}
+        self._keys: dict[str, Aead] = {self.key_id: self._aead}
         for previous in previous_keys:
             key_id, aead = _derive(previous)
             self._keys.setdefault(key_id, aead)
@@ -97,7 +89,7 @@ class Sealer:
         raw = base64.urlsafe_b64decode(blob + "=" * (-len(blob) % 4))
         try:
             return aead.decrypt(raw[:_NONCE_BYTES], raw[_NONCE_BYTES:], context.encode())
-        except InvalidTag as exc:
+        except InvalidTagError as exc:
             raise CredentialError("sealed credential failed authentication") from exc
 
     def reseal(self, sealed: str, *, context: str) -> str | None:
