@@ -131,7 +131,8 @@ async def reserve(
     generates = operation not in _EMBEDDINGS
     minted = MINTED_ID.get() == request_id
     try:
-        if minted:
+        # Without leases (LLMRELAY_BILLING_LEASES=false) nothing is admitted in memory.
+        if minted and prepaid.leases is not None:
             bound = reservation(
                 payload, routes, price_for, time.time(), prepaid.policy, generates=generates,
                 tokens_in=input_bound(payload),
