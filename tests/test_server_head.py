@@ -4,6 +4,9 @@ path writes itself and for those it hands back to uvicorn."""
 
 from __future__ import annotations
 
+import asyncio
+import select
+import threading
 from typing import Any
 
 import uvicorn
@@ -12,7 +15,7 @@ from uvicorn.protocols.http import httptools_impl
 from llmrelay.gateway import response_head
 from llmrelay.server_head import CHECKED_VERSIONS, FastHeadCycle, supported
 from llmrelay.server_head import _Base as StockCycle  # uvicorn's own, even once installed
-from tests.support.asgi_server import ServedApp
+from tests.support.asgi_server import ServedApp, read_to_close
 
 _JSON = [(b"content-type", b"application/json"), (b"Content-Length", b"2")]
 #: path -> (status, headers, body chunks)
@@ -96,6 +99,47 @@ def test_keep_alive_carries_several_answers_on_one_connection() -> None:
     assert fast == stock
     assert fast[0].count(b"HTTP/1.1 200 OK") == 2
     assert b"transfer-encoding: chunked\r\n" in fast[0]
+
+
+def test_a_json_heads_waits_for_its_body_and_a_streams_does_not() -> None:
+    """Once the app's response start has been handled, a stream's head is at the client
+    (uvloop writes at once, and loopback delivers within the write) while a JSON answer's
+    is not: it goes out with the body, in one write."""
+    started, release = threading.Event(), threading.Event()
+
+    async def gated(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        status, headers, chunks = ANSWERS[scope["path"]]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        started.set()
+        await asyncio.get_running_loop().run_in_executor(None, release.wait, 60)
+        for i, chunk in enumerate(chunks):
+            await send(
+                {"type": "http.response.body", "body": chunk, "more_body": i < len(chunks) - 1}
+            )
+
+    saved = httptools_impl.RequestResponseCycle
+    httptools_impl.RequestResponseCycle = FastHeadCycle  # type: ignore[misc]
+    try:
+        with ServedApp(gated) as served:
+            for path, head_first in (("/json", False), ("/sse", True), ("/teapot", False)):
+                started.clear()
+                release.clear()
+                with served.connect() as conn:
+                    conn.sendall(
+                        b"GET %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n" % path.encode()
+                    )
+                    assert started.wait(60)
+                    readable = select.select([conn], [], [], 0)[0]
+                    assert bool(readable) == head_first, path
+                    release.set()
+                    answer = read_to_close(conn)
+                status, _, chunks = ANSWERS[path]
+                assert answer.startswith(b"HTTP/1.1 %d " % status), answer
+                assert answer.endswith(chunks[-1] if not head_first else b"0\r\n\r\n"), answer
+    finally:
+        httptools_impl.RequestResponseCycle = saved  # type: ignore[misc]
 
 
 def test_installed_only_for_the_uvicorn_versions_it_was_checked_against() -> None:

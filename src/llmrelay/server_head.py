@@ -2,6 +2,12 @@
 (gateway/response_head.py): the same bytes, for about a quarter of the instructions
 (some 1.3k a header against uvicorn's 5k, by callgrind).
 
+A head that announces a Content-Length of at most `JOIN_MAX` bytes waits for the body's
+first message and goes out with it in one write: the gateway's JSON answers (two ASGI sends,
+back to back) then cost one system call instead of two (on loopback, the sender's write runs
+the receiver's TCP path too: about a tenth of the bare proxy's kernel time per request).
+Streams and longer bodies get their head at once, as before.
+
 uvicorn makes a `RequestResponseCycle` per request by its module's name for the class, so
 `install` replaces that name with a subclass whose `send` writes the head of a response and
 leaves everything else (bodies, flow control, errors, a head it cannot vouch for) to
@@ -11,7 +17,7 @@ uvicorn's internals: it is installed only for the uvicorn versions it was checke
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import uvicorn
 from uvicorn.protocols.http import httptools_impl
@@ -23,10 +29,28 @@ CHECKED_VERSIONS = ("0.55",)
 
 _Base = httptools_impl.RequestResponseCycle
 _STATUS_LINES: dict[int, bytes] = httptools_impl.STATUS_LINE
+#: The longest announced body whose head waits to be written with it (a longer one would be
+#: copied to join them).
+JOIN_MAX: Final = 64 * 1024
 
 
 class FastHeadCycle(_Base):
+    #: A head written by the fast path that waits for the body's first message.
+    held: bytes | None = None
+
     async def send(self, message: Any) -> None:
+        held = self.held
+        if held is not None:
+            self.held = None
+            if message["type"] == "http.response.body":
+                # uvicorn counts what it writes against the Content-Length: the head too now.
+                self.expected_content_length += len(held)
+                body = held + message.get("body", b"")
+                message = {**message, "body": body}
+            elif not self.disconnected:
+                self.transport.write(held)  # uvicorn then refuses the message, as before
+            await super().send(message)
+            return
         if (
             not self.response_started
             and message["type"] == "http.response.start"
@@ -53,7 +77,11 @@ class FastHeadCycle(_Base):
                 if head.chunked is not None:
                     self.chunked_encoding = head.chunked
                     self.expected_content_length = head.length
-                self.transport.write(head.data)
+                joined = head.chunked is False and 0 < head.length <= JOIN_MAX
+                if joined and self.scope["method"] != "HEAD":
+                    self.held = head.data
+                else:
+                    self.transport.write(head.data)
                 return
         await super().send(message)
 
