@@ -70,6 +70,7 @@ class Allowance:
         "remaining",
         "scale",
         "tenant_id",
+        "trued_up",
         "usable_until",
     )
 
@@ -86,6 +87,9 @@ class Allowance:
         self.usable_until = 0.0
         self.low_water = 0
         self.granting: asyncio.Future[None] | None = None
+        #: True-ups that gave money back (Leases.true_up): a request refused meanwhile
+        #: tries once more.
+        self.trued_up = 0
         #: The chunk's multiple (_MAX_SCALE), and when the last grant was asked (monotonic).
         self.scale = 1
         self.granted_at = float("-inf")
@@ -94,7 +98,7 @@ class Allowance:
 class Admitted:
     """A request admitted in memory, until it ends."""
 
-    __slots__ = ("allowance", "amount", "at", "key_id", "lease_id", "project_id")
+    __slots__ = ("allowance", "amount", "at", "key_id", "lease_id", "project_id", "recount")
 
     def __init__(
         self,
@@ -104,6 +108,7 @@ class Admitted:
         project_id: str | None,
         key_id: str | None,
         at: float,
+        recount: Callable[[], int] | None = None,
     ) -> None:
         self.allowance = allowance
         self.lease_id = lease_id
@@ -111,6 +116,9 @@ class Admitted:
         self.project_id = project_id
         self.key_id = key_id
         self.at = at
+        #: For an amount made on a bound (gateway/prepaid.reserve): the exact reservation,
+        #: computed only if a request would otherwise be refused (Leases.true_up).
+        self.recount = recount
 
 
 class Leases:
@@ -157,9 +165,11 @@ class Leases:
         amount: int,
         project_id: str | None,
         key_id: str | None,
+        recount: Callable[[], int] | None = None,
     ) -> bool:
         """Admit against the wallet's allowance in memory; False when it cannot (no lease,
-        too little left, not renewed lately): then `admit` waits for a grant."""
+        too little left, not renewed lately): then `admit` waits for a grant. `recount`:
+        see Admitted."""
         allowance = self.wallets.get(tenant_id)
         if allowance is None or self.stopping:
             return False
@@ -170,7 +180,9 @@ class Leases:
         allowance.remaining -= amount
         allowance.inflight += 1
         allowance.last_admit = now
-        self.admitted[request_id] = Admitted(allowance, lease_id, amount, project_id, key_id, now)
+        self.admitted[request_id] = Admitted(
+            allowance, lease_id, amount, project_id, key_id, now, recount
+        )
         self.recent.append((now, request_id))
         if allowance.remaining < allowance.low_water and allowance.granting is None:
             allowance.granting = asyncio.ensure_future(self._grant_quietly(allowance, amount))
@@ -189,6 +201,25 @@ class Leases:
         allowance = self.wallets.get(tenant_id)
         if allowance is None:
             allowance = self.wallets[tenant_id] = Allowance(tenant_id)
+        trued_up = allowance.trued_up
+        try:
+            await self._admit(allowance, request_id, amount, project_id, key_id)
+        except InsufficientBalance:
+            # Bounds in flight may hold what exact reservations would leave (true_up), here
+            # or by a request that waited beside this one: then once more.
+            if not self.true_up(allowance) and allowance.trued_up == trued_up:
+                raise
+            await self._admit(allowance, request_id, amount, project_id, key_id)
+
+    async def _admit(
+        self,
+        allowance: Allowance,
+        request_id: str,
+        amount: int,
+        project_id: str | None,
+        key_id: str | None,
+    ) -> None:
+        tenant_id = allowance.tenant_id
         for _ in range(_ROUNDS):
             if self.try_admit(tenant_id, request_id, amount, project_id, key_id):
                 return
@@ -202,6 +233,31 @@ class Leases:
             await asyncio.shield(granting)
         if not self.try_admit(tenant_id, request_id, amount, project_id, key_id):
             raise InsufficientBalance(amount, max(allowance.remaining, 0))
+
+    def true_up(self, allowance: Allowance) -> bool:
+        """Bring the requests in flight that were admitted on a bound down to their exact
+        reservations, the difference back to the allowance; whether any came down.
+
+        A bound (the prompt's characters, not its tokens) saves the count on the request
+        path but holds several times what the request needs until it ends: near a wallet's
+        end, a request the exact reservations would admit would be refused while they are
+        in flight. So before a refusal they are counted after all (once each), and the
+        refusal stands only on exact reservations, as it would without the bound."""
+        freed = False
+        lease_id = allowance.lease_id
+        for admitted in self.admitted.values():
+            recount = admitted.recount
+            if recount is None or admitted.lease_id != lease_id:
+                continue  # (a closed lease's requests settle against what it held)
+            admitted.recount = None
+            exact = recount()
+            if exact < admitted.amount:
+                allowance.remaining += admitted.amount - exact
+                admitted.amount = exact
+                freed = True
+        if freed:
+            allowance.trued_up += 1
+        return freed
 
     async def stop_granting(self) -> None:
         """Start no more grants and wait for those in flight: a grant made ahead of need

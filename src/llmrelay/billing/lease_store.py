@@ -62,8 +62,11 @@ _RESERVATION_COLUMNS: Final = (
 #: A request without a row gets its final one; one whose held row was written under this
 #: lease has it closed; any other row (a reused id, a request closed by someone else, a
 #: settle written before) is left alone, and RETURNING leaves it out: not charged twice.
+#: A held row takes the settle's amount too: a request admitted on a bound may have been
+#: trued up to its exact reservation since (allowance.Leases.true_up).
 _SETTLE_UPSERT: Final = (
     " ON CONFLICT (request_id) DO UPDATE SET status = excluded.status,"
+    " amount_micros = excluded.amount_micros,"
     " charged_micros = excluded.charged_micros, settled_at = excluded.settled_at"
     f" WHERE reservations.status = '{ledger.HELD}'"
     " AND reservations.lease_id = excluded.lease_id"

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import Any, Final
 
 import structlog
@@ -150,12 +151,14 @@ class Prepaid:
         amount_micros: int,
         project_id: str | None,
         key_id: str | None,
+        recount: Callable[[], int] | None = None,
     ) -> bool:
         """Admit a request whose id this process minted against its wallet's allowance in
-        memory, if the allowance has room now (else False: `reserve` waits for a grant)."""
+        memory, if the allowance has room now (else False: `reserve` waits for a grant).
+        `recount`: the exact reservation of an amount made on a bound (allowance.Admitted)."""
         leases = self.leases
         if leases is None or not leases.try_admit(
-            tenant_id, request_id, amount_micros, project_id, key_id
+            tenant_id, request_id, amount_micros, project_id, key_id, recount
         ):
             return False
         if self._metrics is not None:

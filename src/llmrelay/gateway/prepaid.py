@@ -133,12 +133,24 @@ async def reserve(
     try:
         # Without leases (LLMRELAY_BILLING_LEASES=false) nothing is admitted in memory.
         if minted and prepaid.leases is not None:
+            now, budgets = time.time(), prepaid.policy
             bound = reservation(
-                payload, routes, price_for, time.time(), prepaid.policy, generates=generates,
+                payload, routes, price_for, now, budgets, generates=generates,
                 tokens_in=input_bound(payload),
             )  # fmt: skip
+
+            def exact() -> int:
+                """The reservation on the counted prompt, should the bound stand in the way
+                of another request (billing/allowance.Leases.true_up)."""
+                try:
+                    return reservation(
+                        payload, routes, price_for, now, budgets, generates=generates
+                    )
+                except Unpriced:  # (priced a moment ago at the same time: not expected)
+                    return bound
+
             project_id, key_id = record.project_id, record.key_id
-            if prepaid.admit_quickly(tenant_id, request_id, bound, project_id, key_id):
+            if prepaid.admit_quickly(tenant_id, request_id, bound, project_id, key_id, exact):
                 record.reserved = True
                 return
         amount = reservation(
