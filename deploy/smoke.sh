@@ -417,7 +417,11 @@ replicas() {
     bash -c "! podman logs ${replica[0]} 2>&1 | sed -n '/config_signal_listening/,\$p' | grep -q config_signal_lost && ! podman logs ${replica[1]} 2>&1 | sed -n '/config_signal_listening/,\$p' | grep -q config_signal_lost"
   rm -f "$watch0" "$watch1"
 
-  # A background response is a durable job: the worker runs it, the replicas never do.
+  # A background response is a durable job: the worker runs it, the replicas never do. Its
+  # container resolves the slow upstream's name first (a CI run on 2026-12-07: its lookups failed
+  # for 40 s with "Temporary failure in name resolution" while aardvark-dns reloaded).
+  check "replicas: slow resolves inside $worker within 30 s" \
+    within 30 podman exec "$worker" python -c 'import socket; socket.getaddrinfo("slow", None)'
   local submitted id owner worker_host
   submitted=$(curl -sS --max-time 30 "$url/v1/responses" -H "Authorization: Bearer $key" \
     -H 'Content-Type: application/json' -d '{"model": "slow", "input": "job", "background": true}')
