@@ -18,13 +18,6 @@ SECRET = "sk-sealed-upstream-secret-0042"
 
 
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[MockUpstream]:
-    server = MockUpstream().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def gateway(
     upstream: MockUpstream, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
