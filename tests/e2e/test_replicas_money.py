@@ -307,13 +307,16 @@ def test_b_a_replica_killed_under_load_leaves_nothing_held(money: Money) -> None
     # lands. Wait for that last step before the audit.
     served = [r for r, a in answers.items() if a.status == 200]
 
-    def charged() -> bool:
+    def uncharged() -> list[tuple[str, Any, Any]]:
+        """The 200s not yet recorded and settled: their record and reservation as they are."""
         found = books(money.url, money.tenants)
-        return all(
-            r in found.records and found.reservations[r]["status"] == "settled" for r in served
-        )
+        return [
+            (r, found.records.get(r), found.reservations.get(r))
+            for r in served
+            if r not in found.records or found.reservations.get(r, {}).get("status") != "settled"
+        ]
 
-    wait_for(charged, DEADLINE_S + 180, "every 200 recorded and charged")
+    wait_for(lambda: not uncharged(), DEADLINE_S + 180, "every 200 recorded and charged", uncharged)
     ended = money.settled(answers, DEADLINE_S + 180)
     waiting = [
         r["request_id"]

@@ -1,6 +1,7 @@
 """Breakers shared by replicas (shared/breakers.py), two `SharedBreakers` in one process on
 a real Redis (with PostgreSQL behind it) and on PostgreSQL alone: a trial claim goes to one
-replica at a time and is free again once released or lapsed; an opening and a closing on one
+replica at a time and is free again once released or lapsed (a trial that was sent keeps it
+until it lapses); an opening and a closing on one
 replica reach the other; and when a cooldown ends on both, one trial only reaches the real
 mock upstream, whose outcome (a failure, then a success) both replicas follow."""
 
@@ -160,6 +161,11 @@ async def test_one_replica_sends_the_trial_and_the_other_follows_its_outcome(
             lambda: all(r.breakers.cooldown(route) > 4.5 for r in replicas), "both near 6 s"
         )
         assert both("open") and sent() == 1
+        # The trial's claim outlives it (for its 3 s): a replica whose timer fires after the
+        # trial ended but before its outcome arrived (R52: a loaded machine) finds it claimed
+        # instead of sending a second trial.
+        for replica in replicas:
+            assert not await replica.shared.claim(route, 0.1)
     finally:
         upstream.down.discard(upstream_model)
     await _until(lambda: both("closed"), "closed on both by one trial")

@@ -124,14 +124,22 @@ class Load:
         return self.answers
 
 
-def wait_for(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    """The first truthy `check()`, polled until `timeout_s` (then fail, naming `what`)."""
+def wait_for(
+    check: Callable[[], Any],
+    timeout_s: float,
+    what: str,
+    detail: Callable[[], Any] | None = None,
+) -> Any:
+    """The first truthy `check()`, polled until `timeout_s` (then fail, naming `what` and
+    what `detail()` says of the state it was waiting on)."""
     deadline = time.monotonic() + timeout_s
     while True:
         found = check()
         if found:
             return found
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
+        if time.monotonic() >= deadline:
+            said = "" if detail is None else f": {detail()}"
+            raise AssertionError(f"not within {timeout_s} s: {what}{said}")
         time.sleep(0.1)
 
 

@@ -23,11 +23,15 @@ A call that cannot be built for the provider gives the trial back to the next re
 (jobs/probe.py) found it online.
 
 With several replicas (`claims` set: shared/breakers.py), a timer that finds the cooldown
-over first claims the route's trial for the cluster; only the replica that gets the claim
-sends it, and releases the claim when it is over. Its outcome reaches the others as a
-closing (they close too) or as a longer opening (their timers move on to its end); a replica
-that lost the claim and heard nothing when a trial could have lapsed (the route's cooldown)
-tries to claim again. A probe's closing travels the same way.
+over first claims the route's trial for the cluster, for as long as the cooldown; only the
+replica that gets the claim sends it. Its outcome reaches the others as a closing (they close
+too) or as a longer opening (their timers move on to its end). A trial that decided the
+breaker keeps its claim until the claim lapses: a replica whose own timer fires after the
+trial ended, before its outcome arrived, then finds the trial claimed instead of sending a
+second one (the next trial is due a whole, doubled, cooldown later, after the lapse). A claim
+that sent nothing is released at once. A replica that lost the claim and heard nothing when
+a trial could have lapsed (the route's cooldown) tries to claim again. A probe's closing
+travels the same way.
 
 Nothing here runs while every breaker is closed: no timer, no task, no per-request work.
 """
@@ -85,7 +89,7 @@ class BreakerTrials:
         self._snapshot = snapshot
         self._loop = loop
         self._timers: dict[str, asyncio.TimerHandle] = {}
-        self._calls: set[asyncio.Task[None]] = set()
+        self._calls: set[asyncio.Task[object]] = set()
         self._closed = False
         #: Set when replicas share the breakers: a trial is sent only once claimed.
         self.claims: TrialClaims | None = None
@@ -139,7 +143,7 @@ class BreakerTrials:
             return
         self._spawn(self._trial(*found, ticket))
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, work: Coroutine[Any, Any, object]) -> None:
         call = self._loop.create_task(work)
         self._calls.add(call)
         call.add_done_callback(self._calls.discard)
@@ -154,16 +158,19 @@ class BreakerTrials:
             # Its outcome arrives as a closing or a longer opening (which moves this timer).
             self.schedule(route.id, window)
             return
+        decided = False
         try:
             if breakers.state(route.id) != OPEN or (breakers.retry_after(route.id) or 0.0) > 0:
                 return  # changed while claiming (closed elsewhere, or a request's trial)
             ticket = breakers.admit(route.id)
             if ticket is not None and ticket.trial:
-                await self._trial(model, route, ticket)
+                decided = await self._trial(model, route, ticket)
         finally:
-            await claims.release(route.id)
+            if not decided:
+                await claims.release(route.id)
 
-    async def _trial(self, model: ModelSnap, route: RouteSnap, ticket: Ticket) -> None:
+    async def _trial(self, model: ModelSnap, route: RouteSnap, ticket: Ticket) -> bool:
+        """Send the trial; whether it decided the breaker (closed it, or opened it again)."""
         breakers = self._breakers
         slug = route.provider.slug
         try:
@@ -176,11 +183,11 @@ class BreakerTrials:
             log.info(
                 "breaker_trial", route=route.id, provider=slug, outcome=f"unsent: {unsendable}"
             )
-            return
+            return False
         except UpstreamError as failed:
             breakers.failed(ticket)
             log.info("breaker_trial", route=route.id, provider=slug, outcome=f"failed: {failed}")
-            return
+            return True
         if status < 300 or status in _ANSWERED:
             breakers.succeeded(ticket)
             outcome = "ok"
@@ -188,6 +195,7 @@ class BreakerTrials:
             breakers.failed(ticket, misconfigured=status in _MISCONFIGURED)
             outcome = "failed"
         log.info("breaker_trial", route=route.id, provider=slug, outcome=outcome, status=status)
+        return True
 
     async def _call(self, model: ModelSnap, route: RouteSnap) -> int:
         """Send the trial call; the provider's status (its body read and dropped)."""

@@ -17,8 +17,9 @@ before C (`Breakers.closed_elsewhere`: an opening of its own since then stands).
 The timer's trial (gateway/trials.py) is claimed first: `claim` writes
 `llmrelay:breakers:trial:ROUTE` with Redis `SET NX PX` (or the entry `t:ROUTE` with one
 conditional upsert on PostgreSQL), for as long as a trial may take (the route's cooldown);
-the replica that wrote it sends the trial and deletes the claim when the trial is over, and
-its outcome reaches the others as an opening (for twice as long) or a closing. With neither
+the replica that wrote it sends the trial, and its outcome reaches the others as an opening
+(for twice as long) or a closing while the claim lasts (it is deleted early only when no
+trial was sent). With neither
 store reachable the claim is granted: a second trial costs one small call, a missed one a
 whole cooldown. Requests keep their own half-open rule on each replica.
 The time is wall-clock time: replicas' clocks should agree within a second (NTP).
@@ -130,8 +131,8 @@ class SharedBreakers:
         return True
 
     async def release(self, route_id: str) -> None:
-        """The trial is over (its outcome published): the next one may be claimed at once.
-        A claim left behind (this failed, or the replica died) lapses by itself."""
+        """No trial was sent under the claim: the next one may be claimed at once. A claim
+        left behind (a trial's, this failed, or the replica died) lapses by itself."""
         store = self._claims.pop(route_id, None)
         try:
             if store == "redis":
