@@ -142,6 +142,7 @@ class CallRecord:
         "delivered_events",
         "dropped",
         "earlier",
+        "ended",
         "endpoint",
         "error_code",
         "guard_hits",
@@ -229,6 +230,8 @@ class CallRecord:
         #: A stream rescued mid-answer: the usage and cost of the parts that broke off
         #: (each at its own route's price), within the record's usage (see `log_part`).
         self.earlier: tuple[Usage, Cost] | None = None
+        #: Its end was handled (gateway/ending.py): once, however many paths reach it.
+        self.ended = False
 
     def mark_first_byte(self) -> None:
         if self.ttfb_ms is None:

@@ -62,7 +62,7 @@ class Capture:
     """One request's bodies, filled in while it runs (mutable on purpose, like CallRecord):
     the request's from `receive`, the response's from `send`, as the server passes them."""
 
-    __slots__ = ("_request", "_request_done", "_response", "limit")
+    __slots__ = ("_answered", "_request", "_request_done", "_response", "limit")
 
     def __init__(self, limit: int = DEFAULT_MAX_BYTES) -> None:
         self.limit = limit
@@ -72,6 +72,8 @@ class Capture:
         self._request_done = False
         #: None until the response started.
         self._response: _Capped | None = None
+        #: The whole answer was handed over before it was sent (`answered`).
+        self._answered = False
 
     def wrap(self, send: Send, receive: Receive) -> tuple[Send, Receive]:
         """`send` and `receive`, keeping a copy of the body chunks that pass through them
@@ -79,6 +81,8 @@ class Capture:
 
         async def sending(message: Message) -> None:
             await send(message)
+            if self._answered:
+                return
             kind = message["type"]
             if kind == "http.response.body":
                 if self._response is None:
@@ -95,6 +99,13 @@ class Capture:
             return message
 
         return sending, receiving
+
+    def answered(self, body: bytes) -> None:
+        """The whole answer, before it is sent: its record is finished first (so the
+        payload row goes with it), and what `send` then passes is not kept twice."""
+        response = self._response = _Capped()
+        response.add(body, self.limit)
+        self._answered = True
 
     def keep(self, request: bytes, response: bytes) -> None:
         """Both bodies at once, for a call no client is connected to (a durable job's: the

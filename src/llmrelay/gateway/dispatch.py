@@ -22,6 +22,7 @@ from starlette.types import Receive, Send
 from llmrelay.billing.estimate import ReservePolicy
 from llmrelay.billing.prepaid import Prepaid
 from llmrelay.deadlines import Deadlines
+from llmrelay.gateway.asgi import send_json
 from llmrelay.gateway.call import CallRecord
 from llmrelay.gateway.capabilities import Needs, expected_tokens, price_of
 from llmrelay.gateway.capture import DEFAULT_MAX_BYTES, Capture
@@ -454,7 +455,28 @@ class Dispatcher:
         self.conversations.keep(response_id, (project_id, response, as_items(payload.get("input"))))
 
     def finish(self, record: CallRecord) -> None:
-        end_call(self.live(), record)
+        if not record.ended:
+            record.ended = True
+            end_call(self.live(), record)
+
+    async def answer_json(
+        self,
+        send: Send,
+        record: CallRecord,
+        status: int,
+        body: bytes,
+        headers: Iterable[tuple[bytes, bytes]],
+    ) -> None:
+        """A call's answer, sent after its end: the record (and the prepaid settle) is
+        queued and in the journal before the client can have the answer, so a process
+        killed while it sends (kill -9, the OOM killer) cannot have served an answer it
+        did not record (tests/e2e/test_replicas_money.py, a replica killed under load).
+        The capture, when the key keeps bodies, takes the answer before it is sent."""
+        capture = record.capture
+        if capture is not None:
+            capture.answered(body)
+        self.finish(record)
+        await send_json(send, status, body, headers)
 
     def screen_answer(
         self, guard: Guard, operation: Operation, answer: dict[str, Any], record: CallRecord

@@ -205,17 +205,18 @@ class DataPlane(Dispatcher):
                 answer.raw = orjson.dumps(answer.body)
             body = self.rename(served.name).apply(answer.raw, answer.body)
             self.served_headers(headers, served, record)
-            await send_json(send, 200, body, headers)
+            await self.answer_json(send, record, 200, body, headers)
         except UpstreamRejected as rejected:
             streaming = False
             record.fail(rejected.status, rejected.code)
             body = _rejection_body(rejected, context.request_id)
-            await send_json(send, rejected.status, body, headers)
+            await self.answer_json(send, record, rejected.status, body, headers)
         except GatewayError as error:
             streaming = False
             record.fail(error.status, error.code)
             headers.extend((k.lower().encode(), v.encode()) for k, v in error.headers.items())
-            await send_json(send, error.status, wire.error_body(error, context.request_id), headers)
+            body = wire.error_body(error, context.request_id)
+            await self.answer_json(send, record, error.status, body, headers)
         except ClientDisconnected:
             streaming = False
             record.fail(CLIENT_CLOSED_REQUEST, "client_disconnected")

@@ -181,7 +181,7 @@ class GeminiRoutes:
                 dispatcher.screen(principal, operation, payload, record)
                 body = orjson.dumps({"totalTokens": estimate_tokens(payload)})
                 headers.append((b"x-llmrelay-estimated", b"true"))
-                await send_json(send, 200, body, headers)
+                await dispatcher.answer_json(send, record, 200, body, headers)
                 return
             stream = operation is Operation.GEMINI_STREAM
             needs = None
@@ -207,11 +207,12 @@ class GeminiRoutes:
             if not counting:
                 self._take_answer(answered, served, record, operation, principal)
             dispatcher.served_headers(headers, served, record)
-            await send_json(send, 200, orjson.dumps(answered), headers)
+            await dispatcher.answer_json(send, record, 200, orjson.dumps(answered), headers)
         except UpstreamRejected as rejected:
             streaming = False
             record.fail(rejected.status, rejected.code)
-            await send_json(send, rejected.status, _rejection_body(rejected, record), headers)
+            body = _rejection_body(rejected, record)
+            await dispatcher.answer_json(send, record, rejected.status, body, headers)
         except GatewayError as error:
             streaming = False
             record.fail(error.status, error.code)

@@ -120,12 +120,13 @@ class GenerateRoutes:
                 metadata=payload.get("metadata"),
             )
             dispatcher.served_headers(headers, served, record)
-            await send_json(send, 200, orjson.dumps(body), headers)
+            await dispatcher.answer_json(send, record, 200, orjson.dumps(body), headers)
         except GatewayError as error:
             record.fail(error.status, error.code)
             if not isinstance(error, UpstreamRejected):
                 headers.extend((k.lower().encode(), v.encode()) for k, v in error.headers.items())
-            await send_json(send, error.status, wire.error_body(error, context.request_id), headers)
+            failed = wire.error_body(error, context.request_id)
+            await dispatcher.answer_json(send, record, error.status, failed, headers)
         except ClientDisconnected:
             record.fail(CLIENT_CLOSED_REQUEST, "client_disconnected")
         finally:

@@ -19,7 +19,7 @@ from starlette.types import Receive, Scope, Send
 
 from llmrelay import apikeys
 from llmrelay.gateway import requests as checks
-from llmrelay.gateway.asgi import read_body, send_json, send_sse
+from llmrelay.gateway.asgi import read_body, send_sse
 from llmrelay.gateway.auth import authenticate
 from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
 from llmrelay.gateway.capabilities import CHARS_PER_TOKEN, needs_of
@@ -88,7 +88,7 @@ class MessagesRoutes:
                 dispatcher.screen(principal, operation, payload, record)
                 body = orjson.dumps({"input_tokens": estimate_tokens(payload)})
                 headers.append((b"x-llmrelay-estimated", b"true"))
-                await send_json(send, 200, body, headers)
+                await dispatcher.answer_json(send, record, 200, body, headers)
                 return
             needs = None
             if not counting and (
@@ -117,13 +117,14 @@ class MessagesRoutes:
                     dispatcher.screen_answer(guard, operation, answered, record)
             dispatcher.served_headers(headers, served, record)
             add_header(headers, record.dropped)
-            await send_json(send, 200, orjson.dumps(answered), headers)
+            await dispatcher.answer_json(send, record, 200, orjson.dumps(answered), headers)
         except GatewayError as error:
             streaming = False
             record.fail(error.status, error.code)
             if not isinstance(error, UpstreamRejected):
                 headers.extend((k.lower().encode(), v.encode()) for k, v in error.headers.items())
-            await send_json(send, error.status, error_body(error, context.request_id), headers)
+            body = error_body(error, context.request_id)
+            await dispatcher.answer_json(send, record, error.status, body, headers)
         except ClientDisconnected:
             streaming = False
             record.fail(CLIENT_CLOSED_REQUEST, "client_disconnected")

@@ -27,7 +27,7 @@ from starlette.types import Receive, Scope, Send
 
 from llmrelay import apikeys
 from llmrelay.gateway import requests as checks
-from llmrelay.gateway.asgi import read_body, send_json, send_sse
+from llmrelay.gateway.asgi import read_body, send_sse
 from llmrelay.gateway.auth import authenticate
 from llmrelay.gateway.background import answer_background, submit_background
 from llmrelay.gateway.call import CLIENT_CLOSED_REQUEST, CallRecord
@@ -146,13 +146,14 @@ class ResponsesRoutes:
                 await dispatcher.homes.written()
             dispatcher.served_headers(headers, served, record)
             add_header(headers, record.dropped)
-            await send_json(send, 200, orjson.dumps(answered), headers)
+            await dispatcher.answer_json(send, record, 200, orjson.dumps(answered), headers)
         except GatewayError as error:
             streaming = False
             record.fail(error.status, error.code)
             if not isinstance(error, UpstreamRejected):
                 headers.extend((k.lower().encode(), v.encode()) for k, v in error.headers.items())
-            await send_json(send, error.status, wire.error_body(error, context.request_id), headers)
+            body = wire.error_body(error, context.request_id)
+            await dispatcher.answer_json(send, record, error.status, body, headers)
         except ClientDisconnected:
             streaming = False
             record.fail(CLIENT_CLOSED_REQUEST, "client_disconnected")

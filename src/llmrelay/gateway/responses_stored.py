@@ -175,12 +175,13 @@ class StoredResponses:
             record.take_responses_usage(answer.body.get("usage"))
             dispatcher.served_headers(headers, served, record)
             body = dispatcher.rename(served.name).apply(answer.raw, answer.body)
-            await send_json(send, 200, body, headers)
+            await dispatcher.answer_json(send, record, 200, body, headers)
         except GatewayError as error:
             record.fail(error.status, error.code)
             if not isinstance(error, UpstreamRejected):
                 headers.extend((k.lower().encode(), v.encode()) for k, v in error.headers.items())
-            await send_json(send, error.status, wire.error_body(error, context.request_id), headers)
+            failed = wire.error_body(error, context.request_id)
+            await dispatcher.answer_json(send, record, error.status, failed, headers)
         except ClientDisconnected:
             record.fail(CLIENT_CLOSED_REQUEST, "client_disconnected")
         finally:
