@@ -28,7 +28,7 @@ from llmrelay.deadlines import Deadlines
 from llmrelay.gateway.dispatch import Dispatcher, Runtime
 from llmrelay.gateway.durable import DurableJobs
 from llmrelay.gateway.executor import Executor
-from llmrelay.gateway.journal import ROTATE_S, Journal, Marks
+from llmrelay.gateway.journal import ROTATE_S, Journal, Marks, release
 from llmrelay.gateway.recorder import Recorder
 from llmrelay.gateway.trials import BreakerTrials
 from llmrelay.gateway.watch import ClientWatches
@@ -320,10 +320,14 @@ def _journal(settings: Settings, recorder: Recorder, prepaid: Prepaid) -> Journa
 
 
 async def _tidy(journal: Journal) -> None:
+    """Once a second: what the journal is done with is deleted on a thread (journal.release:
+    the kernel's work of freeing a second's file stays off the event loop)."""
     while True:
         await asyncio.sleep(ROTATE_S)
         try:
-            journal.tidy()
+            done = journal.sort_out()
+            if done:
+                await asyncio.to_thread(release, journal.directory, done)
         except OSError as exc:  # a failing disk: the files stay, for a replay
             log.warning("journal_tidy_failed", error=str(exc))
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from llmrelay.gateway.call import ATTEMPT_COLUMNS, HIT_COLUMNS, RECORD_COLUMNS
-from llmrelay.gateway.journal import Journal, Marks
+from llmrelay.gateway.journal import Journal, Marks, release
 from llmrelay.gateway.spool import SETTLE_COLUMNS, Row, Spool
 from tests.gateway.test_spool import Sink
 
@@ -173,6 +173,36 @@ def test_a_journal_holds_its_files_locks_until_it_deletes_them(tmp_path: Path) -
     counts.durable_records = counts.durable_settles = 1
     journal.close()
     assert _journals(tmp_path) == []
+
+
+def _locked(path: Path) -> bool:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+async def test_sort_out_hands_over_what_release_then_deletes_on_a_thread(tmp_path: Path) -> None:
+    """The serving process decides on the loop and deletes on a thread (stack._tidy): a file
+    handed over is the journal's no longer, yet still locked (no replayer takes it) until
+    `release` has unlinked it."""
+    counts = Counts()
+    journal = Journal(tmp_path, counts.marks(), rotate_s=0.0)
+    _keep(journal, counts, 1)
+    assert journal.sort_out() == []  # closed for appends, not durable yet
+    counts.durable_records = counts.durable_settles = 1
+    done = journal.sort_out()
+    [name] = _journals(tmp_path)
+    assert [f.name for f in done] == [name]
+    assert journal.sort_out() == []  # handed over once
+    assert _locked(tmp_path / name)
+    await asyncio.to_thread(release, tmp_path, done)
+    assert _journals(tmp_path) == []
+    journal.close()  # nothing left to release twice
 
 
 def test_an_unwritable_directory_counts_failures_and_never_raises(tmp_path: Path) -> None:
