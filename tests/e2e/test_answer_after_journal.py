@@ -67,6 +67,11 @@ CALLS = {
         200,
     ),
     "responses": ("v1/responses", {"input": "{id}", "store": False}, 200),
+    "gemini": (
+        "v1beta/models/chat:generateContent",
+        {"contents": [{"role": "user", "parts": [{"text": "{id}"}]}]},
+        200,
+    ),
     # The gateway's own error answer ends a call too (a chat model serves no embeddings).
     "refused": ("v1/embeddings", {"input": "{id}"}, 400),
 }
@@ -75,10 +80,16 @@ CALLS = {
 def _ask(gateway: GatewayProcess, request_id: str, kind: str = "chat") -> int:
     path, body, _status = CALLS[kind]
     payload = orjson.loads(orjson.dumps(body).replace(b"{id}", request_id.encode()))
+    if kind != "gemini":  # (Gemini names the model in the path)
+        payload["model"] = "chat"
     answer = httpx.post(
         f"{gateway.url}/{path}",
-        json={"model": "chat", **payload},
-        headers={"Authorization": f"Bearer {KEY}", "X-Request-ID": request_id},
+        json=payload,
+        headers={
+            "x-goog-api-key": KEY,
+            "Authorization": f"Bearer {KEY}",
+            "X-Request-ID": request_id,
+        },
         timeout=CEILING_S,
     )
     return answer.status_code

@@ -216,7 +216,8 @@ class GeminiRoutes:
         except GatewayError as error:
             streaming = False
             record.fail(error.status, error.code)
-            await _send_error(send, error, context.request_id, headers)
+            body = _error_body(error, context.request_id, headers)
+            await dispatcher.answer_json(send, record, error.status, body, headers)
         except ClientDisconnected:
             streaming = False
             record.fail(CLIENT_CLOSED_REQUEST, "client_disconnected")
@@ -355,16 +356,20 @@ def _not_allowed(method: str, path: str) -> GatewayError:
 async def _send_error(
     send: Send, error: GatewayError, request_id: str, headers: list[tuple[bytes, bytes]]
 ) -> None:
+    await send_json(send, error.status, _error_body(error, request_id, headers), headers)
+
+
+def _error_body(error: GatewayError, request_id: str, headers: list[tuple[bytes, bytes]]) -> bytes:
+    """Google's error shape for `error`; its headers (Retry-After) added to `headers`."""
     retry_after = error.headers.get("Retry-After")
     headers.extend((k.lower().encode(), v.encode()) for k, v in error.headers.items())
-    body = gemini_models.error_body(
+    return gemini_models.error_body(
         error.status,
         error.message,
         reason=error.code,
         request_id=request_id,
         retry_after=retry_after,
     )
-    await send_json(send, error.status, body, headers)
 
 
 def _rejection_body(error: UpstreamRejected, record: CallRecord) -> bytes:
