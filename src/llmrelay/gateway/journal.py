@@ -188,8 +188,8 @@ def release(directory: Path, files: Sequence[_File]) -> None:
     """Delete files the journal no longer holds (`sort_out`): each unlinked under its lock,
     then the lock released: a replayer that opened the name before finds it unlinked
     (spool.py checks st_nlink) and leaves it. Blocking: a second's file at thousands of
-    requests a second is megabytes, and the kernel frees its pages in these calls (0.5-1.3 ms
-    of the caller's CPU, measured by bench.stalls): the serving process runs it on a thread,
+    requests a second is megabytes, and the kernel frees its pages in these calls (0.45-1.3
+    ms of the caller's CPU, measured by bench.stalls): the serving process runs it on a thread,
     where the system calls do not hold the interpreter."""
     for file in files:
         with contextlib.suppress(OSError):  # gone already if a spool replayed it unlocked

@@ -73,7 +73,8 @@ Batch = tuple[list[Row], list[Row], list[Row], list[Row]]
 #: Rows of a batch taken at a time while its statements are made: one statement's (the largest
 #: SQLite one, or a PostgreSQL executemany), so only the batch's last piece has a remainder in
 #: smaller statements, and noting a piece's keys and hours adds to one step, not to every
-#: eighth (a piece of 256 rows made that step the slice over 0.5 ms: bench.stalls).
+#: eighth (pieces of 256 rows: the slices' p99 at c=8 1.17 ms against 0.82, sources,
+#: bench.stalls; docs/performance.md, "On a quiet machine").
 _PIECE_ROWS: Final = {True: SQLITE_STATEMENT_ROWS[0], False: PG_CHUNK_ROWS}
 #: How often the spool is replayed while it holds anything.
 _REPLAY_EVERY_S: Final = 1.0
