@@ -369,7 +369,7 @@ async def test_sqlite_writes_a_large_batch_in_short_slices(engine: AsyncEngine) 
     assert recorder.written == 3000 and recorder.dropped == 0
     # The batch was written between many turns of the loop (a writer that converts or
     # commits it in one go gives the loop a handful), and no turn took long: a slice is
-    # budgeted at 0.4 ms (record_writers.SLICE_S); the ceiling leaves room for a loaded
+    # budgeted at 0.3 ms (record_writers.SLICE_S); the ceiling leaves room for a loaded
     # machine, where CPU time stretches too (R16: 6.2 ms beside a whole suite).
     assert turns >= 20, turns
     assert longest < 0.01, f"the loop was held for {longest * 1000:.1f} ms of CPU"

@@ -22,6 +22,7 @@ from llmrelay.limits.spend import month_spend
 from llmrelay.mail import links, outbox
 from llmrelay.mail.templates import render
 from llmrelay.store.crypto import Sealer
+from llmrelay.store.db import background_begin, background_connect
 from llmrelay.store.models import ApiKey, Project, Tenant
 
 log = structlog.get_logger(__name__)
@@ -86,7 +87,7 @@ async def _done(conn: AsyncConnection, month: str) -> set[tuple[str, str, int]]:
 async def run(engine: AsyncEngine, sealer: Sealer, base: str, now: float) -> dict[str, int]:
     """One round over every budget; counts."""
     month = month_of(now)
-    async with engine.connect() as conn:
+    async with background_connect(engine) as conn:
         budgeted = await _budgeted(conn)
         if not budgeted:
             return {"alerts": 0, "mails": 0}
@@ -98,7 +99,7 @@ async def run(engine: AsyncEngine, sealer: Sealer, base: str, now: float) -> dic
         pct = crossed(used, item.budget_micros)
         if pct is None or any((item.scope, item.id, p) in done for p in THRESHOLDS if p >= pct):
             continue
-        async with engine.begin() as conn:
+        async with background_begin(engine) as conn:
             people = await recipients.of_tenant(conn, item.tenant_id)
             if not people:
                 log.warning("budget_alert_without_recipient", scope=item.scope, id=item.id)

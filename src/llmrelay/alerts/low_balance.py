@@ -18,6 +18,7 @@ from llmrelay.alerts.money import usd
 from llmrelay.mail import links, outbox
 from llmrelay.mail.templates import render
 from llmrelay.store.crypto import Sealer
+from llmrelay.store.db import background_begin, background_connect
 from llmrelay.store.models import Tenant
 from llmrelay.store.models_billing import Wallet
 
@@ -31,7 +32,7 @@ async def run(engine: AsyncEngine, sealer: Sealer, base: str, now: datetime) -> 
     # Prepaid wallets only: a postpaid one's balance is not drawn by requests, so being
     # "under" a threshold would mean nothing.
     threshold_set = wallets.c.low_balance_micros.is_not(None) & wallets.c.prepaid.is_(True)
-    async with engine.begin() as conn:
+    async with background_begin(engine) as conn:
         rearmed = await conn.execute(
             update(wallets)
             .where(
@@ -43,7 +44,7 @@ async def run(engine: AsyncEngine, sealer: Sealer, base: str, now: datetime) -> 
             )
             .values(low_balance_alerted_at=None)
         )
-    async with engine.connect() as conn:
+    async with background_connect(engine) as conn:
         due = (
             await conn.execute(
                 select(wallets.c.tenant_id).where(
@@ -56,7 +57,7 @@ async def run(engine: AsyncEngine, sealer: Sealer, base: str, now: datetime) -> 
         tenant_ids = list(due)
     alerted = mailed = 0
     for tenant_id in tenant_ids:
-        async with engine.begin() as conn:
+        async with background_begin(engine) as conn:
             claimed = (
                 await conn.execute(
                     update(wallets)

@@ -42,6 +42,7 @@ from llmrelay.billing.settle import settle_one
 from llmrelay.billing.stripe_config import StripeConfig
 from llmrelay.jobs.kinds import JobContext, RetryLater
 from llmrelay.observability.metrics import Metrics
+from llmrelay.store.db import background_begin, background_connect
 from llmrelay.store.models import RequestRecord
 from llmrelay.store.models_billing import PaymentOrder, Reservation
 from llmrelay.store.types import utcnow
@@ -120,7 +121,7 @@ async def reconcile_orders(payments: Payments, after_s: float) -> Counter[str]:
         return counts
     table = PaymentOrder.__table__
     before = utcnow() - timedelta(seconds=after_s)
-    async with payments.engine.connect() as conn:
+    async with background_connect(payments.engine) as conn:
         rows = (
             await conn.execute(
                 select(table.c.id)
@@ -130,13 +131,13 @@ async def reconcile_orders(payments: Payments, after_s: float) -> Counter[str]:
             )
         ).all()
     for (order_id,) in rows:
-        async with payments.engine.connect() as conn:
+        async with background_connect(payments.engine) as conn:
             order = await orders.get(conn, order_id)
         if order is None or order.status not in orders.OPEN_STATES:
             continue
         if order.stripe_session_id is None and order.stripe_payment_intent_id is None:
             if order.kind == orders.CHECKOUT:
-                async with payments.engine.begin() as conn:
+                async with background_begin(payments.engine) as conn:
                     await orders.mark(
                         conn, order.id, orders.FAILED, failure="the Checkout session was never made"
                     )
@@ -160,7 +161,7 @@ async def reconcile_reservations(payments: Payments, after_s: float) -> Counter[
     before = utcnow() - timedelta(seconds=after_s)
     leases = lease_store.leases
     open_leases = select(leases.c.id).where(leases.c.status == lease_store.OPEN)
-    async with payments.engine.connect() as conn:
+    async with background_connect(payments.engine) as conn:
         held = (
             await conn.execute(
                 select(table.c.request_id, table.c.tenant_id)
@@ -174,7 +175,7 @@ async def reconcile_reservations(payments: Payments, after_s: float) -> Counter[
             )
         ).all()
     for request_id, tenant_id in held:
-        async with payments.engine.begin() as conn:
+        async with background_begin(payments.engine) as conn:
             record = (
                 await conn.execute(
                     select(*_CHARGE_COLUMNS).where(records.c.request_id == request_id)
@@ -195,7 +196,7 @@ async def settle_late_records(payments: Payments) -> Counter[str]:
     transaction each; a live settle arriving too closes it once: one claim per reservation)."""
     counts: Counter[str] = Counter()
     table = Reservation.__table__
-    async with payments.engine.connect() as conn:
+    async with background_connect(payments.engine) as conn:
         late = (
             await conn.execute(
                 select(table.c.request_id, table.c.tenant_id, *_CHARGE_COLUMNS)
@@ -209,7 +210,7 @@ async def settle_late_records(payments: Payments) -> Counter[str]:
         charge = charge_of(*_charge_args(row[2:]))
         if charge is None:  # charge_known said otherwise: the one rule decides
             continue
-        async with payments.engine.begin() as conn:
+        async with background_begin(payments.engine) as conn:
             outcome = await settle_one(conn, str(row[0]), row[1], charge)
         counts[outcome] += 1
     return counts

@@ -6,7 +6,7 @@ event loop never spends more than a fraction of a millisecond on one batch befor
 get their turn (docs/performance.md, "Stalls beside the request path").
 
 SQLite: the recorder's own stdlib `sqlite3` connection. The inserts run on the event loop in
-slices of at most SLICE_S (statements of at most 32 rows, about 0.2 ms each); measured under
+slices of at most SLICE_S (statements of at most 8 rows, about 0.05 ms each); measured under
 load, the same inserts sent through aiosqlite's worker thread cost about three times their own
 CPU: every statement hands the GIL between that thread and the event loop, and on a busy loop
 each hand-over is a contended wake-up. The COMMIT, which writes the whole batch's pages to the
@@ -37,14 +37,18 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 #: Rows per SQLite statement, largest first: a batch is cut greedily into these sizes, so
 #: only this many distinct statements exist (each distinct SQL text is a prepared statement in
 #: sqlite3's cache, and one with thousands of parameters is big: one text per batch size once
-#: cost about 100 MB of memory). 32 rows take about 0.2 ms to insert, and cost per row what
-#: 256 do (measured: 6.7 against 7.1 us a row); smaller ones cost more per row.
-SQLITE_STATEMENT_ROWS: Final = (32, 8, 2, 1)
+#: cost about 100 MB of memory). Small, because one statement is the unit a slice cannot cut:
+#: 32 rows took 0.13-0.22 ms at the median but up to 0.8 ms (a B-tree page split, a page
+#: fault), which put about 4 % of the record batches' slices over 0.5 ms; 8 rows take
+#: 0.03-0.06 ms (at most 0.25-0.3 ms) for the same CPU per row within the spread (4-7 us, from
+#: 4 to 32 rows a statement: docs/performance.md, "Stalls beside the request path").
+SQLITE_STATEMENT_ROWS: Final = (8, 2, 1)
 #: Rows per PostgreSQL executemany (one transaction holds them all).
 PG_CHUNK_ROWS: Final = 128
 #: The SQLite writer's budget for one slice on the event loop: it yields to requests before a
-#: statement that would take the slice past this (judged by the longest statement so far).
-SLICE_S: Final = 0.0004
+#: statement that would take the slice past this (judged by the longest statement so far),
+#: leaving room under 0.5 ms for a statement slower than any before it.
+SLICE_S: Final = 0.0003
 #: How long a locked database (another process applying config, say) is waited for, in
 #: pauses that leave the event loop free, before the batch counts as failed.
 LOCKED_WAIT_S = 30.0

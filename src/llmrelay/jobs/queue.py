@@ -21,6 +21,7 @@ from sqlalchemy import Table, and_, bindparam, delete, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
+from llmrelay.store.db import background_begin, background_connect
 from llmrelay.store.models import new_id
 from llmrelay.store.models_jobs import (
     CANCELLED,
@@ -164,7 +165,7 @@ async def claim(
             jobs.c.created_at,
         )
     )
-    async with engine.begin() as conn:
+    async with background_begin(engine) as conn:
         rows = (await conn.execute(statement)).all()
     claimed = [ClaimedJob(*row) for row in rows]
     claimed.sort(key=lambda job: job.created_at)
@@ -201,7 +202,7 @@ async def _any(engine: AsyncEngine, probe: Any, now: float) -> bool:
     """Whether a row matches `probe` (a prebuilt select with a :now parameter) at `now`: a
     plain read (on SQLite it takes no write lock, so the idle polls of every runner never
     queue behind, or hold up, the recorder's writes)."""
-    async with engine.connect() as conn:
+    async with background_connect(engine) as conn:
         found = await conn.execute(probe, {"now": utc(now)})
         return found.first() is not None
 
@@ -214,7 +215,7 @@ async def heartbeat(
     engine: AsyncEngine, job_id: str, epoch: int, *, lease_s: float, now: float
 ) -> bool:
     """Extend the lease; whether a cancel was asked for. Raises LeaseLost."""
-    async with engine.begin() as conn:
+    async with background_begin(engine) as conn:
         row = (
             await conn.execute(
                 update(jobs)
@@ -275,7 +276,7 @@ async def fail(
 ) -> str:
     """An attempt failed: queued again at `retry_at` while attempts are left (and a retry is
     wanted), else failed for good. The state it is left in. Raises LeaseLost."""
-    async with engine.begin() as conn:
+    async with background_begin(engine) as conn:
         row = (
             await conn.execute(
                 select(jobs.c.attempts, jobs.c.max_attempts).where(_fenced(job_id, epoch))
@@ -352,7 +353,7 @@ async def request_cancel(conn: AsyncConnection | AsyncSession, job_id: str, *, n
 async def cancel_requested(engine: AsyncEngine, job_id: str, epoch: int) -> bool:
     """Whether a cancel was asked for the job this worker holds (False once it is not this
     worker's any more: nothing of it is this worker's to cancel)."""
-    async with engine.connect() as conn:
+    async with background_connect(engine) as conn:
         found = (
             await conn.execute(select(jobs.c.cancel_requested).where(_fenced(job_id, epoch)))
         ).scalar()
@@ -377,7 +378,7 @@ async def repair_expired(engine: AsyncEngine, *, now: float) -> tuple[int, int]:
     expired = and_(jobs.c.status == RUNNING, jobs.c.lease_until < utc(now))
     if not await _any(engine, _EXPIRED_PROBE, now):
         return 0, 0
-    async with engine.begin() as conn:
+    async with background_begin(engine) as conn:
         requeued = await conn.execute(
             update(jobs)
             .where(expired, jobs.c.attempts < jobs.c.max_attempts)
@@ -400,7 +401,7 @@ async def prune(engine: AsyncEngine, *, now: float, keep_finished_s: float) -> i
     """Delete finished jobs past their expiry, or finished longer than `keep_finished_s` ago
     when they have none."""
     cutoff = utc(now - keep_finished_s)
-    async with engine.begin() as conn:
+    async with background_begin(engine) as conn:
         result = await conn.execute(
             delete(jobs).where(
                 jobs.c.status.in_(FINISHED),
@@ -433,7 +434,7 @@ async def hasten(conn: AsyncConnection | AsyncSession, dedupe_key: str, *, now: 
 
 
 async def _fenced_update(engine: AsyncEngine, job_id: str, epoch: int, **values: Any) -> None:
-    async with engine.begin() as conn:
+    async with background_begin(engine) as conn:
         done = await conn.execute(update(jobs).where(_fenced(job_id, epoch)).values(**values))
     if done.rowcount != 1:
         raise LeaseLost(job_id)

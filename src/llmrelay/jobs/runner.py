@@ -29,6 +29,7 @@ from llmrelay.jobs.kinds import GiveUp, JobContext, JobKind, RetryLater, RunAgai
 from llmrelay.jobs.queue import ClaimedJob, LeaseLost
 from llmrelay.observability.metrics import Metrics
 from llmrelay.store.crypto import Sealer
+from llmrelay.store.db import background_begin
 from llmrelay.store.models_jobs import QUEUED
 
 log = structlog.get_logger(__name__)
@@ -213,7 +214,7 @@ class JobRunner:
             slot = int(now // schedule.interval_s)
             if self._queued_slots.get(schedule.kind) == slot:
                 continue  # queued (by this runner or another) in an earlier round
-            async with self.engine.begin() as conn:
+            async with background_begin(self.engine) as conn:
                 await queue.enqueue(
                     conn,
                     schedule.kind,

@@ -16,12 +16,13 @@ import time
 from collections.abc import Callable
 
 import structlog
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from llmrelay.snapshot.builder import build_snapshot
 from llmrelay.snapshot.model import Snapshot
 from llmrelay.store.bootstrap import current_generation
 from llmrelay.store.crypto import Sealer
+from llmrelay.store.db import background_connect
 
 log = structlog.get_logger(__name__)
 
@@ -29,6 +30,9 @@ log = structlog.get_logger(__name__)
 class SnapshotHolder:
     def __init__(self, sessions: async_sessionmaker[AsyncSession], sealer: Sealer) -> None:
         self._sessions = sessions
+        #: The poll reads the generation through a plain connection: a session costs the loop
+        #: twice the CPU for one scalar (store/db.background_connect).
+        self._engine: AsyncEngine = sessions.kw["bind"]
         self._sealer = sealer
         self._current: Snapshot | None = None
         #: Generations that failed to build (retrying one with the same error counts once).
@@ -73,8 +77,8 @@ class SnapshotHolder:
         rebuild (a scheduled price started: `Snapshot.rebuild_at`); False when unchanged or
         when the build failed (the last good snapshot stays)."""
         async with self._refreshing:
-            async with self._sessions() as session:
-                generation = await current_generation(session)
+            async with background_connect(self._engine) as conn:
+                generation = await current_generation(conn)
             current = self._current
             if (
                 current is not None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sqlalchemy import select, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from llmrelay.store.models import DEFAULT_TENANT_SLUG, ConfigGeneration, Tenant
 from llmrelay.store.types import utcnow
@@ -23,8 +23,8 @@ async def ensure_default_tenant(session: AsyncSession) -> Tenant:
 _GENERATION = select(ConfigGeneration.generation).where(ConfigGeneration.id == 1)
 
 
-async def current_generation(session: AsyncSession) -> int:
-    value = await session.scalar(_GENERATION)
+async def current_generation(conn: AsyncSession | AsyncConnection) -> int:
+    value = await conn.scalar(_GENERATION)
     return value or 0
 
 
