@@ -29,6 +29,7 @@ from llmrelay.billing.lease_reclaim import settle_closed
 from llmrelay.billing.lease_store import Settle
 from llmrelay.billing.settle import SETTLE_RETRY_PAUSES_S, queue_auto_topup
 from llmrelay.observability.metrics import Metrics
+from llmrelay.store.db import background_begin
 
 log = structlog.get_logger(__name__)
 
@@ -141,7 +142,7 @@ class LeaseWriter:
     async def _write(
         self, tenant: str, lease_id: str, ended: list[Settle], held: list[Settle]
     ) -> None:
-        async with self.leases.engine.begin() as conn:
+        async with background_begin(self.leases.engine) as conn:
             if await lease_store.is_open(conn, tenant, lease_id):
                 await lease_store.write_holds(conn, tenant, lease_id, held)
                 done, balance = await lease_store.settle_open(conn, tenant, lease_id, ended)
@@ -178,7 +179,7 @@ class LeaseWriter:
         live = {a.lease_id: a for a in leases.wallets.values() if a.lease_id is not None}
         if not live:
             return
-        async with leases.engine.begin() as conn:
+        async with background_begin(leases.engine) as conn:
             still = await lease_store.renew(conn, list(live), leases.ttl_s)
         self._next_renewal = now + leases.ttl_s / 6
         for lease_id, allowance in live.items():
@@ -192,7 +193,7 @@ class LeaseWriter:
         """Close one lease; a failure leaves it to expire and be reclaimed."""
         await self.round(every_hold=every_hold)  # its settles and held rows first
         try:
-            async with self.leases.engine.begin() as conn:
+            async with background_begin(self.leases.engine) as conn:
                 back = await lease_store.close(conn, tenant, lease_id)
         except (SQLAlchemyError, *TRANSIENT) as exc:
             log.warning("billing_lease_close_failed", lease_id=lease_id, error=str(exc)[:300])

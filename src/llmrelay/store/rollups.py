@@ -25,10 +25,23 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import structlog
-from sqlalchemy import ColumnElement, and_, case, delete, func, insert, not_, or_, select, text
+from sqlalchemy import (
+    ColumnElement,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    insert,
+    not_,
+    or_,
+    select,
+    text,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from llmrelay.store.db import background_begin, background_connect
 from llmrelay.store.models import RequestRecord, UsageRollup, UsageRollupDirty
 
 log = structlog.get_logger(__name__)
@@ -191,37 +204,44 @@ async def refresh(engine: AsyncEngine, limit: int | None = None, now: float | No
     The hour in progress is left to the readers, who take it from the records: recomputing
     it every round would cost a scan of all its records each time (at 4,000 requests a
     second, 14 million by its end)."""
-    postgres = engine.dialect.name == "postgresql"
     closed_before = datetime.fromtimestamp((now or time.time()) - CLOSE_GRACE_S, UTC) - HOUR
-    done = 0
-    async with engine.connect() as lock:
-        if postgres:
-            taken = await lock.execute(text(f"SELECT pg_try_advisory_lock({_PG_REFRESH_LOCK})"))
-            if not taken.scalar():
-                return 0
+    if engine.dialect.name != "postgresql":
+        return await _refresh(engine, closed_before, limit or _BATCH_HOURS)
+    async with background_connect(engine) as lock:
+        taken = await lock.execute(text(f"SELECT pg_try_advisory_lock({_PG_REFRESH_LOCK})"))
+        if not taken.scalar():
+            return 0
         try:
-            async with engine.connect() as conn:
-                dirty = (
-                    await conn.execute(
-                        select(UsageRollupDirty.hour, UsageRollupDirty.version)
-                        .where(UsageRollupDirty.hour <= closed_before)
-                        .order_by(UsageRollupDirty.hour)
-                        .limit(limit or _BATCH_HOURS)
-                    )
-                ).all()
-            for hour, version in dirty:
-                async with engine.begin() as conn:
-                    await recompute(conn, hour)
-                    await conn.execute(
-                        delete(UsageRollupDirty).where(
-                            UsageRollupDirty.hour == hour, UsageRollupDirty.version == version
-                        )
-                    )
-                done += 1
-                await asyncio.sleep(0)
+            return await _refresh(engine, closed_before, limit or _BATCH_HOURS)
         finally:
-            if postgres:
-                await lock.execute(text(f"SELECT pg_advisory_unlock({_PG_REFRESH_LOCK})"))
+            await lock.execute(text(f"SELECT pg_advisory_unlock({_PG_REFRESH_LOCK})"))
+
+
+#: The ended dirty hours, oldest first: built once, as the round runs every
+#: `rollup_interval_s` on every replica and usually finds none.
+_DIRTY_HOURS = (
+    select(UsageRollupDirty.hour, UsageRollupDirty.version)
+    .where(UsageRollupDirty.hour <= bindparam("closed_before"))
+    .order_by(UsageRollupDirty.hour)
+    .limit(bindparam("limit"))
+)
+
+
+async def _refresh(engine: AsyncEngine, closed_before: datetime, limit: int) -> int:
+    async with background_connect(engine) as conn:
+        found = await conn.execute(_DIRTY_HOURS, {"closed_before": closed_before, "limit": limit})
+        dirty = found.all()
+    done = 0
+    for hour, version in dirty:
+        async with background_begin(engine) as conn:
+            await recompute(conn, hour)
+            await conn.execute(
+                delete(UsageRollupDirty).where(
+                    UsageRollupDirty.hour == hour, UsageRollupDirty.version == version
+                )
+            )
+        done += 1
+        await asyncio.sleep(0)
     return done
 
 
