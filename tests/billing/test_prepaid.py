@@ -127,3 +127,43 @@ async def test_a_settle_under_the_threshold_queues_one_auto_top_up(engine: Async
     assert [(j[0], j[1], j[2]) for j in jobs] == [
         (AUTO_TOPUP_KIND, {"tenant_id": tenant}, f"auto_topup:{tenant}")
     ]
+
+
+@pytest.mark.parametrize("granted", [False, True], ids=["own-transaction", "lease-grant"])
+async def test_a_locked_sqlite_database_fails_the_reservation_within_its_timeout(
+    tmp_path: Any, granted: bool
+) -> None:
+    """Another process holding SQLite's write lock (an `apply`, a backup) makes a
+    reservation wait for it at most `reserve_timeout_s`, then fail as unavailable (a 503),
+    not wait the connection's 30 s busy timeout; the connection is whole afterwards."""
+    import sqlite3
+    import time
+
+    from llmrelay.billing.allowance import Leases
+    from llmrelay.billing.errors import LedgerUnavailable
+    from llmrelay.store.db import create_engine
+    from tests.support.migrated import migrated_sqlite_url
+
+    engine = create_engine(await migrated_sqlite_url(tmp_path))
+    try:
+        tenant = await _wallet(engine, 1_000_000)
+        leases = Leases(engine, owner="test", reserve_timeout_s=1.0) if granted else None
+        prepaid = Prepaid(engine, ReservePolicy(), reserve_timeout_s=1.0, leases=leases)
+        holder = sqlite3.connect(tmp_path / "llmrelay.db", isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        started = time.monotonic()
+        with pytest.raises(LedgerUnavailable):
+            await prepaid.reserve(
+                tenant, "waits", 100, project_id=None, key_id=None, minted=granted
+            )
+        waited = time.monotonic() - started
+        holder.execute("ROLLBACK")
+        holder.close()
+        # 1 s asked; the ceiling leaves room for a loaded machine, far under the 30 s it was
+        assert 0.9 <= waited < 8, waited
+        await prepaid.reserve(tenant, "after", 100, project_id=None, key_id=None, minted=granted)
+        async with engine.connect() as conn:  # the pool's connections wait 30 s again
+            busy = {(await conn.exec_driver_sql("PRAGMA busy_timeout")).scalar()}
+        assert busy == {30_000}
+    finally:
+        await engine.dispose()

@@ -7,10 +7,12 @@ from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from llmrelay.store.db import (
+    SQLITE_BUSY_TIMEOUT_MS,
     DatabaseURLError,
     async_url,
     background_begin,
     background_connect,
+    begin_within,
 )
 
 
@@ -88,3 +90,27 @@ async def test_background_begin_commits_and_rolls_back(engine: AsyncEngine) -> N
         await conn.execute(text("DROP TABLE scratch_background"))
         await conn.commit()
     assert [tuple(row) for row in rows] == [(1,)]
+
+
+async def test_begin_within_commits_rolls_back_and_leaves_the_connection_as_it_was(
+    engine: AsyncEngine,
+) -> None:
+    async with begin_within(engine, 5.0) as conn:
+        await conn.execute(text("CREATE TABLE scratch_within (n INTEGER)"))
+        await conn.execute(text("INSERT INTO scratch_within VALUES (1)"))
+    with pytest.raises(RuntimeError, match="undo"):
+        await _insert_within_then_fail(engine)
+    async with engine.connect() as conn:
+        rows = (await conn.execute(text("SELECT n FROM scratch_within"))).all()
+        if engine.dialect.name == "sqlite":  # the lowered busy timeout was put back
+            busy = (await conn.exec_driver_sql("PRAGMA busy_timeout")).scalar()
+            assert busy == SQLITE_BUSY_TIMEOUT_MS
+        await conn.execute(text("DROP TABLE scratch_within"))
+        await conn.commit()
+    assert [tuple(row) for row in rows] == [(1,)]
+
+
+async def _insert_within_then_fail(engine: AsyncEngine) -> None:
+    async with begin_within(engine, 5.0) as conn:
+        await conn.execute(text("INSERT INTO scratch_within VALUES (2)"))
+        raise RuntimeError("undo")

@@ -34,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from llmrelay.billing import lease_store
 from llmrelay.billing.errors import InsufficientBalance, LedgerUnavailable, NoWallet
 from llmrelay.billing.lease_store import Settle
+from llmrelay.store.db import begin_within
 
 log = structlog.get_logger(__name__)
 
@@ -324,17 +325,16 @@ class Leases:
         target = max(need * self.chunk_requests * allowance.scale, need)
         lacking = max(need - max(allowance.remaining, 0), 1)
         try:
-            async with asyncio.timeout(self._timeout_s):
-                async with self.engine.begin() as conn:
-                    return await lease_store.grant(
-                        conn,
-                        allowance.tenant_id,
-                        allowance.lease_id,
-                        owner=self.owner,
-                        need=lacking,
-                        target=target,
-                        ttl_s=self.ttl_s,
-                    )
+            async with begin_within(self.engine, self._timeout_s) as conn:
+                return await lease_store.grant(
+                    conn,
+                    allowance.tenant_id,
+                    allowance.lease_id,
+                    owner=self.owner,
+                    need=lacking,
+                    target=target,
+                    ttl_s=self.ttl_s,
+                )
         except InsufficientBalance as short:
             # What this process still holds can be admitted too: say it all.
             raise InsufficientBalance(need, short.available + max(allowance.remaining, 0)) from None

@@ -43,6 +43,7 @@ from llmrelay.billing.lease_writer import LeaseWriter
 from llmrelay.billing.settle import AUTO_TOPUP_KIND, SETTLE_RETRY_PAUSES_S, settle_one
 from llmrelay.gateway.row_queue import RowQueue
 from llmrelay.observability.metrics import Metrics
+from llmrelay.store.db import begin_within
 
 log = structlog.get_logger(__name__)
 
@@ -122,16 +123,15 @@ class Prepaid:
                     self._reserved.inc()
             return
         try:
-            async with asyncio.timeout(self._reserve_timeout_s):
-                async with self.engine.begin() as conn:
-                    moved = await ledger.reserve(
-                        conn,
-                        tenant_id,
-                        request_id,
-                        amount_micros,
-                        project_id=project_id,
-                        key_id=key_id,
-                    )
+            async with begin_within(self.engine, self._reserve_timeout_s) as conn:
+                moved = await ledger.reserve(
+                    conn,
+                    tenant_id,
+                    request_id,
+                    amount_micros,
+                    project_id=project_id,
+                    key_id=key_id,
+                )
         except (SQLAlchemyError, *_TRANSIENT) as exc:
             self._count_reserve("unavailable")
             log.warning("billing_reserve_failed", request_id=request_id, error=str(exc)[:300])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,6 +19,10 @@ from sqlalchemy.ext.asyncio import (
 from sqlalchemy.ext.asyncio import AsyncSession as AsyncSession
 
 _ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg"}
+#: How long a SQLite connection waits for another's write lock before "database is locked":
+#: long, because config applies and backups hold it for a while (`begin_within` shortens it
+#: for a transaction that must answer sooner).
+SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 
 class DatabaseURLError(ValueError):
@@ -54,7 +59,9 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
     """An engine with the pragmas SQLite needs to serve concurrent readers and one writer."""
     full = async_url(url)
     if full.startswith("sqlite"):
-        engine = create_async_engine(full, connect_args={"timeout": 30}, **kwargs)
+        engine = create_async_engine(
+            full, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, **kwargs
+        )
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
     kwargs.setdefault("pool_size", 10)
@@ -68,7 +75,7 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     cursor.close()
 
 
@@ -95,3 +102,40 @@ async def background_begin(engine: AsyncEngine) -> AsyncIterator[AsyncConnection
     async with engine.begin() as conn:
         await asyncio.sleep(0)
         yield conn
+
+
+@contextlib.asynccontextmanager
+async def begin_within(engine: AsyncEngine, timeout_s: float) -> AsyncIterator[AsyncConnection]:
+    """`engine.begin()` that gives up on the database after `timeout_s` (TimeoutError, or
+    SQLite's OperationalError "database is locked"), for a transaction a request waits on.
+
+    PostgreSQL: `asyncio.timeout` around it (asyncpg's query is cancelled with the task).
+    SQLite cannot be bounded that way: a wait for another connection's write lock happens in
+    SQLite's busy handler on aiosqlite's thread, which no cancellation reaches, so
+    `asyncio.timeout` got control back only after the connection's 30 s busy timeout, and
+    then the rollback was refused. So the connection's busy timeout is lowered to what is left
+    of `timeout_s` for this transaction and put back before it returns to the pool (a
+    connection where that fails is discarded)."""
+    if engine.dialect.name != "sqlite":
+        async with asyncio.timeout(timeout_s), engine.begin() as conn:
+            yield conn
+        return
+    deadline = time.monotonic() + timeout_s
+    async with asyncio.timeout(timeout_s):  # a checkout waits on the pool, not on SQLite
+        conn = await engine.connect()
+    try:
+        left_ms = max(1, round((deadline - time.monotonic()) * 1000))
+        try:
+            async with conn.begin():
+                # Not a statement sqlite3 opens a transaction for: it takes effect at once.
+                await conn.exec_driver_sql(f"PRAGMA busy_timeout={left_ms}")
+                yield conn
+        finally:
+            try:
+                await conn.exec_driver_sql(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+                await conn.rollback()  # ends the autobegun transaction the PRAGMA opened
+            except BaseException:
+                await conn.invalidate()
+                raise
+    finally:
+        await conn.close()
