@@ -6,8 +6,9 @@ import asyncio
 import shutil
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import select
@@ -16,7 +17,13 @@ from structlog.testing import capture_logs
 
 from llmrelay.gateway import record_writers
 from llmrelay.gateway.call import RECORD_COLUMNS, CallRecord
-from llmrelay.gateway.record_writers import SQLITE_STATEMENT_ROWS, SqliteWriter
+from llmrelay.gateway.record_writers import (
+    SLICE_BEHIND_S,
+    SLICE_S,
+    SQLITE_STATEMENT_ROWS,
+    SqliteWriter,
+    Statement,
+)
 from llmrelay.gateway.recorder import Recorder
 from llmrelay.observability.metrics import Metrics
 from llmrelay.store.db import create_engine, session_factory
@@ -373,3 +380,93 @@ async def test_sqlite_writes_a_large_batch_in_short_slices(engine: AsyncEngine) 
     # machine, where CPU time stretches too (R16: 6.2 ms beside a whole suite).
     assert turns >= 20, turns
     assert longest < 0.01, f"the loop was held for {longest * 1000:.1f} ms of CPU"
+
+
+async def _slices_for(
+    engine: AsyncEngine, rows: int, slice_s: float, behind: Callable[[], bool] | None = None
+) -> int:
+    """How many slices of the loop the SQLite writer took to insert `rows` records with the
+    budget `slice_s` (and `behind`): a task that keeps yielding counts turns, and each
+    statement notes the count it was made at (a new one: the loop turned since the previous
+    statement)."""
+    insert = Recorder(engine)._records
+    turns = 0
+    seen: list[int] = []
+
+    async def spin() -> None:
+        nonlocal turns
+        while True:
+            await asyncio.sleep(0)
+            turns += 1
+
+    batch = [_record(f"{slice_s}-{behind is None}-{i}").row(1.0) for i in range(rows)]
+
+    def statements() -> Iterator[tuple[str, Any]]:
+        for statement in insert.chunks(batch):
+            seen.append(turns)
+            yield statement
+
+    path = engine.url.database
+    assert path is not None
+    writer = SqliteWriter(engine, path)
+    spinner = asyncio.create_task(spin())
+    try:
+        await writer.write(statements(), rows, slice_s, behind)
+    finally:
+        spinner.cancel()
+        writer.close()
+    return len(set(seen))
+
+
+async def test_a_writer_behind_takes_longer_slices(sqlite_engine: AsyncEngine) -> None:
+    """A slice comes once per turn of the loop, and on a saturated loop a turn is
+    milliseconds of requests: the recorder behind its queue writes with SLICE_BEHIND_S, so
+    that it writes as fast as records come (with 0.3 ms slices the queue filled at c=64)."""
+    short = await _slices_for(sqlite_engine, 2000, SLICE_S)
+    long = await _slices_for(sqlite_engine, 2000, SLICE_BEHIND_S)
+    behind = await _slices_for(sqlite_engine, 2000, SLICE_S, lambda: True)
+    assert long * 3 < short and behind * 3 < short, (long, behind, short)
+    assert await _count_records(sqlite_engine) == 6000
+
+
+class _NotingWriter:
+    """The real SQLite writer, noting whether the recorder was behind at each batch (a
+    wrapper: the compiled build's classes cannot be subclassed from Python)."""
+
+    def __init__(self, real: SqliteWriter) -> None:
+        self.real = real
+        self.budgets: list[float] = []
+
+    async def write(
+        self,
+        statements: Iterable[Statement],
+        rows: int,
+        slice_s: float = SLICE_S,
+        behind: Callable[[], bool] | None = None,
+    ) -> None:
+        if rows:
+            assert behind is not None
+            self.budgets.append(SLICE_BEHIND_S if behind() else slice_s)
+        await self.real.write(statements, rows, slice_s, behind)
+
+    async def drain(self) -> None:
+        await self.real.drain()
+
+    def close(self) -> None:
+        self.real.close()
+
+
+async def test_the_recorder_takes_longer_slices_only_while_it_is_behind(
+    sqlite_engine: AsyncEngine,
+) -> None:
+    recorder = Recorder(sqlite_engine, gather_s=0.01, batch_size=500)
+    path = sqlite_engine.url.database
+    assert path is not None
+    writer = recorder._writer = _NotingWriter(SqliteWriter(sqlite_engine, path))
+    for i in range(2600):  # batches of 500 with 2,100, 1,600, 1,100, 600, 100 and 0 waiting
+        recorder.record(_record(f"behind-{i}").row(1.0))
+    recorder.start()
+    await recorder.stop(timeout_s=30)
+    assert recorder.written == 2600 and recorder.dropped == 0
+    # behind from 1,024 rows waiting (recorder._BEHIND_ROWS)
+    assert writer.budgets == [SLICE_BEHIND_S] * 3 + [SLICE_S] * 3

@@ -46,9 +46,18 @@ SQLITE_STATEMENT_ROWS: Final = (8, 2, 1)
 #: Rows per PostgreSQL executemany (one transaction holds them all).
 PG_CHUNK_ROWS: Final = 128
 #: The SQLite writer's budget for one slice on the event loop: it yields to requests before a
-#: statement that would take the slice past this (judged by the longest statement so far),
+#: statement that would take the slice past this (judged by the longest statement lately),
 #: leaving room under 0.5 ms for a statement slower than any before it.
 SLICE_S: Final = 0.0003
+#: The budget of a slice that starts while the recorder is behind (`recorder._BEHIND_ROWS`
+#: rows queued behind the batch being written). A slice comes
+#: once per turn of the loop, and on a saturated loop a turn is milliseconds of requests: at
+#: c=64, 0.3 ms a turn wrote fewer rows than arrived, and the queue filled to its bound in
+#: 30 s (records dropped). Catching up in longer slices costs a saturated loop's tail little;
+#: a loop that keeps up never sees them.
+SLICE_BEHIND_S: Final = 0.002
+#: How fast the estimate of a statement's cost forgets a slow one (per statement).
+_STEP_DECAY: Final = 0.75
 #: How long a locked database (another process applying config, say) is waited for, in
 #: pauses that leave the event loop free, before the batch counts as failed.
 LOCKED_WAIT_S = 30.0
@@ -185,9 +194,17 @@ class InsertSql:
 
 
 class BatchWriter(Protocol):
-    async def write(self, statements: Iterable[Statement], rows: int) -> None:
+    async def write(
+        self,
+        statements: Iterable[Statement],
+        rows: int,
+        slice_s: float = SLICE_S,
+        behind: Callable[[], bool] | None = None,
+    ) -> None:
         """Run `statements` in one transaction (all or nothing); raise on failure. They may
-        be made lazily (InsertSql.chunks): each is taken only when it is about to run."""
+        be made lazily (InsertSql.chunks): each is taken only when it is about to run.
+        `slice_s`: the longest the event loop is held between two turns, where it is held;
+        SLICE_BEHIND_S instead for each slice that starts while `behind()`."""
 
     async def drain(self) -> None:
         """Finish background work (before the engine is disposed)."""
@@ -201,7 +218,13 @@ class EngineWriter:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
 
-    async def write(self, statements: Iterable[Statement], rows: int) -> None:
+    async def write(
+        self,
+        statements: Iterable[Statement],
+        rows: int,
+        slice_s: float = SLICE_S,
+        behind: Callable[[], bool] | None = None,
+    ) -> None:
         async with self._engine.begin() as conn:
             for sql, params in statements:
                 await conn.exec_driver_sql(sql, params)
@@ -237,19 +260,30 @@ class SqliteWriter:
             self._db = db
         return self._db
 
-    async def write(self, statements: Iterable[Statement], rows: int) -> None:
+    async def write(
+        self,
+        statements: Iterable[Statement],
+        rows: int,
+        slice_s: float = SLICE_S,
+        behind: Callable[[], bool] | None = None,
+    ) -> None:
         db = self._connection()
         await self._begin(db)
         try:
             resumed = last = time.perf_counter()
-            step = 0.0  # the longest statement so far, with making it (InsertSql.chunks)
+            # The next statement's cost, with making it (InsertSql.chunks): the longest
+            # lately, decaying, so that one slow statement (the first on a connection is
+            # compiled) does not cut every later slice down to one statement.
+            step = 0.0
+            budget = _budget(slice_s, behind)
             for sql, params in statements:
                 db.execute(sql, params)
                 now = time.perf_counter()
-                step = max(step, now - last)
+                step = max(step * _STEP_DECAY, now - last)
                 last = now
-                if now - resumed + step > SLICE_S:  # the next one would overrun the slice
+                if now - resumed + step > budget:  # the next one would overrun the slice
                     await asyncio.sleep(0)  # let requests through; the transaction stays open
+                    budget = _budget(slice_s, behind)
                     resumed = last = time.perf_counter()
             self._since_checkpoint += rows
             checkpoint = self._since_checkpoint >= CHECKPOINT_ROWS
@@ -296,6 +330,10 @@ class SqliteWriter:
         if self._db is not None:
             self._db.close()
             self._db = None
+
+
+def _budget(slice_s: float, behind: Callable[[], bool] | None) -> float:
+    return SLICE_BEHIND_S if behind is not None and behind() else slice_s
 
 
 def _commit(db: sqlite3.Connection, checkpoint: bool) -> None:

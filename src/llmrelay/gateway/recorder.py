@@ -42,6 +42,7 @@ from llmrelay.gateway.call import ATTEMPT_COLUMNS, HIT_COLUMNS, RECORD_COLUMNS
 from llmrelay.gateway.capture import PAYLOAD_COLUMNS
 from llmrelay.gateway.record_writers import (
     PG_CHUNK_ROWS,
+    SLICE_S,
     SQLITE_STATEMENT_ROWS,
     BatchWriter,
     InsertSql,
@@ -76,6 +77,9 @@ Batch = tuple[list[Row], list[Row], list[Row], list[Row]]
 #: eighth (pieces of 256 rows: the slices' p99 at c=8 1.17 ms against 0.82, sources,
 #: bench.stalls; docs/performance.md, "On a quiet machine").
 _PIECE_ROWS: Final = {True: SQLITE_STATEMENT_ROWS[0], False: PG_CHUNK_ROWS}
+#: Rows still queued behind the batch being written from which the recorder is behind (a
+#: saturated loop's queue then stays near this: each queued row is memory, about 1.5 KB).
+_BEHIND_ROWS: Final = 1024
 #: How often the spool is replayed while it holds anything.
 _REPLAY_EVERY_S: Final = 1.0
 #: The longest one write to a network database may take before it counts as failed: a lost
@@ -294,8 +298,13 @@ class Recorder:
         rows = len(batch) + len(attempts) + len(payloads) + len(hits)
         statements = self._statements(batch, attempts, payloads, hits)
         async with asyncio.timeout(self._write_timeout_s):
-            await self._writer.write(statements, rows)
+            await self._writer.write(statements, rows, SLICE_S, self.behind)
         await self._touch_keys()
+
+    def behind(self) -> bool:
+        """Whether the writer is behind: its slices are longer until it has caught up
+        (record_writers.SLICE_BEHIND_S)."""
+        return len(self._queue) >= _BEHIND_ROWS
 
     def _statements(
         self,
