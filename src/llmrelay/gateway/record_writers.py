@@ -50,11 +50,11 @@ PG_CHUNK_ROWS: Final = 128
 #: leaving room under 0.5 ms for a statement slower than any before it.
 SLICE_S: Final = 0.0003
 #: The budget of a slice that starts while the recorder is behind (`recorder._BEHIND_ROWS`
-#: rows queued behind the batch being written). A slice comes
-#: once per turn of the loop, and on a saturated loop a turn is milliseconds of requests: at
-#: c=64, 0.3 ms a turn wrote fewer rows than arrived, and the queue filled to its bound in
-#: 30 s (records dropped). Catching up in longer slices costs a saturated loop's tail little;
-#: a loop that keeps up never sees them.
+#: rows queued behind the batch being written). A slice comes once per turn of the loop, and
+#: on a saturated loop a turn is milliseconds of requests: at c=64, slices of 0.3 ms wrote
+#: fewer rows than arrived, and the queue filled to its bound (where records are dropped)
+#: within 40 s. Catching up in longer slices costs a saturated loop's tail little; a loop
+#: that keeps up never sees them.
 SLICE_BEHIND_S: Final = 0.002
 #: How fast the estimate of a statement's cost forgets a slow one (per statement).
 _STEP_DECAY: Final = 0.75
