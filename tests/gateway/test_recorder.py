@@ -425,7 +425,9 @@ async def test_a_writer_behind_takes_longer_slices(sqlite_engine: AsyncEngine) -
     short = await _slices_for(sqlite_engine, 2000, SLICE_S)
     long = await _slices_for(sqlite_engine, 2000, SLICE_BEHIND_S)
     behind = await _slices_for(sqlite_engine, 2000, SLICE_S, lambda: True)
-    assert long * 3 < short and behind * 3 < short, (long, behind, short)
+    # About 6x fewer (2 ms against 0.3 ms); the margin is for a loaded machine, where the
+    # writer's wall clock jumps when the process is descheduled mid-statement.
+    assert long * 2 < short and behind * 2 < short, (long, behind, short)
     assert await _count_records(sqlite_engine) == 6000
 
 
